@@ -1,0 +1,44 @@
+SHELL := /bin/bash
+# airlock: `make up` runs the all-in-one dev node; `make test` runs every test. Both install and
+# start what they need (Docker engine, redis-server, a Vault server built from Go modules, the
+# sandbox image) and cache what they build outside the checkout.
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO      ?= go
+export AIRLOCK_CACHE ?= /var/cache/airlock
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: all build up test unit e2e lint deps vault image clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
+
+deps:
+	@scripts/deps.sh
+
+vault:
+	@scripts/vault.sh
+
+image: deps
+	@scripts/sandbox-image.sh
+
+up: deps vault image build
+	bin/airlock up $(if $(CONFIG),--config $(CONFIG))
+
+test: deps vault image build
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
+	$(GO) test -count=1 -timeout 20m -v ./e2e/
+
+unit:
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
+
+e2e: deps vault image build
+	$(GO) test -count=1 -timeout 20m -v ./e2e/
+
+lint:
+	@scripts/lint.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/airlock-dev/airlock/pool/api"
+)
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return fmt.Sprint(*m) }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func cmdLease(args []string) int {
+	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
+	template := fs.String("template", "default", "sandbox template")
+	tok := fs.String("token", "", "the task's JWT")
+	ttl := fs.Duration("ttl", 0, "lease lifetime (default: the template's)")
+	asJSON := fs.Bool("json", false, "print the lease as JSON")
+	var allow multiFlag
+	fs.Var(&allow, "allow", "HOST[:PORT][=CREDENTIAL] the dev issuer puts in the minted token (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	req := api.LeaseRequest{Template: *template, Token: *tok, Allow: allow}
+	if *ttl > 0 {
+		req.TTL = ttl.String()
+	}
+	l, err := c.Lease(context.Background(), req)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(l)
+		return 0
+	}
+	fmt.Println(l.ID)
+	fmt.Fprintf(os.Stderr, "lease %s: sandbox %.12s at %s, task %s, expires %s\n", l.ID, l.Sandbox, l.Address, l.Task, l.Expires.Local().Format("15:04:05"))
+	return 0
+}
+
+func cmdRelease(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: airlock release LEASE")
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.Release(context.Background(), args[0]); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(os.Stderr, "released %s\n", args[0])
+	return 0
+}
+
+func cmdPools(args []string) int {
+	fs := flag.NewFlagSet("pools", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	ps, err := c.Pools(context.Background())
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(ps)
+		return 0
+	}
+	for _, p := range ps {
+		fmt.Printf("%-12s node %-8s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
+	}
+	return 0
+}

@@ -1,0 +1,50 @@
+// Command airlock runs an airlock node (`airlock up`) and talks to one (lease, exec, release).
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `airlock: secret-free sandboxes for AI coding agents, with one guarded way out
+
+usage:
+  airlock up [--config FILE]      all-in-one node on the local Docker engine
+  airlock lease --template T (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
+  airlock exec LEASE [--timeout D] -- CMD ARGS...
+  airlock release LEASE
+  airlock pools [--json]
+  airlock version
+
+Client commands find a local 'airlock up' through its state dir, or use AIRLOCK_ADDR and AIRLOCK_TOKEN.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmds := map[string]func([]string) int{
+		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
+		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
+	}
+	run, ok := cmds[os.Args[1]]
+	if !ok {
+		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
+			fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n\n", os.Args[1])
+		}
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	os.Exit(run(os.Args[2:]))
+}
+
+// fail prints err the same way for every command and returns the exit code for airlock's own
+// errors (125, so it is told apart from a command's exit code in exec).
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "airlock:", err)
+	return 125
+}

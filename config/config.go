@@ -1,0 +1,306 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// Config is a node's whole configuration.
+type Config struct {
+	// Node names this node; containers, networks and bindings carry it.
+	Node string `yaml:"node"`
+	// Deployment is the tokens' audience and the Redis key prefix.
+	Deployment string `yaml:"deployment"`
+	// StateDir holds the CA, the audit trail, the dev Redis and Vault data and the client file.
+	StateDir  string          `yaml:"state_dir"`
+	API       API             `yaml:"api"`
+	Redis     Redis           `yaml:"redis"`
+	Vault     Vault           `yaml:"vault"`
+	Network   Network         `yaml:"network"`
+	Gateway   Gateway         `yaml:"gateway"`
+	Resolver  Resolver        `yaml:"resolver"`
+	Audit     Audit           `yaml:"audit"`
+	Tokens    Tokens          `yaml:"tokens"`
+	Dev       Dev             `yaml:"dev"`
+	Creds     []broker.Entry  `yaml:"credentials"`
+	Templates []pool.Template `yaml:"templates"`
+}
+
+// API is the pool API listener.
+type API struct {
+	Listen string `yaml:"listen"` // loopback only unless TLS is configured (not yet supported)
+}
+
+// Redis is the shared store.
+type Redis struct {
+	// URL of an external Redis; empty runs a private redis-server in the state dir.
+	URL   string        `yaml:"url"`
+	Grace time.Duration `yaml:"grace"` // how long cached bindings serve with Redis down
+}
+
+// Vault is the credential source.
+type Vault struct {
+	// Address of an external Vault; empty runs a private dev server seeded with the demo secret.
+	Address   string `yaml:"address"`
+	TokenFile string `yaml:"token_file"`
+	// Binary is the vault executable for the dev server; empty looks beside airlock, then PATH.
+	Binary string `yaml:"binary"`
+}
+
+// Network is the sandbox network.
+type Network struct {
+	Name   string `yaml:"name"`
+	Bridge string `yaml:"bridge"`
+	Subnet string `yaml:"subnet"`
+}
+
+// Gateway is the egress proxy.
+type Gateway struct {
+	Port int `yaml:"port"`
+	// PrivateUpstreams pins names to private addresses, one name and port at a time.
+	PrivateUpstreams []PrivateUpstream `yaml:"private_upstreams"`
+	// UpstreamCAFiles are extra roots for verifying upstream TLS (besides the system's).
+	UpstreamCAFiles []string `yaml:"upstream_ca_files"`
+}
+
+// PrivateUpstream pins Host:Port to Address.
+type PrivateUpstream struct {
+	Host    string `yaml:"host"`
+	Port    int    `yaml:"port"`
+	Address string `yaml:"address"`
+}
+
+// Resolver is the filtering DNS resolver.
+type Resolver struct {
+	Port      int      `yaml:"port"`
+	Upstreams []string `yaml:"upstreams"` // empty: the host's /etc/resolv.conf nameservers
+}
+
+// Audit is the audit trail.
+type Audit struct {
+	Path       string        `yaml:"path"` // empty: audit.jsonl in the state dir
+	FlushEvery time.Duration `yaml:"flush_every"`
+}
+
+// Tokens are the task token issuers this node trusts.
+type Tokens struct {
+	Issuers []Issuer `yaml:"issuers"`
+}
+
+// Issuer is one trusted issuer.
+type Issuer struct {
+	Name   string            `yaml:"name"`
+	Keys   map[string]string `yaml:"keys"` // kid -> PEM public key file
+	MaxTTL time.Duration     `yaml:"max_ttl"`
+}
+
+// Dev holds what only the all-in-one dev node does.
+type Dev struct {
+	// Issuer mints task tokens from --allow lists. Never on a production node.
+	Issuer bool `yaml:"issuer"`
+	// DemoUpstream, when set, runs a tiny HTTPS server there that checks the demo credential,
+	// pinned as api.example.test:443.
+	DemoUpstream string `yaml:"demo_upstream"`
+}
+
+// DemoHost is the name the demo upstream answers to.
+const DemoHost = "api.example.test"
+
+// Default returns the embedded defaults: an all-in-one dev node.
+func Default() Config {
+	return Config{
+		Node:       "node-1",
+		Deployment: "airlock-dev",
+		API:        API{Listen: "127.0.0.1:7070"},
+		Redis:      Redis{Grace: 10 * time.Second},
+		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
+		Gateway:    Gateway{Port: 3128},
+		Resolver:   Resolver{Port: 53},
+		Audit:      Audit{FlushEvery: 20 * time.Millisecond},
+		Dev:        Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"},
+		Creds: []broker.Entry{{
+			Name:   "demo",
+			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
+			Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "Bearer {{.token}}"},
+			Hosts:  []string{DemoHost},
+		}},
+		Templates: []pool.Template{DefaultTemplate()},
+	}
+}
+
+// DefaultTemplate is the hardened default sandbox.
+func DefaultTemplate() pool.Template {
+	return pool.Template{
+		Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace",
+		CPUs: 1, MemoryMB: 512, Pids: 256, WorkspaceMB: 256, TmpMB: 64, Runtime: "runc",
+		MinWarm: 2, MaxTotal: 16, DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
+	}
+}
+
+// Load reads path over the defaults and validates the result. Templates and credentials given
+// in the file replace the default lists whole; each template starts from DefaultTemplate.
+func Load(path string) (Config, error) {
+	c := Default()
+	if path == "" {
+		return c, c.Validate()
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	var probe struct {
+		Templates []yaml.Node `yaml:"templates"`
+	}
+	if err := yaml.Unmarshal(b, &probe); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if probe.Templates != nil {
+		c.Templates = make([]pool.Template, len(probe.Templates))
+		for i := range c.Templates {
+			c.Templates[i] = DefaultTemplate()
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks every field and names the first one that is wrong.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Node == "" || strings.ContainsAny(c.Node, " :/") {
+		bad("node", "must be a non-empty name without spaces, ':' or '/'")
+	}
+	if c.Deployment == "" {
+		bad("deployment", "required")
+	}
+	if ap, err := netip.ParseAddrPort(c.API.Listen); err != nil {
+		bad("api.listen", "%q is not ADDRESS:PORT", c.API.Listen)
+	} else if !ap.Addr().IsLoopback() {
+		bad("api.listen", "%s is not a loopback address; the API may listen beyond loopback only with TLS, which this version does not serve", ap.Addr())
+	}
+	if c.Redis.Grace < 0 || c.Redis.Grace > time.Minute {
+		bad("redis.grace", "must be between 0 and 1m")
+	}
+	if c.Network.Name == "" {
+		bad("network.name", "required")
+	}
+	if n := len(c.Network.Bridge); n == 0 || n > 15 {
+		bad("network.bridge", "must be 1 to 15 characters (a Linux interface name)")
+	}
+	if p, err := netip.ParsePrefix(c.Network.Subnet); err != nil || !p.Addr().Is4() || p.Bits() > 28 || p.Masked() != p {
+		bad("network.subnet", "%q is not an IPv4 network such as 10.213.0.0/24", c.Network.Subnet)
+	}
+	if c.Gateway.Port < 1 || c.Gateway.Port > 65535 {
+		bad("gateway.port", "must be 1-65535")
+	}
+	for i, u := range c.Gateway.PrivateUpstreams {
+		f := fmt.Sprintf("gateway.private_upstreams[%d]", i)
+		if _, err := scope.CanonicalHost(u.Host); err != nil || u.Host == "" || strings.HasPrefix(u.Host, "*") {
+			bad(f+".host", "must be one exact name")
+		}
+		if u.Port < 1 || u.Port > 65535 {
+			bad(f+".port", "must be 1-65535")
+		}
+		if _, err := netip.ParseAddrPort(u.Address); err != nil {
+			bad(f+".address", "%q is not ADDRESS:PORT", u.Address)
+		}
+	}
+	if c.Resolver.Port < 1 || c.Resolver.Port > 65535 {
+		bad("resolver.port", "must be 1-65535")
+	}
+	for i, iss := range c.Tokens.Issuers {
+		if iss.Name == "" {
+			bad(fmt.Sprintf("tokens.issuers[%d].name", i), "required")
+		}
+		if len(iss.Keys) == 0 {
+			bad(fmt.Sprintf("tokens.issuers[%d].keys", i), "at least one key file is required")
+		}
+	}
+	if c.Dev.DemoUpstream != "" {
+		if _, err := netip.ParseAddrPort(c.Dev.DemoUpstream); err != nil {
+			bad("dev.demo_upstream", "%q is not ADDRESS:PORT", c.Dev.DemoUpstream)
+		}
+	}
+	if _, err := broker.NewCatalog(c.Creds); err != nil {
+		errs = append(errs, err)
+	}
+	if len(c.Templates) == 0 {
+		bad("templates", "at least one template is required")
+	}
+	names := map[string]bool{}
+	for i, t := range c.Templates {
+		f := fmt.Sprintf("templates[%d]", i)
+		switch {
+		case t.Name == "":
+			bad(f+".name", "required")
+		case names[t.Name]:
+			bad(f+".name", "duplicate %q", t.Name)
+		}
+		names[t.Name] = true
+		if t.Image == "" {
+			bad(f+".image", "required")
+		}
+		if uid, _, _ := strings.Cut(t.User, ":"); uid == "" || uid == "0" || uid == "root" {
+			bad(f+".user", "must name a non-root uid:gid")
+		}
+		if !filepath.IsAbs(t.Workdir) || t.Workdir == "/" {
+			bad(f+".workdir", "must be an absolute path other than /")
+		}
+		if t.CPUs <= 0 {
+			bad(f+".cpus", "must be > 0")
+		}
+		if t.MemoryMB < 16 {
+			bad(f+".memory_mb", "must be >= 16")
+		}
+		if t.Pids <= 0 {
+			bad(f+".pids", "must be > 0")
+		}
+		if t.WorkspaceMB <= 0 {
+			bad(f+".workspace_mb", "must be > 0")
+		}
+		if t.TmpMB <= 0 {
+			bad(f+".tmp_mb", "must be > 0")
+		}
+		if t.Runtime != "runc" && t.Runtime != "runsc" {
+			bad(f+".runtime", "%q is not runc or runsc", t.Runtime)
+		}
+		if t.MinWarm < 0 || (t.MaxTotal > 0 && t.MinWarm > t.MaxTotal) {
+			bad(f+".min_warm", "must be between 0 and max_total")
+		}
+		if t.DefaultTTL <= 0 || t.MaxTTL < t.DefaultTTL {
+			bad(f+".default_ttl", "must be > 0 and at most max_ttl")
+		}
+		for k := range t.Env {
+			if strings.Contains(strings.ToUpper(k), "PROXY") || strings.HasSuffix(strings.ToUpper(k), "CA_BUNDLE") || k == "SSL_CERT_FILE" || k == "HOME" {
+				bad(f+".env."+k, "is set by airlock and cannot be overridden")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Subnet returns the parsed sandbox subnet; call after Validate.
+func (c *Config) Subnet() netip.Prefix { return netip.MustParsePrefix(c.Network.Subnet) }

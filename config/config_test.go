@@ -1,0 +1,58 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadNamesTheField(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"memory", "templates:\n  - name: big\n    memory_mb: 0\n", "templates[0].memory_mb: must be >= 16"},
+		{"root user", "templates:\n  - name: r\n    user: \"0:0\"\n", "templates[0].user"},
+		{"api beyond loopback", "api:\n  listen: 0.0.0.0:7070\n", "api.listen"},
+		{"unknown field", "gatewy:\n  port: 1\n", "field gatewy not found"},
+		{"bad subnet", "network:\n  subnet: 10.0.0.1/24\n", "network.subnet"},
+		{"credential kind", "credentials:\n  - name: x\n    source: {kind: nope, path: a}\n", "credentials[0] (x).source.kind"},
+		{"proxy env", "templates:\n  - name: e\n    env: {HTTPS_PROXY: x}\n", "templates[0].env.HTTPS_PROXY"},
+		{"pinned address", "gateway:\n  private_upstreams:\n    - {host: a.test, port: 443, address: nowhere}\n", "gateway.private_upstreams[0].address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			os.WriteFile(path, []byte(tt.yaml), 0o600)
+			_, err := Load(path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load = %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadTemplateStartsFromDefaults(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("templates:\n  - name: small\n    min_warm: 1\n"), 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Templates) != 1 || c.Templates[0].Name != "small" || c.Templates[0].MinWarm != 1 || c.Templates[0].MemoryMB != 512 {
+		t.Fatalf("templates = %+v", c.Templates)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	if _, err := Load("../configs/airlock.example.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,93 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrUnavailable is returned when a record cannot be accepted; callers must refuse the traffic
+// the record describes rather than let it pass unrecorded.
+var ErrUnavailable = errors.New("audit trail unavailable")
+
+// Kind says what a record describes.
+type Kind string
+
+// Record kinds.
+const (
+	KindHTTP  Kind = "http"
+	KindDNS   Kind = "dns"
+	KindExec  Kind = "exec"
+	KindLease Kind = "lease"
+)
+
+// Decision is allow or deny.
+type Decision string
+
+// Decisions.
+const (
+	Allow Decision = "allow"
+	Deny  Decision = "deny"
+)
+
+// Record is one audit line. Rule is always a configured name, never free text, because it is also
+// a metric label; Reason is the readable explanation. No field ever holds a secret value.
+type Record struct {
+	Time     time.Time `json:"time"`
+	Kind     Kind      `json:"kind"`
+	Node     string    `json:"node,omitempty"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Lease    string    `json:"lease,omitempty"`
+	Task     string    `json:"task,omitempty"`
+	Sandbox  string    `json:"sandbox,omitempty"`
+	Source   string    `json:"source,omitempty"`
+	Decision Decision  `json:"decision,omitempty"`
+	Rule     string    `json:"rule,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+
+	// HTTP
+	Method     string `json:"method,omitempty"`
+	Host       string `json:"host,omitempty"`
+	Port       int    `json:"port,omitempty"`
+	Path       string `json:"path,omitempty"`
+	Credential string `json:"credential,omitempty"` // the catalog name, never the value
+	Status     int    `json:"status,omitempty"`
+	BytesUp    int64  `json:"bytes_up,omitempty"`
+	BytesDown  int64  `json:"bytes_down,omitempty"`
+	Upstream   string `json:"upstream,omitempty"`
+
+	// DNS
+	QName   string `json:"qname,omitempty"`
+	QType   string `json:"qtype,omitempty"`
+	Answers int    `json:"answers,omitempty"`
+
+	// Exec and lease events
+	Event    string   `json:"event,omitempty"`
+	Command  []string `json:"command,omitempty"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+
+	DurationMS float64 `json:"duration_ms,omitempty"`
+
+	// Hash chain, filled by the file sink.
+	Seq  uint64 `json:"seq"`
+	Prev string `json:"prev,omitempty"`
+	Hash string `json:"hash,omitempty"`
+}
+
+// Sink accepts records. Write must not block on I/O for long: it either accepts the record for a
+// durable write or returns an error wrapping ErrUnavailable.
+type Sink interface {
+	Write(ctx context.Context, r Record) error
+}
+
+// Discard is a Sink for tests of other packages that do not look at records.
+type Discard struct{}
+
+// Write accepts and drops r.
+func (Discard) Write(context.Context, Record) error { return nil }
+
+// Checker is met by sinks that can tell ahead of time that a write would fail, so callers can
+// refuse traffic before it passes rather than after.
+type Checker interface {
+	Err() error
+}

@@ -1,0 +1,228 @@
+package audit
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// FileConfig configures a FileSink.
+type FileConfig struct {
+	Path string
+	// Queue bounds the records accepted but not yet written; zero means 4096. When it is full
+	// Write fails, so traffic is refused instead of piling up in memory.
+	Queue int
+	// FlushEvery bounds how long an accepted record may wait before it reaches the file (and
+	// so the records a crash of the process can lose); zero means 20ms.
+	FlushEvery time.Duration
+}
+
+// FileSink appends records as JSON lines, each carrying the hash of the one before it, so an
+// edited or deleted line breaks the chain (see Verify). Safe for concurrent use.
+//
+// Crash bound: a record is written within FlushEvery of Write returning, so kill -9 loses at most
+// the records accepted in the last FlushEvery (and never more than Queue of them).
+type FileSink struct {
+	cfg   FileConfig
+	queue chan Record
+	done  chan struct{}
+
+	mu     sync.Mutex
+	err    error // sticky: once the file cannot be written, every Write fails
+	closed bool
+
+	f    *os.File
+	seq  uint64
+	prev string
+}
+
+// OpenFile opens (or creates) the trail at cfg.Path, continuing its hash chain, and starts the
+// writer. Close stops it.
+func OpenFile(cfg FileConfig) (*FileSink, error) {
+	if cfg.Queue == 0 {
+		cfg.Queue = 4096
+	}
+	if cfg.FlushEvery == 0 {
+		cfg.FlushEvery = 20 * time.Millisecond
+	}
+	seq, prev, err := lastLink(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(cfg.Path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	s := &FileSink{cfg: cfg, queue: make(chan Record, cfg.Queue), done: make(chan struct{}), f: f, seq: seq, prev: prev}
+	go s.run()
+	return s, nil
+}
+
+// Write queues r.
+func (s *FileSink) Write(_ context.Context, r Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, s.err)
+	}
+	if s.closed {
+		return fmt.Errorf("%w: closed", ErrUnavailable)
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	select {
+	case s.queue <- r:
+		return nil
+	default:
+		return fmt.Errorf("%w: queue full", ErrUnavailable)
+	}
+}
+
+func (s *FileSink) run() {
+	defer close(s.done)
+	w := bufio.NewWriterSize(s.f, 64<<10)
+	tick := time.NewTicker(s.cfg.FlushEvery)
+	defer tick.Stop()
+	pending := false
+	for {
+		select {
+		case r, ok := <-s.queue:
+			if !ok {
+				s.fail(w.Flush())
+				s.fail(s.f.Close())
+				return
+			}
+			s.fail(s.append(w, r))
+			pending = true
+		case <-tick.C:
+			if pending {
+				s.fail(w.Flush())
+				pending = false
+			}
+		}
+	}
+}
+
+func (s *FileSink) append(w io.Writer, r Record) error {
+	s.seq++
+	r.Seq, r.Prev, r.Hash = s.seq, s.prev, ""
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	r.Hash = chainHash(s.prev, body)
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	s.prev = r.Hash
+	_, err = w.Write(append(line, '\n'))
+	return err
+}
+
+func (s *FileSink) fail(err error) {
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+// Close writes what is queued and closes the file.
+func (s *FileSink) Close() error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.queue)
+	}
+	s.mu.Unlock()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func chainHash(prev string, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(prev))
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// lastLink returns the sequence number and hash of the last record in the trail at path.
+func lastLink(path string) (uint64, string, error) {
+	var seq uint64
+	var prev string
+	err := Read(path, func(r Record) error {
+		seq, prev = r.Seq, r.Hash
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, "", nil
+	}
+	return seq, prev, err
+}
+
+// Read calls fn for each record in the trail at path, checking the hash chain as it goes; a broken
+// link stops it with an error naming the line.
+func Read(path string, fn func(Record) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	prev := ""
+	for n := 1; sc.Scan(); n++ {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return fmt.Errorf("audit: %s line %d: %w", path, n, err)
+		}
+		want := r.Hash
+		if r.Prev != prev {
+			return fmt.Errorf("audit: %s line %d: chain broken (prev does not match the line before)", path, n)
+		}
+		r.Hash = ""
+		body, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if chainHash(prev, body) != want {
+			return fmt.Errorf("audit: %s line %d: hash does not match the record (edited)", path, n)
+		}
+		r.Hash = want
+		prev = want
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// Err reports why a Write would fail now, or nil.
+func (s *FileSink) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return fmt.Errorf("%w: %v", ErrUnavailable, s.err)
+	case s.closed:
+		return fmt.Errorf("%w: closed", ErrUnavailable)
+	case len(s.queue) == cap(s.queue):
+		return fmt.Errorf("%w: queue full", ErrUnavailable)
+	}
+	return nil
+}

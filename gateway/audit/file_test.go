@@ -1,0 +1,69 @@
+package audit
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestFileSinkChain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, err := OpenFile(FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"a.example", "b.example"} {
+		if err := s.Write(context.Background(), Record{Kind: KindHTTP, Host: h, Decision: Allow, Rule: "scope"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopening continues the chain.
+	s, err = OpenFile(FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(context.Background(), Record{Kind: KindDNS, QName: "c.example.", Decision: Deny}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	if err := Read(path, func(r Record) error { seqs = append(seqs, r.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 3 || seqs[2] != 3 {
+		t.Fatalf("seqs = %v", seqs)
+	}
+
+	// Tampering with a line is detected.
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(b), `"decision":"deny"`, `"decision":"allow"`, 1)), 0o600)
+	err = Read(path, func(Record) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("tampered trail read as %v", err)
+	}
+	// Deleting a line is detected.
+	lines := strings.SplitAfter(string(b), "\n")
+	os.WriteFile(path, []byte(lines[0]+lines[2]), 0o600)
+	if err := Read(path, func(Record) error { return nil }); err == nil || !strings.Contains(err.Error(), "chain broken") {
+		t.Fatalf("trail with a deleted line read as %v", err)
+	}
+}
+
+func TestFileSinkFailsClosed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, err := OpenFile(FileConfig{Path: path, Queue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := s.Write(context.Background(), Record{}); err == nil {
+		t.Fatal("closed sink accepted a record")
+	}
+}

@@ -1,0 +1,227 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// Errors a credential request can end in.
+var (
+	// ErrNotAllowed: the catalog does not let this credential go to this host or tenant.
+	ErrNotAllowed = errors.New("credential not allowed here")
+	// ErrUnavailable: the source (Vault) cannot provide the value now; the request is refused
+	// with 503.
+	ErrUnavailable = errors.New("credential source unavailable")
+)
+
+// SourceKind names where a credential's value comes from.
+type SourceKind string
+
+// Source kinds.
+const (
+	SourceKV SourceKind = "kv" // a KV v2 secret, cached with a TTL
+)
+
+// Source says where a credential's value lives.
+type Source struct {
+	Kind  SourceKind    `yaml:"kind"`
+	Mount string        `yaml:"mount"` // KV v2 mount; empty means "secret"
+	Path  string        `yaml:"path"`  // secret path under the mount
+	TTL   time.Duration `yaml:"ttl"`   // cache lifetime; zero means 5m
+}
+
+// InjectKind names how a credential is put into a request.
+type InjectKind string
+
+// Injection kinds.
+const (
+	InjectHeader InjectKind = "header" // Header: Template rendered with the secret's fields
+	InjectBasic  InjectKind = "basic"  // basic auth from the fields "username" and "password"
+	InjectQuery  InjectKind = "query"  // query parameter Param: Template
+)
+
+// Injection says how a credential is put into a request.
+type Injection struct {
+	Kind     InjectKind `yaml:"kind"`
+	Header   string     `yaml:"header"`
+	Param    string     `yaml:"param"`
+	Template string     `yaml:"template"` // e.g. "Bearer {{.token}}"
+
+	tmpl *template.Template
+}
+
+// Entry is one credential the operator offers.
+type Entry struct {
+	Name   string    `yaml:"name"`
+	Source Source    `yaml:"source"`
+	Inject Injection `yaml:"inject"`
+	// Hosts the credential may ever be sent to (exact or "*." patterns); a token cannot widen it.
+	Hosts []string `yaml:"hosts"`
+	// Tenants that may use it; empty means every tenant.
+	Tenants []string `yaml:"tenants"`
+
+	hosts scope.Set
+}
+
+// Secret is a credential's fields (for example "token", or "username" and "password"). Its
+// values must never reach a log, audit record, error or the sandbox.
+type Secret map[string]string
+
+// Values returns the secret's values, for response scrubbing.
+func (s Secret) Values() []string {
+	out := make([]string, 0, len(s))
+	for _, v := range s {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Broker fetches credential values. Implementations must be safe for concurrent use.
+type Broker interface {
+	Get(ctx context.Context, lease string, e *Entry) (Secret, error)
+}
+
+// Catalog is the operator's set of credentials, by name.
+type Catalog map[string]*Entry
+
+// NewCatalog validates entries and indexes them by name; errors name the entry and field.
+func NewCatalog(entries []Entry) (Catalog, error) {
+	c := Catalog{}
+	for i := range entries {
+		e := entries[i]
+		where := fmt.Sprintf("credentials[%d]", i)
+		if e.Name == "" {
+			return nil, fmt.Errorf("%s.name: required", where)
+		}
+		where = fmt.Sprintf("credentials[%d] (%s)", i, e.Name)
+		if _, dup := c[e.Name]; dup {
+			return nil, fmt.Errorf("%s.name: duplicate", where)
+		}
+		if e.Source.Kind != SourceKV {
+			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv)", where, e.Source.Kind)
+		}
+		if e.Source.Path == "" {
+			return nil, fmt.Errorf("%s.source.path: required", where)
+		}
+		if e.Source.Mount == "" {
+			e.Source.Mount = "secret"
+		}
+		if e.Source.TTL == 0 {
+			e.Source.TTL = 5 * time.Minute
+		}
+		switch e.Inject.Kind {
+		case InjectHeader:
+			if e.Inject.Header == "" {
+				return nil, fmt.Errorf("%s.inject.header: required", where)
+			}
+		case InjectQuery:
+			if e.Inject.Param == "" {
+				return nil, fmt.Errorf("%s.inject.param: required", where)
+			}
+		case InjectBasic:
+		default:
+			return nil, fmt.Errorf("%s.inject.kind: %q is not one of header, basic, query", where, e.Inject.Kind)
+		}
+		if e.Inject.Kind != InjectBasic {
+			if e.Inject.Template == "" {
+				return nil, fmt.Errorf("%s.inject.template: required", where)
+			}
+			t, err := template.New(e.Name).Option("missingkey=error").Parse(e.Inject.Template)
+			if err != nil {
+				return nil, fmt.Errorf("%s.inject.template: %v", where, err)
+			}
+			e.Inject.tmpl = t
+		}
+		if len(e.Hosts) == 0 {
+			return nil, fmt.Errorf("%s.hosts: at least one host is required", where)
+		}
+		hs := make([]scope.Scope, len(e.Hosts))
+		for j, h := range e.Hosts {
+			hs[j] = scope.Scope{Host: h}
+		}
+		set, err := scope.Parse(hs)
+		if err != nil {
+			return nil, fmt.Errorf("%s.hosts: %v", where, err)
+		}
+		e.hosts = set
+		c[e.Name] = &e
+	}
+	return c, nil
+}
+
+// Authorize returns the entry name may use for host and tenant, or an error wrapping
+// ErrNotAllowed that says why. host must be canonical.
+func (c Catalog) Authorize(name, host, tenant string) (*Entry, error) {
+	e, ok := c[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: credential %q is not in the catalog", ErrNotAllowed, name)
+	}
+	if _, ok := e.hosts.AllowsName(host); !ok {
+		return nil, fmt.Errorf("%w: credential %q may not be sent to %s", ErrNotAllowed, name, host)
+	}
+	if len(e.Tenants) > 0 && !slices.Contains(e.Tenants, tenant) {
+		return nil, fmt.Errorf("%w: tenant %q may not use credential %q", ErrNotAllowed, tenant, name)
+	}
+	return e, nil
+}
+
+// Apply puts s into r as e says, first removing whatever the sandbox sent in its place.
+func (e *Entry) Apply(r *http.Request, s Secret) error {
+	render := func() (string, error) {
+		var b bytes.Buffer
+		if err := e.Inject.tmpl.Execute(&b, map[string]string(s)); err != nil {
+			// The template error may quote the data; say only which credential failed.
+			return "", fmt.Errorf("credential %q: secret lacks a field its template uses", e.Name)
+		}
+		return b.String(), nil
+	}
+	switch e.Inject.Kind {
+	case InjectHeader:
+		v, err := render()
+		if err != nil {
+			return err
+		}
+		r.Header.Del(e.Inject.Header)
+		r.Header.Set(e.Inject.Header, v)
+	case InjectBasic:
+		u, p := s["username"], s["password"]
+		if u == "" && p == "" {
+			return fmt.Errorf("credential %q: secret has no username or password", e.Name)
+		}
+		r.Header.Del("Authorization")
+		r.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u+":"+p)))
+	case InjectQuery:
+		v, err := render()
+		if err != nil {
+			return err
+		}
+		q := r.URL.Query()
+		q.Del(e.Inject.Param)
+		q.Set(e.Inject.Param, v)
+		r.URL.RawQuery = q.Encode()
+	}
+	return nil
+}
+
+// Redact replaces every secret value in text with "[redacted]"; the one step every log line and
+// error that might carry upstream text goes through.
+func Redact(text string, secrets ...string) string {
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			text = strings.ReplaceAll(text, s, "[redacted]")
+		}
+	}
+	return text
+}

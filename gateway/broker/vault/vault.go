@@ -1,0 +1,82 @@
+package vault
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
+
+	"github.com/airlock-dev/airlock/gateway/broker"
+)
+
+// Config says how to reach Vault.
+type Config struct {
+	Address string
+	Token   string
+}
+
+// Broker reads credentials from Vault. Static KV values are cached for their entry's TTL and
+// shared across leases (they are the same for every task). Safe for concurrent use.
+type Broker struct {
+	client *vaultapi.Client
+	now    func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]*kvEntry
+}
+
+type kvEntry struct {
+	mu      sync.Mutex
+	secret  broker.Secret
+	expires time.Time
+}
+
+var _ broker.Broker = (*Broker)(nil)
+
+// New returns a broker talking to Vault at cfg.Address with cfg.Token.
+func New(cfg Config) (*Broker, error) {
+	vc := vaultapi.DefaultConfig()
+	vc.Address = cfg.Address
+	vc.Timeout = 10 * time.Second
+	vc.MaxRetries = 0
+	c, err := vaultapi.NewClient(vc)
+	if err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	c.SetToken(cfg.Token)
+	return &Broker{client: c, now: time.Now, cache: map[string]*kvEntry{}}, nil
+}
+
+// Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,
+// whether or not Vault is reachable.
+func (b *Broker) Get(ctx context.Context, _ string, e *broker.Entry) (broker.Secret, error) {
+	key := e.Source.Mount + "\x00" + e.Source.Path
+	b.mu.Lock()
+	ent, ok := b.cache[key]
+	if !ok {
+		ent = &kvEntry{}
+		b.cache[key] = ent
+	}
+	b.mu.Unlock()
+
+	// One fetch per entry at a time: concurrent first requests wait for the same read.
+	ent.mu.Lock()
+	defer ent.mu.Unlock()
+	if ent.secret != nil && b.now().Before(ent.expires) {
+		return ent.secret, nil
+	}
+	kv, err := b.client.KVv2(e.Source.Mount).Get(ctx, e.Source.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: credential %q: vault read of %s/%s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Mount, e.Source.Path, err)
+	}
+	s := broker.Secret{}
+	for k, v := range kv.Data {
+		if str, ok := v.(string); ok {
+			s[k] = str
+		}
+	}
+	ent.secret, ent.expires = s, b.now().Add(e.Source.TTL)
+	return s, nil
+}

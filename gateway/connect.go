@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// serveConnect answers a CONNECT: an intercepted TLS session for ordinary scopes, or a raw
+// tunnel for scopes marked tunnel.
+func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange) {
+	if err := p.target(x, "https", r.Host, 0); err != nil || x.port == 0 {
+		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleBadRequest, "CONNECT needs host:port", ""))
+		return
+	}
+	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port})
+	if !ok {
+		p.deny(w, r, x, p.scopeMiss(x, "", ""))
+		return
+	}
+	x.scope = s
+	if s.Tunnel {
+		p.tunnel(w, r, x)
+		return
+	}
+	conn, err := hijack(w)
+	if err != nil {
+		p.log.Error("hijack failed", "err", err)
+		return
+	}
+	host, port := x.host, x.port
+	var sniErr error
+	tconn := tls.Server(conn, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			sni := hello.ServerName
+			if sni != "" {
+				sni, _ = scope.CanonicalHost(sni)
+			}
+			// A client may omit SNI only for an IP-literal CONNECT.
+			if sni != host && !(sni == "" && isIP(host)) {
+				sniErr = fmt.Errorf("TLS server name %q does not match CONNECT host %q", hello.ServerName, host)
+				return nil, sniErr
+			}
+			return p.cfg.CA.Leaf(host)
+		},
+	})
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	err = tconn.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		tconn.Close()
+		if sniErr != nil {
+			x.refusal = refuse(http.StatusForbidden, RuleHostMismatch, sniErr.Error(), "")
+			x.status = http.StatusForbidden
+			p.record(r, x)
+		}
+		return
+	}
+	inner := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.serveIntercepted(w, r, host, port)
+		}),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	inner.Serve(newConnListener(tconn))
+}
+
+// serveIntercepted handles one request inside an intercepted CONNECT. Every request is checked
+// again: the lease may have ended, and Host must name the CONNECT target.
+func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int) {
+	x := &exchange{start: time.Now()}
+	if err := p.identify(r, x); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
+	x.scheme, x.host, x.port = "https", host, port
+	h, hp, err := splitHostPort(r.Host, 443)
+	if err != nil || h != host || hp != port {
+		p.deny(w, r, x, refuse(http.StatusForbidden, RuleHostMismatch,
+			fmt.Sprintf("Host header %q does not match CONNECT target %s:%d", r.Host, host, port), ""))
+		return
+	}
+	p.forward(w, r, x)
+}
+
+// tunnel splices an uninspected connection to the vetted upstream address.
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
+	ap, err := p.dial.vet(r.Context(), x.host, x.port)
+	if err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
+	up, err := p.cfg.Dialer.DialContext(r.Context(), "tcp", ap.String())
+	if err != nil {
+		p.deny(w, r, x, fmt.Errorf("dial %s: %w", ap, err))
+		return
+	}
+	x.upstream = ap.String()
+	conn, err := hijack(w)
+	if err != nil {
+		up.Close()
+		return
+	}
+	p.tunnels.Add(1)
+	defer p.tunnels.Add(-1)
+	x.status = http.StatusOK
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		x.down, _ = io.Copy(conn, up)
+		conn.Close()
+	}()
+	x.up, _ = io.Copy(up, conn)
+	up.Close()
+	wg.Wait()
+	p.record(r, x)
+}
+
+// hijack takes the client connection over and acknowledges the CONNECT. Bytes the client sent
+// early (a ClientHello right behind the CONNECT) stay readable.
+func hijack(w http.ResponseWriter) (net.Conn, error) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if brw.Reader.Buffered() > 0 {
+		return &bufferedConn{Conn: conn, r: brw.Reader}, nil
+	}
+	return conn, nil
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+func isIP(h string) bool { return net.ParseIP(h) != nil }
+
+// connListener hands one connection to http.Server and then blocks until it is closed, so Serve
+// returns when the client is done.
+type connListener struct {
+	conn   net.Conn
+	once   sync.Once
+	closed chan struct{}
+	taken  bool
+	mu     sync.Mutex
+}
+
+func newConnListener(c net.Conn) *connListener {
+	l := &connListener{closed: make(chan struct{})}
+	l.conn = &notifyConn{Conn: c, done: func() { l.once.Do(func() { close(l.closed) }) }}
+	return l
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if !l.taken {
+		l.taken = true
+		l.mu.Unlock()
+		return l.conn, nil
+	}
+	l.mu.Unlock()
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.conn.LocalAddr() }
+
+type notifyConn struct {
+	net.Conn
+	done func()
+}
+
+func (c *notifyConn) Close() error {
+	err := c.Conn.Close()
+	c.done()
+	return err
+}
+

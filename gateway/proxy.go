@@ -1,0 +1,364 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// Bindings finds the lease a sandbox address holds; *binding.Cache meets it.
+type Bindings interface {
+	Lookup(ctx context.Context, addr netip.Addr) (binding.Binding, error)
+}
+
+// Config is what a Proxy needs. Zero values are not usable unless the field says so.
+type Config struct {
+	Node     string
+	Bindings Bindings
+	CA       *ca.Authority
+	Catalog  broker.Catalog
+	Broker   broker.Broker
+	Audit    audit.Sink
+	// PrivateUpstreams pins "host:port" to one address. It is the only way a name reaches a
+	// non-public address; ranges are deliberately not offered, since a range covering loopback
+	// would hand sandboxes Redis, Vault and the API.
+	PrivateUpstreams map[string]netip.AddrPort
+	// UpstreamRoots verifies upstream TLS; nil means the system roots.
+	UpstreamRoots *x509.CertPool
+	// Resolver resolves upstream names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Dialer opens upstream connections; nil means a net.Dialer with a 10s timeout.
+	Dialer ContextDialer
+	Logger *slog.Logger
+}
+
+// Proxy is the egress gateway's HTTP handler: CONNECT and absolute-form requests from sandboxes.
+// Safe for concurrent use.
+type Proxy struct {
+	cfg     Config
+	dial    *dialer
+	rp      *httputil.ReverseProxy
+	log     *slog.Logger
+	tunnels atomic.Int64
+}
+
+// New builds a Proxy from cfg.
+func New(cfg Config) *Proxy {
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Dialer == nil {
+		cfg.Dialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	p.dial = &dialer{pins: cfg.PrivateUpstreams, resolver: cfg.Resolver, net: cfg.Dialer}
+	transport := &http.Transport{
+		DialContext:           p.dial.DialContext,
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      transport,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.proxyError,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		FlushInterval:  -1,
+	}
+	return p
+}
+
+// exchange is one request's state, from identification to its audit record.
+type exchange struct {
+	start    time.Time
+	src      netip.Addr
+	b        binding.Binding
+	scheme   string
+	host     string // canonical
+	port     int
+	scope    scope.Scope
+	entry    *broker.Entry
+	secret   broker.Secret
+	upstream string
+	refusal  *Refusal
+	status   int
+	up, down int64
+}
+
+type exchangeKey struct{}
+
+// ServeHTTP handles one request from a sandbox.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{start: time.Now()}
+	if err := p.identify(r, x); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
+	if r.Method == http.MethodConnect {
+		p.serveConnect(w, r, x)
+		return
+	}
+	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleBadRequest,
+			"a proxy request must use the absolute form http://host/path; use CONNECT for https", ""))
+		return
+	}
+	if err := p.target(x, "http", r.URL.Host, 80); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
+	p.forward(w, r, x)
+}
+
+// identify finds the lease of the request's source address.
+func (p *Proxy) identify(r *http.Request, x *exchange) error {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return refuse(http.StatusBadRequest, RuleBadRequest, "unreadable client address", "")
+	}
+	x.src = ap.Addr().Unmap()
+	b, err := p.cfg.Bindings.Lookup(r.Context(), x.src)
+	if err != nil {
+		return err
+	}
+	x.b = b
+	return nil
+}
+
+// target sets the exchange's destination from a host[:port] string.
+func (p *Proxy) target(x *exchange, scheme, hostport string, defPort int) error {
+	host, port, err := splitHostPort(hostport, defPort)
+	if err != nil {
+		return refuse(http.StatusBadRequest, RuleBadRequest, err.Error(), "")
+	}
+	x.scheme, x.host, x.port = scheme, host, port
+	return nil
+}
+
+func splitHostPort(hostport string, defPort int) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(hostport)
+	port := defPort
+	if err != nil {
+		host = hostport
+	} else if port, err = strconv.Atoi(portStr); err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", hostport)
+	}
+	host, err = scope.CanonicalHost(strings.Trim(host, "[]"))
+	if err != nil {
+		return "", 0, fmt.Errorf("bad host %q: %v", hostport, err)
+	}
+	return host, port, nil
+}
+
+// forward checks one request against the scopes, injects its credential and sends it upstream.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
+	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port, Method: r.Method, Path: r.URL.Path})
+	if !ok {
+		p.deny(w, r, x, p.scopeMiss(x, r.Method, r.URL.Path))
+		return
+	}
+	x.scope = s
+	if s.Credential != "" {
+		e, err := p.cfg.Catalog.Authorize(s.Credential, x.host, x.b.Tenant)
+		if err != nil {
+			p.deny(w, r, x, err)
+			return
+		}
+		x.entry = e
+		if x.secret, err = p.cfg.Broker.Get(r.Context(), x.b.Lease, e); err != nil {
+			p.deny(w, r, x, err)
+			return
+		}
+	}
+	if c, ok := p.cfg.Audit.(audit.Checker); ok {
+		if err := c.Err(); err != nil {
+			p.deny(w, r, x, err)
+			return
+		}
+	}
+	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
+	})
+	cw := &countingWriter{ResponseWriter: w}
+	body := &countingBody{ReadCloser: r.Body}
+	r.Body = body
+	p.rp.ServeHTTP(cw, r.WithContext(ctx))
+	x.status, x.up, x.down = cw.status, body.n, cw.n
+	p.record(r, x)
+}
+
+func (p *Proxy) scopeMiss(x *exchange, method, path string) *Refusal {
+	dest := net.JoinHostPort(x.host, strconv.Itoa(x.port))
+	if _, err := netip.ParseAddr(x.host); err == nil {
+		return refuse(http.StatusForbidden, RuleScopeMiss,
+			fmt.Sprintf("task %s has no scope for the IP address %s", x.b.Task, dest),
+			"IP-literal destinations need a cidr scope naming a public range")
+	}
+	what := dest
+	if method != "" {
+		what = fmt.Sprintf("%s %s%s", method, dest, path)
+	}
+	return refuse(http.StatusForbidden, RuleScopeMiss,
+		fmt.Sprintf("task %s has no scope allowing %s", x.b.Task, what),
+		fmt.Sprintf("a task token with a scope such as {\"host\": %q, \"ports\": [%d]}", x.host, x.port))
+}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	x := pr.In.Context().Value(exchangeKey{}).(*exchange)
+	out := pr.Out
+	out.URL.Scheme = x.scheme
+	out.URL.Host = net.JoinHostPort(x.host, strconv.Itoa(x.port))
+	out.Host = x.host
+	if !(x.scheme == "https" && x.port == 443) && !(x.scheme == "http" && x.port == 80) {
+		out.Host = out.URL.Host
+	}
+	out.Header.Del("Proxy-Authorization")
+	out.Header.Del("Proxy-Connection")
+	if x.entry != nil {
+		if err := x.entry.Apply(out, x.secret); err != nil {
+			// Cannot fail here for a validated catalog; if it does, send nothing borrowed.
+			p.log.Error("credential injection failed", "credential", x.entry.Name, "err", err)
+			out.Header.Del("Authorization")
+		}
+		// Scrubbing needs plain text back.
+		out.Header.Set("Accept-Encoding", "identity")
+	}
+}
+
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	if x.secret == nil {
+		return nil
+	}
+	forms := scrubForms(x.secret.Values())
+	scrubHeaders(resp.Header, forms)
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	ce := resp.Header.Get("Content-Encoding")
+	if ce != "" && ce != "identity" {
+		if isText(resp.Header.Get("Content-Type")) {
+			return refuse(http.StatusBadGateway, RuleUpstreamFailed,
+				fmt.Sprintf("upstream sent a %s-encoded text body where a credential was injected; it cannot be checked for the credential", ce), "")
+		}
+		return nil
+	}
+	if isText(resp.Header.Get("Content-Type")) {
+		resp.Body = newScrubReader(resp.Body, forms)
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+	return nil
+}
+
+func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	x := r.Context().Value(exchangeKey{}).(*exchange)
+	if x.secret != nil {
+		err = errors.New(broker.Redact(err.Error(), x.secret.Values()...))
+	}
+	ref := refusalFor(err)
+	if ref.Rule == RuleUpstreamFailed {
+		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
+	}
+	x.refusal = ref
+	ref.write(w, r)
+}
+
+// deny refuses r and records it.
+func (p *Proxy) deny(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
+	ref := refusalFor(err)
+	x.refusal, x.status = ref, ref.Status
+	ref.write(w, r)
+	p.record(r, x)
+}
+
+// record writes the exchange's audit record.
+func (p *Proxy) record(r *http.Request, x *exchange) {
+	rec := audit.Record{
+		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
+		Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
+		Method: r.Method, Host: x.host, Port: x.port, Path: r.URL.Path,
+		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream,
+		DurationMS: float64(time.Since(x.start).Microseconds()) / 1000,
+	}
+	if r.Method == http.MethodConnect {
+		rec.Path = ""
+	}
+	if x.entry != nil {
+		rec.Credential = x.entry.Name
+	}
+	if x.refusal != nil {
+		rec.Decision, rec.Rule, rec.Reason = audit.Deny, x.refusal.Rule, x.refusal.Reason
+	} else {
+		rec.Decision, rec.Rule, rec.Reason = audit.Allow, RuleScope, "scope "+x.scope.String()
+	}
+	if x.secret != nil {
+		rec.Reason = broker.Redact(rec.Reason, x.secret.Values()...)
+	}
+	if err := p.cfg.Audit.Write(r.Context(), rec); err != nil {
+		p.log.Error("audit write failed", "err", err, "lease", x.b.Lease)
+	}
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+type countingBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (c *countingBody) Read(b []byte) (int, error) {
+	n, err := c.ReadCloser.Read(b)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,223 @@
+package scope
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"slices"
+	"strings"
+
+	"golang.org/x/net/idna"
+)
+
+// ErrInvalid is wrapped by every error Parse returns for a malformed scope.
+var ErrInvalid = errors.New("invalid scope")
+
+// Scope is one destination a task may reach, as written in the token's "scopes" claim.
+// Exactly one of Host and CIDR is set.
+type Scope struct {
+	// Host is an exact name or a name with one leading "*." label wildcard. IDNs are kept in
+	// punycode once parsed.
+	Host string `json:"host,omitempty"`
+	// CIDR allows IP-literal destinations inside a public range.
+	CIDR string `json:"cidr,omitempty"`
+	// Ports the scope covers; empty means 443 and 80.
+	Ports []int `json:"ports,omitempty"`
+	// Methods the scope covers, upper case; empty means every method.
+	Methods []string `json:"methods,omitempty"`
+	// Paths are globs in path.Match syntax where a trailing "/*" also covers deeper paths;
+	// empty means every path.
+	Paths []string `json:"paths,omitempty"`
+	// Credential names the catalog entry injected into matching requests, if any.
+	Credential string `json:"credential,omitempty"`
+	// Tunnel allows an uninspected CONNECT to the scope's ports.
+	Tunnel bool `json:"tunnel,omitempty"`
+
+	prefix netip.Prefix
+}
+
+// Set is a task's scopes in the order the token lists them; the first match wins.
+type Set []Scope
+
+// DefaultPorts are the ports a scope covers when it names none.
+var DefaultPorts = []int{443, 80}
+
+// Parse validates scopes and returns them in canonical form (punycode host, upper-case methods).
+func Parse(in []Scope) (Set, error) {
+	out := make(Set, 0, len(in))
+	for i, s := range in {
+		c, err := s.canonical()
+		if err != nil {
+			return nil, fmt.Errorf("%w: scopes[%d]: %v", ErrInvalid, i, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (s Scope) canonical() (Scope, error) {
+	switch {
+	case s.Host != "" && s.CIDR != "":
+		return s, errors.New("host and cidr are exclusive")
+	case s.Host == "" && s.CIDR == "":
+		return s, errors.New("host or cidr is required")
+	case s.Host != "":
+		h, err := CanonicalHost(strings.TrimPrefix(s.Host, "*."))
+		if err != nil {
+			return s, fmt.Errorf("host %q: %v", s.Host, err)
+		}
+		if strings.HasPrefix(s.Host, "*.") {
+			if !strings.Contains(h, ".") {
+				return s, fmt.Errorf("host %q: a wildcard needs at least two labels after it", s.Host)
+			}
+			h = "*." + h
+		}
+		if _, err := netip.ParseAddr(h); err == nil {
+			return s, fmt.Errorf("host %q is an IP address; use cidr", s.Host)
+		}
+		s.Host = h
+	default:
+		p, err := netip.ParsePrefix(s.CIDR)
+		if err != nil {
+			return s, fmt.Errorf("cidr %q: %v", s.CIDR, err)
+		}
+		p = p.Masked()
+		if !IsPublicPrefix(p) {
+			return s, fmt.Errorf("cidr %q covers non-public addresses", s.CIDR)
+		}
+		s.prefix, s.CIDR = p, p.String()
+	}
+	for _, p := range s.Ports {
+		if p < 1 || p > 65535 {
+			return s, fmt.Errorf("port %d out of range", p)
+		}
+	}
+	methods := make([]string, 0, len(s.Methods))
+	for _, m := range s.Methods {
+		m = strings.ToUpper(strings.TrimSpace(m))
+		if m == "" || strings.ContainsAny(m, " \t/") {
+			return s, fmt.Errorf("method %q is not a token", m)
+		}
+		methods = append(methods, m)
+	}
+	s.Methods = methods
+	for _, p := range s.Paths {
+		if !strings.HasPrefix(p, "/") {
+			return s, fmt.Errorf("path %q must start with /", p)
+		}
+		if _, err := path.Match(p, "/"); err != nil {
+			return s, fmt.Errorf("path %q: %v", p, err)
+		}
+	}
+	if s.Tunnel && len(s.Ports) == 0 {
+		return s, errors.New("a tunnel scope must name its ports")
+	}
+	return s, nil
+}
+
+// CanonicalHost lower-cases a host name, drops a trailing dot and converts IDNs to punycode.
+func CanonicalHost(h string) (string, error) {
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	if h == "" {
+		return "", errors.New("empty host")
+	}
+	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+		return a.Unmap().String(), nil
+	}
+	return idna.Lookup.ToASCII(h)
+}
+
+// Request is a destination to decide on. Host must be canonical (see CanonicalHost).
+type Request struct {
+	Host   string
+	Port   int
+	Method string // empty for a CONNECT or DNS decision
+	Path   string // empty for a CONNECT or DNS decision
+}
+
+// Match returns the first scope that allows r, or false. A request with an empty Method matches
+// on host and port only: it asks whether any request to that destination could be allowed.
+func (set Set) Match(r Request) (Scope, bool) {
+	for _, s := range set {
+		if s.matchHost(r.Host) && s.matchPort(r.Port) && s.matchMethod(r.Method) && s.matchPath(r.Path) {
+			return s, true
+		}
+	}
+	return Scope{}, false
+}
+
+// AllowsName reports whether some scope's host pattern covers name, whatever the port: the
+// resolver's question.
+func (set Set) AllowsName(name string) (Scope, bool) {
+	for _, s := range set {
+		if s.Host != "" && s.matchHost(name) {
+			return s, true
+		}
+	}
+	return Scope{}, false
+}
+
+func (s Scope) matchHost(h string) bool {
+	if s.CIDR != "" {
+		a, err := netip.ParseAddr(h)
+		return err == nil && s.prefix.Contains(a.Unmap())
+	}
+	if rest, ok := strings.CutPrefix(s.Host, "*."); ok {
+		label, parent, found := strings.Cut(h, ".")
+		return found && label != "" && parent == rest
+	}
+	return h == s.Host
+}
+
+func (s Scope) matchPort(p int) bool {
+	if len(s.Ports) == 0 {
+		return slices.Contains(DefaultPorts, p)
+	}
+	return slices.Contains(s.Ports, p)
+}
+
+func (s Scope) matchMethod(m string) bool {
+	return m == "" || len(s.Methods) == 0 || slices.Contains(s.Methods, m)
+}
+
+func (s Scope) matchPath(p string) bool {
+	if p == "" || len(s.Paths) == 0 {
+		return true
+	}
+	p = path.Clean(p)
+	for _, g := range s.Paths {
+		if ok, _ := path.Match(g, p); ok {
+			return true
+		}
+		// A trailing "/*" also covers deeper paths: match the glob's parent against the same
+		// number of leading segments of p.
+		if base, ok := strings.CutSuffix(g, "/*"); ok {
+			n := strings.Count(base, "/")
+			segs := strings.SplitAfterN(p, "/", n+2)
+			if len(segs) == n+2 {
+				prefix := strings.TrimSuffix(strings.Join(segs[:n+1], ""), "/")
+				if ok, _ := path.Match(base, prefix); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// String names the scope for audit records and refusals.
+func (s Scope) String() string {
+	target := s.Host
+	if s.CIDR != "" {
+		target = s.CIDR
+	}
+	if len(s.Ports) > 0 {
+		ps := make([]string, len(s.Ports))
+		for i, p := range s.Ports {
+			ps[i] = fmt.Sprint(p)
+		}
+		target += ":" + strings.Join(ps, ",")
+	}
+	return target
+}

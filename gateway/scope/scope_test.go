@@ -1,0 +1,134 @@
+package scope
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func mustParse(t *testing.T, in ...Scope) Set {
+	t.Helper()
+	s, err := Parse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestMatch(t *testing.T) {
+	set := mustParse(t,
+		Scope{Host: "api.github.com", Methods: []string{"get", "POST"}, Paths: []string{"/repos/acme/*"}, Credential: "github-ro"},
+		Scope{Host: "*.pythonhosted.org"},
+		Scope{Host: "bücher.example"},
+		Scope{Host: "github.com", Ports: []int{22}, Tunnel: true},
+		Scope{CIDR: "8.8.8.0/24", Ports: []int{53}},
+	)
+	tests := []struct {
+		name string
+		req  Request
+		want string // matched scope host or cidr; "" means refused
+	}{
+		{"exact host, method and deep path", Request{"api.github.com", 443, "GET", "/repos/acme/x/y"}, "api.github.com"},
+		{"path glob parent only", Request{"api.github.com", 443, "GET", "/repos/acme"}, ""},
+		{"other org", Request{"api.github.com", 443, "GET", "/repos/evil/x"}, ""},
+		{"dot-dot escape is cleaned", Request{"api.github.com", 443, "GET", "/repos/acme/../evil/x"}, ""},
+		{"method not listed", Request{"api.github.com", 443, "DELETE", "/repos/acme/x"}, ""},
+		{"default port 80", Request{"api.github.com", 80, "POST", "/repos/acme/x"}, "api.github.com"},
+		{"port not covered", Request{"api.github.com", 8443, "GET", "/repos/acme/x"}, ""},
+		{"wildcard one label", Request{"files.pythonhosted.org", 443, "GET", "/x"}, "*.pythonhosted.org"},
+		{"wildcard two labels refused", Request{"a.b.pythonhosted.org", 443, "GET", "/x"}, ""},
+		{"wildcard apex refused", Request{"pythonhosted.org", 443, "GET", "/"}, ""},
+		{"suffix trick refused", Request{"evilpythonhosted.org", 443, "GET", "/"}, ""},
+		{"idn in punycode", Request{"xn--bcher-kva.example", 443, "GET", "/"}, "xn--bcher-kva.example"},
+		{"tunnel port", Request{"github.com", 22, "", ""}, "github.com"},
+		{"tunnel scope not on 443", Request{"github.com", 443, "GET", "/"}, ""},
+		{"cidr", Request{"8.8.8.8", 53, "", ""}, "8.8.8.0/24"},
+		{"cidr other port", Request{"8.8.8.8", 443, "", ""}, ""},
+		{"host scope does not cover an address", Request{"140.82.112.3", 443, "GET", "/"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, ok := set.Match(tt.req)
+			got := ""
+			if ok {
+				got = s.Host + s.CIDR
+			}
+			if got != tt.want {
+				t.Fatalf("Match(%+v) = %q, want %q", tt.req, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Scope
+	}{
+		{"empty", Scope{}},
+		{"both", Scope{Host: "a.example", CIDR: "8.8.8.0/24"}},
+		{"private cidr", Scope{CIDR: "10.0.0.0/8"}},
+		{"cidr covering loopback", Scope{CIDR: "0.0.0.0/0"}},
+		{"metadata cidr", Scope{CIDR: "169.254.169.254/32"}},
+		{"ip as host", Scope{Host: "127.0.0.1"}},
+		{"bare wildcard", Scope{Host: "*.com"}},
+		{"bad port", Scope{Host: "a.example", Ports: []int{70000}}},
+		{"relative path", Scope{Host: "a.example", Paths: []string{"x"}}},
+		{"tunnel without port", Scope{Host: "a.example", Tunnel: true}},
+		{"bad glob", Scope{Host: "a.example", Paths: []string{"/["}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Parse([]Scope{tt.in}); err == nil {
+				t.Fatalf("Parse(%+v) accepted", tt.in)
+			}
+		})
+	}
+}
+
+func TestIsPublicAddr(t *testing.T) {
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"8.8.8.8", true},
+		{"2606:4700::1111", true},
+		{"127.0.0.1", false},
+		{"10.1.2.3", false},
+		{"172.20.0.1", false},
+		{"192.168.1.1", false},
+		{"169.254.169.254", false},
+		{"100.64.0.1", false},
+		{"224.0.0.1", false},
+		{"0.0.0.0", false},
+		{"::1", false},
+		{"::", false},
+		{"fd00::1", false},
+		{"fe80::1", false},
+		{"::ffff:127.0.0.1", false},
+		{"::ffff:169.254.169.254", false},
+		{"64:ff9b::a9fe:a9fe", false},
+		{"64:ff9b::808:808", true},
+		{"2002:a9fe:a9fe::1", false},
+		{"2002:808:808::1", true},
+		{"::127.0.0.1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			if got := IsPublicAddr(netip.MustParseAddr(tt.addr)); got != tt.want {
+				t.Fatalf("IsPublicAddr(%s) = %v, want %v", tt.addr, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseAllow(t *testing.T) {
+	s, err := ParseAllow("API.example.test:8443=demo")
+	if err != nil || s.Host != "api.example.test" || len(s.Ports) != 1 || s.Ports[0] != 8443 || s.Credential != "demo" {
+		t.Fatalf("ParseAllow = %+v, %v", s, err)
+	}
+	for _, bad := range []string{"", "a.example:x", "10.0.0.1", "*.com=x"} {
+		if _, err := ParseAllow(bad); err == nil {
+			t.Errorf("ParseAllow(%q) accepted", bad)
+		}
+	}
+}

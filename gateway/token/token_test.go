@@ -1,0 +1,83 @@
+package token
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+func TestVerify(t *testing.T) {
+	dev, err := NewDevIssuer("dev", "airlock-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &Verifier{Audience: "airlock-test", Issuers: map[string]Issuer{"dev": dev.Issuer(time.Hour)}}
+	good, err := dev.Mint("task-1", "acme", []scope.Scope{{Host: "API.Example.test"}}, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := v.Verify(good)
+	if err != nil {
+		t.Fatalf("Verify(good): %v", err)
+	}
+	if task.ID != "task-1" || task.Tenant != "acme" || task.Scopes[0].Host != "api.example.test" || task.JTI == "" {
+		t.Fatalf("task = %+v", task)
+	}
+
+	other, _ := NewDevIssuer("dev", "airlock-test")
+	forged, _ := other.Mint("task-1", "acme", nil, time.Minute)
+	wrongAud, _ := (&DevIssuer{Name: "dev", Audience: "elsewhere", Key: dev.Key}).Mint("t", "", nil, time.Minute)
+	tooLong, _ := dev.Mint("t", "", nil, 2*time.Hour)
+	expired, _ := dev.Mint("t", "", nil, -time.Minute)
+	badScope, _ := dev.Mint("t", "", []scope.Scope{{CIDR: "10.0.0.0/8"}}, time.Minute)
+	none := jwt.NewWithClaims(jwt.SigningMethodNone, Claims{RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: "dev", Subject: "t", Audience: jwt.ClaimStrings{"airlock-test"}, ID: "x",
+		IssuedAt: jwt.NewNumericDate(time.Now()), ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+	}})
+	noneRaw, _ := none.SignedString(jwt.UnsafeAllowNoneSignatureType)
+
+	// An HMAC token keyed with the issuer's public key bytes: the classic key-confusion attack.
+	pubDER, _ := x509.MarshalPKIXPublicKey(dev.Key.Public())
+	hmacTok := jwt.NewWithClaims(jwt.SigningMethodHS256, Claims{RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: "dev", Subject: "t", Audience: jwt.ClaimStrings{"airlock-test"}, ID: "x",
+		IssuedAt: jwt.NewNumericDate(time.Now()), ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+	}})
+	hmacRaw, _ := hmacTok.SignedString(pubDER)
+
+	// A key of the wrong type under the right kid.
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	v2 := &Verifier{Audience: "airlock-test", Issuers: map[string]Issuer{"dev": {Name: "dev", Keys: map[string]crypto.PublicKey{"dev": &ec.PublicKey}}}}
+
+	tests := []struct {
+		name, raw, want string
+		v            *Verifier
+	}{
+		{"malformed", "not.a.jwt", "malformed", v},
+		{"forged signature", forged, "signature", v},
+		{"wrong audience", wrongAud, "aud", v},
+		{"lifetime over issuer max", tooLong, "maximum", v},
+		{"expired", expired, "expired", v},
+		{"private cidr scope", badScope, "non-public", v},
+		{"alg none", noneRaw, "signing method none", v},
+		{"hmac with public key", hmacRaw, "signing method HS256", v},
+		{"key type mismatch", good, "does not fit", v2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.v.Verify(tt.raw)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Verify = %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+		})
+	}
+}

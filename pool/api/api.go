@@ -1,0 +1,345 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// Frame stream ids.
+const (
+	StreamStdout byte = 1
+	StreamStderr byte = 2
+	StreamExit   byte = 3
+)
+
+// Minter mints a task token from "HOST[:PORT][=CREDENTIAL]" specs; only the dev node has one.
+type Minter interface {
+	Mint(tenant string, allow []string, ttl time.Duration) (string, error)
+}
+
+// Config is what a Server needs.
+type Config struct {
+	Pool *pool.Manager
+	// Keys maps the hex SHA-256 of each API key to its tenant; keys are never stored in clear.
+	Keys   map[string]string
+	Minter Minter // nil: leases need a token
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API. Safe for concurrent use.
+type Server struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// New returns the API handler.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
+	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
+	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.getLease))
+	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.releaseLease))
+	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.exec))
+	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.ready)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// HashKey returns the form in which an API key is configured.
+func HashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:])
+}
+
+type tenantKey struct{}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		tenant, known := s.cfg.Keys[HashKey(strings.TrimSpace(key))]
+		if !ok || !known {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid API key is required as 'Authorization: Bearer KEY'")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+	}
+}
+
+func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey{}).(string) }
+
+// LeaseRequest is the body of POST /v1/leases.
+type LeaseRequest struct {
+	Template string   `json:"template"`
+	Token    string   `json:"token,omitempty"`
+	Allow    []string `json:"allow,omitempty"`
+	TTL      string   `json:"ttl,omitempty"`
+}
+
+// LeaseView is a lease as the API shows it; the task token is never returned.
+type LeaseView struct {
+	ID       string    `json:"id"`
+	Template string    `json:"template"`
+	Task     string    `json:"task"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Node     string    `json:"node"`
+	Sandbox  string    `json:"sandbox"`
+	Address  string    `json:"address"`
+	Created  time.Time `json:"created"`
+	Expires  time.Time `json:"expires"`
+}
+
+func view(l pool.Lease) LeaseView {
+	return LeaseView{ID: l.ID, Template: l.Template, Task: l.Task, Tenant: l.Tenant, Node: l.Node,
+		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires}
+}
+
+func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
+	var req LeaseRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		var err error
+		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("ttl %q is not a positive duration", req.TTL))
+			return
+		}
+	}
+	tenant := tenantOf(r)
+	if req.Template == "" {
+		req.Template = "default"
+	}
+	raw := req.Token
+	switch {
+	case raw != "" && len(req.Allow) > 0:
+		writeError(w, http.StatusBadRequest, "bad_request", "give a token or an allow list, not both")
+		return
+	case raw == "" && s.cfg.Minter == nil:
+		writeError(w, http.StatusBadRequest, "bad_request", "a task token is required (this node mints none)")
+		return
+	case raw == "":
+		mintTTL := ttl
+		if mintTTL == 0 {
+			if t, ok := s.cfg.Pool.Template(req.Template); ok {
+				mintTTL = t.DefaultTTL
+			}
+		}
+		var err error
+		if raw, err = s.cfg.Minter.Mint(tenant, req.Allow, mintTTL); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+			return
+		}
+	}
+	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl})
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, view(l))
+}
+
+func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
+	ls, err := s.cfg.Pool.List(r.Context(), tenantOf(r))
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	out := make([]LeaseView, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, view(l))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
+	l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), r.PathValue("id"))
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view(l))
+}
+
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
+	if err := s.cfg.Pool.Release(r.Context(), tenantOf(r), r.PathValue("id")); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ExecRequest is the body of POST /v1/leases/{id}/exec.
+type ExecRequest struct {
+	Cmd     []string          `json:"cmd"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Timeout string            `json:"timeout,omitempty"`
+}
+
+// ExitStatus is the payload of the exit frame.
+type ExitStatus struct {
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir}
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("timeout %q is not a positive duration", req.Timeout))
+			return
+		}
+		pr.Timeout = d
+	}
+	tenant, id := tenantOf(r), r.PathValue("id")
+	if _, err := s.cfg.Pool.Get(r.Context(), tenant, id); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	if len(req.Cmd) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", "cmd: at least the program is required")
+		return
+	}
+	w.Header().Set("Content-Type", "application/vnd.airlock.exec-stream")
+	w.WriteHeader(http.StatusOK)
+	fw := &frameWriter{w: w, rc: http.NewResponseController(w)}
+	code, err := s.cfg.Pool.Exec(r.Context(), tenant, id, pr, nil, fw.stream(StreamStdout), fw.stream(StreamStderr))
+	st := ExitStatus{ExitCode: code}
+	if err != nil {
+		st.Error = err.Error()
+	}
+	b, _ := json.Marshal(st)
+	fw.frame(StreamExit, b)
+}
+
+func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.cfg.Pool.Pools(r.Context())
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ps)
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.cfg.Pool.Pools(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return
+	}
+	for _, p := range ps {
+		if p.Warm < p.MinWarm {
+			writeError(w, http.StatusServiceUnavailable, "warming", fmt.Sprintf("template %s has %d of %d warm sandboxes", p.Template, p.Warm, p.MinWarm))
+			return
+		}
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// frameWriter writes exec frames; its streams may be written from two goroutines.
+type frameWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	rc  *http.ResponseController
+	err error
+}
+
+func (f *frameWriter) frame(stream byte, p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return 0, f.err
+	}
+	var hdr [8]byte
+	hdr[0] = stream
+	binary.BigEndian.PutUint32(hdr[4:], uint32(len(p)))
+	if _, f.err = f.w.Write(hdr[:]); f.err == nil {
+		_, f.err = f.w.Write(p)
+	}
+	if f.err == nil {
+		f.err = f.rc.Flush()
+	}
+	if f.err != nil {
+		return 0, f.err
+	}
+	return len(p), nil
+}
+
+type streamWriter struct {
+	f  *frameWriter
+	id byte
+}
+
+func (s streamWriter) Write(p []byte) (int, error) { return s.f.frame(s.id, p) }
+
+func (f *frameWriter) stream(id byte) io.Writer { return streamWriter{f, id} }
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %v", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// writePoolError is the one place pool errors become HTTP statuses.
+func writePoolError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, pool.ErrLeaseNotFound), errors.Is(err, pool.ErrLeaseNotHeld):
+		writeError(w, http.StatusNotFound, "lease_not_found", err.Error())
+	case errors.Is(err, pool.ErrUnknownTemplate):
+		writeError(w, http.StatusNotFound, "unknown_template", err.Error())
+	case errors.Is(err, pool.ErrTokenRefused), errors.Is(err, token.ErrInvalid):
+		writeError(w, http.StatusForbidden, "token_refused", err.Error())
+	case errors.Is(err, pool.ErrJTIInUse):
+		writeError(w, http.StatusConflict, "jti_in_use", err.Error())
+	case errors.Is(err, pool.ErrNoWarm):
+		writeError(w, http.StatusServiceUnavailable, "no_warm_sandbox", err.Error())
+	case errors.Is(err, pool.ErrBadRequest):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	}
+}

@@ -1,0 +1,144 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+)
+
+// Client calls one airlock API. Safe for concurrent use.
+type Client struct {
+	// Addr is the API's base URL, e.g. "http://127.0.0.1:7070".
+	Addr  string
+	Token string
+	// HTTP is the client used; nil means http.DefaultClient.
+	HTTP *http.Client
+}
+
+// Error is an error the API returned.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.Addr, "/")+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &e) != nil || e.Error.Message == "" {
+			e.Error.Message = strings.TrimSpace(string(b))
+		}
+		return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	if out == nil {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return resp, json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Lease asks for a sandbox.
+func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (api.LeaseView, error) {
+	var v api.LeaseView
+	_, err := c.do(ctx, http.MethodPost, "/v1/leases", req, &v)
+	return v, err
+}
+
+// Get returns a lease.
+func (c *Client) Get(ctx context.Context, id string) (api.LeaseView, error) {
+	var v api.LeaseView
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id, nil, &v)
+	return v, err
+}
+
+// Release ends a lease.
+func (c *Client) Release(ctx context.Context, id string) error {
+	resp, err := c.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil, nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// Pools reports the node's pools.
+func (c *Client) Pools(ctx context.Context) ([]pool.PoolStatus, error) {
+	var v []pool.PoolStatus
+	_, err := c.do(ctx, http.MethodGet, "/v1/pools", nil, &v)
+	return v, err
+}
+
+// Exec runs a command in a lease, copying its output to stdout and stderr as it arrives, and
+// returns its exit code.
+func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (int, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", req, nil)
+	if err != nil {
+		return -1, err
+	}
+	defer resp.Body.Close()
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			return -1, fmt.Errorf("exec stream ended without an exit status: %w", err)
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		switch hdr[0] {
+		case api.StreamStdout:
+			_, err = io.CopyN(stdout, resp.Body, n)
+		case api.StreamStderr:
+			_, err = io.CopyN(stderr, resp.Body, n)
+		case api.StreamExit:
+			var st api.ExitStatus
+			if err := json.NewDecoder(io.LimitReader(resp.Body, n)).Decode(&st); err != nil {
+				return -1, fmt.Errorf("exec exit status: %w", err)
+			}
+			if st.Error != "" {
+				return st.ExitCode, errors.New(st.Error)
+			}
+			return st.ExitCode, nil
+		default:
+			return -1, fmt.Errorf("exec stream: unknown frame %d", hdr[0])
+		}
+		if err != nil {
+			return -1, fmt.Errorf("exec stream: %w", err)
+		}
+	}
+}

@@ -1,0 +1,348 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// Labels every container and network carries.
+const (
+	LabelManaged  = "dev.airlock.managed"
+	LabelNode     = "dev.airlock.node"
+	LabelTemplate = "dev.airlock.template"
+)
+
+// Config describes the node's sandbox network and what every sandbox is given.
+type Config struct {
+	Node string
+	// Network is the internal Docker network's name; Bridge its host interface name (at most 15
+	// characters); Subnet is pinned so the host address is known before the network exists.
+	Network string
+	Bridge  string
+	Subnet  netip.Prefix
+	// ProxyURL is the gateway as sandboxes reach it, e.g. "http://10.213.0.1:3128".
+	ProxyURL string
+	// CABundle is a host file: the system roots plus the deployment CA, mounted read-only over
+	// the image's bundle. ResolvConf names the resolver directly.
+	CABundle   string
+	ResolvConf string
+}
+
+// Runtime implements pool.Runtime with Docker. Safe for concurrent use.
+type Runtime struct {
+	cfg Config
+	cli *client.Client
+	gw  netip.Addr
+}
+
+var _ pool.Runtime = (*Runtime)(nil)
+
+// New connects to the engine (DOCKER_HOST or the default socket).
+func New(cfg Config) (*Runtime, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	return &Runtime{cfg: cfg, cli: cli, gw: cfg.Subnet.Addr().Next()}, nil
+}
+
+// HostAddr is the host's address on the sandbox network: where the gateway and resolver listen.
+func (r *Runtime) HostAddr() netip.Addr { return r.gw }
+
+// Ping checks that the engine answers.
+func (r *Runtime) Ping(ctx context.Context) error {
+	_, err := r.cli.Ping(ctx)
+	if err != nil {
+		return fmt.Errorf("docker engine not reachable: %w", err)
+	}
+	return nil
+}
+
+// EnsureNetwork creates the internal sandbox network (no outside route, inter-container traffic
+// off) unless it exists with the same settings; a stale one from an earlier run is replaced.
+func (r *Runtime) EnsureNetwork(ctx context.Context) error {
+	nets, err := r.cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", r.cfg.Network))})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	for _, n := range nets {
+		if n.Name != r.cfg.Network {
+			continue
+		}
+		if n.Internal && n.Options["com.docker.network.bridge.enable_icc"] == "false" &&
+			len(n.IPAM.Config) == 1 && n.IPAM.Config[0].Subnet == r.cfg.Subnet.String() {
+			return nil
+		}
+		if err := r.cli.NetworkRemove(ctx, n.ID); err != nil {
+			return fmt.Errorf("docker: replacing network %s: %w", n.Name, err)
+		}
+	}
+	_, err = r.cli.NetworkCreate(ctx, r.cfg.Network, network.CreateOptions{
+		Driver:   "bridge",
+		Internal: true,
+		IPAM: &network.IPAM{Config: []network.IPAMConfig{{
+			Subnet: r.cfg.Subnet.String(), Gateway: r.gw.String(),
+		}}},
+		Options: map[string]string{
+			"com.docker.network.bridge.enable_icc": "false",
+			"com.docker.network.bridge.name":       r.cfg.Bridge,
+		},
+		Labels: map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node},
+	})
+	if err != nil {
+		return fmt.Errorf("docker: creating network %s: %w", r.cfg.Network, err)
+	}
+	return nil
+}
+
+// RemoveNetwork removes the sandbox network; call it after every sandbox is destroyed.
+func (r *Runtime) RemoveNetwork(ctx context.Context) error {
+	err := r.cli.NetworkRemove(ctx, r.cfg.Network)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: %w", err)
+	}
+	return nil
+}
+
+// Create starts a hardened sandbox.
+func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
+	env := []string{
+		"HTTP_PROXY=" + r.cfg.ProxyURL, "HTTPS_PROXY=" + r.cfg.ProxyURL,
+		"http_proxy=" + r.cfg.ProxyURL, "https_proxy=" + r.cfg.ProxyURL,
+		"NO_PROXY=", "no_proxy=",
+		"SSL_CERT_FILE=" + bundlePath, "REQUESTS_CA_BUNDLE=" + bundlePath, "CURL_CA_BUNDLE=" + bundlePath,
+		"NODE_EXTRA_CA_CERTS=" + bundlePath, "GIT_SSL_CAINFO=" + bundlePath,
+		"HOME=" + t.Workdir,
+	}
+	for k, v := range t.Env {
+		env = append(env, k+"="+v)
+	}
+	uid, gid, _ := strings.Cut(t.User, ":")
+	tmpfsOpt := func(mb int64, mode string) string {
+		o := fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=%s", mb, mode)
+		if mode == "0700" && uid != "" {
+			o += ",uid=" + uid
+			if gid != "" {
+				o += ",gid=" + gid
+			}
+		}
+		return o
+	}
+	runtime := t.Runtime
+	if runtime == "" {
+		runtime = "runc"
+	}
+	pids := t.Pids
+	hc := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(r.cfg.Network),
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Runtime:        runtime,
+		DNS:            []string{r.gw.String()},
+		Tmpfs: map[string]string{
+			t.Workdir: tmpfsOpt(t.WorkspaceMB, "0700"),
+			"/tmp":    tmpfsOpt(t.TmpMB, "1777"),
+		},
+		Binds: []string{
+			r.cfg.CABundle + ":" + bundlePath + ":ro",
+			r.cfg.CABundle + ":/etc/ssl/certs/ca-certificates.crt:ro",
+			r.cfg.ResolvConf + ":/etc/resolv.conf:ro",
+		},
+		Resources: container.Resources{
+			Memory:    t.MemoryMB << 20,
+			NanoCPUs:  int64(t.CPUs * 1e9),
+			PidsLimit: &pids,
+		},
+		RestartPolicy: container.RestartPolicy{Name: "no"},
+	}
+	cc := &container.Config{
+		Image:      t.Image,
+		User:       t.User,
+		WorkingDir: t.Workdir,
+		Env:        env,
+		// The sandbox idles until a command is executed in it.
+		Cmd:             []string{"sleep", "infinity"},
+		Labels:          map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node, LabelTemplate: t.Name},
+		NetworkDisabled: false,
+	}
+	created, err := r.cli.ContainerCreate(ctx, cc, hc, nil, nil, "")
+	if err != nil {
+		return pool.Sandbox{}, fmt.Errorf("docker: create %s: %w", t.Name, err)
+	}
+	destroy := func() { r.Destroy(context.WithoutCancel(ctx), created.ID) }
+	if err := r.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		destroy()
+		return pool.Sandbox{}, fmt.Errorf("docker: start %s: %w", t.Name, err)
+	}
+	info, err := r.cli.ContainerInspect(ctx, created.ID)
+	if err != nil {
+		destroy()
+		return pool.Sandbox{}, fmt.Errorf("docker: inspect: %w", err)
+	}
+	ep := info.NetworkSettings.Networks[r.cfg.Network]
+	if ep == nil {
+		destroy()
+		return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s has no address on %s", created.ID[:12], r.cfg.Network)
+	}
+	addr, err := netip.ParseAddr(ep.IPAddress)
+	if err != nil {
+		destroy()
+		return pool.Sandbox{}, fmt.Errorf("docker: sandbox address %q: %w", ep.IPAddress, err)
+	}
+	return pool.Sandbox{ID: created.ID, Template: t.Name, Node: r.cfg.Node, Addr: addr, Created: time.Now()}, nil
+}
+
+// bundlePath is where the CA bundle is mounted inside every sandbox.
+const bundlePath = "/etc/airlock/ca-bundle.pem"
+
+// Destroy removes the container and its anonymous volumes.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: remove %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// List returns this node's containers.
+func (r *Runtime) List(ctx context.Context) ([]pool.Sandbox, error) {
+	cs, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelNode+"="+r.cfg.Node))})
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	out := make([]pool.Sandbox, 0, len(cs))
+	for _, c := range cs {
+		sb := pool.Sandbox{ID: c.ID, Template: c.Labels[LabelTemplate], Node: r.cfg.Node, Created: time.Unix(c.Created, 0)}
+		if c.NetworkSettings != nil {
+			if ep := c.NetworkSettings.Networks[r.cfg.Network]; ep != nil {
+				sb.Addr, _ = netip.ParseAddr(ep.IPAddress)
+			}
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// Exec runs req as the sandbox user and streams its output. On timeout or cancellation every
+// process the command started is killed.
+func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
+		Cmd: req.Cmd, Env: env, WorkingDir: req.Workdir,
+		AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("docker: exec: %w", err)
+	}
+	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return -1, fmt.Errorf("docker: exec attach: %w", err)
+	}
+	defer att.Close()
+	if stdin != nil {
+		go func() {
+			io.Copy(att.Conn, stdin)
+			att.CloseWrite()
+		}()
+	}
+	runCtx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-runCtx.Done():
+		r.killExec(context.WithoutCancel(ctx), ex.ID)
+		att.Close()
+		<-done
+		if ctx.Err() == nil {
+			return -1, fmt.Errorf("%w: command timed out after %s and was killed", pool.ErrBadRequest, req.Timeout)
+		}
+		return -1, ctx.Err()
+	}
+	if err != nil {
+		return -1, fmt.Errorf("docker: exec stream: %w", err)
+	}
+	// The stream can end a moment before the engine records the exit code.
+	for range 50 {
+		ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil {
+			return -1, fmt.Errorf("docker: exec inspect: %w", err)
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return -1, errors.New("docker: exec did not report an exit code")
+}
+
+// killExec kills the exec's process and all its descendants. The engine has no call for it, so
+// the node (which shares the host's process table with the engine) walks /proc.
+func (r *Runtime) killExec(ctx context.Context, execID string) {
+	ins, err := r.cli.ContainerExecInspect(ctx, execID)
+	if err != nil || ins.Pid == 0 {
+		return
+	}
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which is in parentheses and may hold spaces.
+		s := string(b)
+		rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(rest) > 1 {
+			ppid, _ := strconv.Atoi(rest[1])
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	queue := []int{ins.Pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = append(queue[1:], children[p]...)
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

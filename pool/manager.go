@@ -1,0 +1,433 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/token"
+)
+
+// Binder makes a binding visible to this node's gateway and resolver at once; *binding.Cache
+// meets it.
+type Binder interface {
+	Put(b binding.Binding)
+	Delete(addr netip.Addr)
+}
+
+// Config is what a Manager needs.
+type Config struct {
+	Node      string
+	Templates []Template
+	Runtime   Runtime
+	Store     Store
+	Binder    Binder
+	Audit     audit.Sink
+	// Verify checks a task token; CheckTask then applies deployment policy (for example that
+	// every credential a scope names is in the catalog and may go to that host).
+	Verify    func(raw string) (token.Task, error)
+	CheckTask func(t token.Task) error
+	// RefillParallel bounds concurrent sandbox creations; zero means 2.
+	RefillParallel int
+	Logger         *slog.Logger
+}
+
+// Manager runs one node's pool. Safe for concurrent use.
+type Manager struct {
+	cfg       Config
+	templates map[string]Template
+	refill    chan string
+	log       *slog.Logger
+	sem       chan struct{}
+	mu        sync.Mutex
+	creating  map[string]int
+}
+
+// New validates cfg and returns a Manager; Run must be called to warm and reap.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RefillParallel == 0 {
+		cfg.RefillParallel = 2
+	}
+	m := &Manager{cfg: cfg, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
+		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}}
+	for _, t := range cfg.Templates {
+		m.templates[t.Name] = t
+	}
+	return m, nil
+}
+
+// Template returns the named template.
+func (m *Manager) Template(name string) (Template, bool) {
+	t, ok := m.templates[name]
+	return t, ok
+}
+
+// Run clears what an earlier run of this node left behind, warms every template and keeps the
+// pools full and expired leases reaped until ctx ends; then it destroys this node's sandboxes.
+func (m *Manager) Run(ctx context.Context) error {
+	if err := m.Cleanup(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := m.Cleanup(cctx); err != nil {
+			m.log.Error("cleanup at stop", "err", err)
+		}
+	}()
+	for name := range m.templates {
+		m.refill <- name
+	}
+	reap := time.NewTicker(time.Second)
+	defer reap.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case name := <-m.refill:
+			wg.Add(1)
+			go func() { defer wg.Done(); m.fill(ctx, name) }()
+		case <-reap.C:
+			m.reap(ctx)
+			for name := range m.templates {
+				select {
+				case m.refill <- name:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// Cleanup destroys every sandbox of this node and drops its pool records.
+func (m *Manager) Cleanup(ctx context.Context) error {
+	leases, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	if err != nil {
+		return fmt.Errorf("pool cleanup: %w", err)
+	}
+	for _, l := range leases {
+		m.cfg.Binder.Delete(l.Sandbox.Addr)
+		if err := m.cfg.Store.Unbind(ctx, l); err != nil {
+			return fmt.Errorf("pool cleanup: %w", err)
+		}
+	}
+	warm, err := m.cfg.Store.ListWarm(ctx, m.cfg.Node)
+	if err != nil {
+		return fmt.Errorf("pool cleanup: %w", err)
+	}
+	for _, sb := range warm {
+		if err := m.cfg.Store.Forget(ctx, sb); err != nil {
+			return fmt.Errorf("pool cleanup: %w", err)
+		}
+	}
+	sbs, err := m.cfg.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("pool cleanup: %w", err)
+	}
+	for _, sb := range sbs {
+		if err := m.cfg.Runtime.Destroy(ctx, sb.ID); err != nil {
+			return fmt.Errorf("pool cleanup: %w", err)
+		}
+	}
+	return nil
+}
+
+// fill creates sandboxes until the template's pool holds MinWarm (bounded by MaxTotal).
+func (m *Manager) fill(ctx context.Context, name string) {
+	t := m.templates[name]
+	warm, err := m.cfg.Store.WarmCount(ctx, m.cfg.Node, name)
+	if err != nil {
+		m.log.Error("pool refill", "template", name, "err", err)
+		return
+	}
+	leased, err := m.leasedCount(ctx, name)
+	if err != nil {
+		m.log.Error("pool refill", "template", name, "err", err)
+		return
+	}
+	m.mu.Lock()
+	need := t.MinWarm - warm - m.creating[name]
+	if t.MaxTotal > 0 {
+		need = min(need, t.MaxTotal-warm-leased-m.creating[name])
+	}
+	if need <= 0 {
+		m.mu.Unlock()
+		return
+	}
+	m.creating[name] += need
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for range need {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { m.mu.Lock(); m.creating[name]--; m.mu.Unlock() }()
+			select {
+			case m.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-m.sem }()
+			start := time.Now()
+			sb, err := m.cfg.Runtime.Create(ctx, t)
+			if err != nil {
+				if ctx.Err() == nil {
+					m.log.Error("sandbox create failed", "template", name, "err", err)
+				}
+				return
+			}
+			if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
+				m.log.Error("sandbox registration failed", "template", name, "err", err)
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+				return
+			}
+			m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID[:12], "addr", sb.Addr, "took", time.Since(start))
+		}()
+	}
+	wg.Wait()
+}
+
+func (m *Manager) leasedCount(ctx context.Context, template string) (int, error) {
+	ls, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range ls {
+		if l.Template == template {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// LeaseRequest asks for a sandbox for a task.
+type LeaseRequest struct {
+	Tenant   string
+	Template string
+	Token    string
+	TTL      time.Duration
+}
+
+// Lease verifies the task token, claims a warm sandbox and binds it. The lease is returned only
+// once this node's gateway and resolver recognise the sandbox. It makes no Docker or Vault call.
+func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	t, ok := m.templates[req.Template]
+	if !ok {
+		return Lease{}, fmt.Errorf("%w %q", ErrUnknownTemplate, req.Template)
+	}
+	task, err := m.cfg.Verify(req.Token)
+	if err != nil {
+		return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+	}
+	if req.Tenant != "" && task.Tenant != "" && task.Tenant != req.Tenant {
+		return Lease{}, fmt.Errorf("%w: token is for tenant %q, the API key for %q", ErrTokenRefused, task.Tenant, req.Tenant)
+	}
+	if m.cfg.CheckTask != nil {
+		if err := m.cfg.CheckTask(task); err != nil {
+			return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+		}
+	}
+	ttl := req.TTL
+	if ttl <= 0 {
+		ttl = t.DefaultTTL
+	}
+	if t.MaxTTL > 0 && ttl > t.MaxTTL {
+		ttl = t.MaxTTL
+	}
+	now := time.Now()
+	expires := now.Add(ttl)
+	if task.Expires.Before(expires) {
+		expires = task.Expires // a lease never outlives its token
+	}
+	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	if err != nil {
+		return Lease{}, err
+	}
+	m.kick(t.Name)
+	l := Lease{
+		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
+		Node: m.cfg.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token,
+	}
+	b := binding.Binding{
+		Lease: l.ID, Node: l.Node, Addr: sb.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: sb.ID,
+		Template: t.Name, Expires: expires, Version: now.UnixNano(), Scopes: task.Scopes,
+	}
+	if err := m.cfg.Store.Bind(ctx, l, b); err != nil {
+		// The claimed sandbox was never visible to the task: destroy it rather than reuse it.
+		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+		return Lease{}, err
+	}
+	m.cfg.Binder.Put(b)
+	m.event(ctx, l, "bind", "")
+	return l, nil
+}
+
+func (m *Manager) kick(template string) {
+	select {
+	case m.refill <- template:
+	default:
+	}
+}
+
+// Get returns tenant's lease id.
+func (m *Manager) Get(ctx context.Context, tenant, id string) (Lease, error) {
+	l, err := m.cfg.Store.GetLease(ctx, id)
+	if err != nil {
+		return Lease{}, err
+	}
+	if l.Tenant != tenant {
+		// Say "not found" to other tenants: a lease id is not theirs to probe.
+		return Lease{}, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
+	}
+	return l, nil
+}
+
+// Release ends tenant's lease id: unbind first, then destroy the sandbox, then refill.
+func (m *Manager) Release(ctx context.Context, tenant, id string) error {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	return m.end(ctx, l, "release")
+}
+
+func (m *Manager) end(ctx context.Context, l Lease, event string) error {
+	m.cfg.Binder.Delete(l.Sandbox.Addr)
+	if err := m.cfg.Store.Unbind(ctx, l); err != nil {
+		return err
+	}
+	err := m.cfg.Runtime.Destroy(ctx, l.Sandbox.ID)
+	m.event(ctx, l, event, "")
+	m.kick(l.Template)
+	return err
+}
+
+func (m *Manager) reap(ctx context.Context) {
+	ls, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	if err != nil {
+		m.log.Error("reaper", "err", err)
+		return
+	}
+	now := time.Now()
+	for _, l := range ls {
+		if !now.Before(l.Expires) {
+			if err := m.end(ctx, l, "expiry"); err != nil {
+				m.log.Error("reaping expired lease", "lease", l.ID, "err", err)
+			}
+		}
+	}
+}
+
+// Exec runs req in tenant's lease id.
+func (m *Manager) Exec(ctx context.Context, tenant, id string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return -1, err
+	}
+	if len(req.Cmd) == 0 {
+		return -1, fmt.Errorf("%w: exec needs a command", ErrBadRequest)
+	}
+	if !time.Now().Before(l.Expires) {
+		return -1, fmt.Errorf("%w: lease %s has expired", ErrLeaseNotFound, id)
+	}
+	start := time.Now()
+	out, errOut := &countWriter{w: stdout}, &countWriter{w: stderr}
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, req, stdin, out, errOut)
+	rec := audit.Record{
+		Kind: audit.KindExec, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+		Sandbox: l.Sandbox.ID, Command: req.Cmd, ExitCode: &code, BytesDown: out.n + errOut.n,
+		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if err != nil {
+		rec.Reason = err.Error()
+	}
+	if aerr := m.cfg.Audit.Write(ctx, rec); aerr != nil {
+		m.log.Error("audit write failed", "err", aerr)
+	}
+	return code, err
+}
+
+func (m *Manager) event(ctx context.Context, l Lease, event, reason string) {
+	err := m.cfg.Audit.Write(ctx, audit.Record{
+		Kind: audit.KindLease, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID,
+		Task: l.Task, Sandbox: l.Sandbox.ID, Source: l.Sandbox.Addr.String(), Reason: reason,
+	})
+	if err != nil {
+		m.log.Error("audit write failed", "err", err)
+	}
+}
+
+// PoolStatus is one template's pool on this node.
+type PoolStatus struct {
+	Template string `json:"template"`
+	Node     string `json:"node"`
+	Warm     int    `json:"warm"`
+	Leased   int    `json:"leased"`
+	MinWarm  int    `json:"min_warm"`
+	MaxTotal int    `json:"max_total"`
+}
+
+// Pools reports each template's pool.
+func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
+	var out []PoolStatus
+	for _, t := range m.cfg.Templates {
+		warm, err := m.cfg.Store.WarmCount(ctx, m.cfg.Node, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		leased, err := m.leasedCount(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal})
+	}
+	return out, nil
+}
+
+func randomID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// List returns tenant's leases on this node.
+func (m *Manager) List(ctx context.Context, tenant string) ([]Lease, error) {
+	ls, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	out := ls[:0]
+	for _, l := range ls {
+		if l.Tenant == tenant {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}

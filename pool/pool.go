@@ -1,0 +1,106 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/binding"
+)
+
+// Errors callers can test with errors.Is.
+var (
+	ErrNoWarm          = errors.New("no warm sandbox available")
+	ErrLeaseNotFound   = errors.New("lease not found")
+	ErrLeaseNotHeld    = errors.New("lease belongs to another tenant")
+	ErrUnknownTemplate = errors.New("unknown template")
+	ErrBadRequest      = errors.New("bad lease request")
+	ErrTokenRefused    = errors.New("task token refused")
+	ErrJTIInUse        = errors.New("token id already binds a lease")
+)
+
+// Template describes one kind of sandbox. Hardening is not part of it: every sandbox gets it.
+type Template struct {
+	Name     string  `yaml:"name"`
+	Image    string  `yaml:"image"`
+	User     string  `yaml:"user"`    // uid:gid the sandbox runs as; never root
+	Workdir  string  `yaml:"workdir"` // the tmpfs workspace, also HOME
+	CPUs     float64 `yaml:"cpus"`
+	MemoryMB int64   `yaml:"memory_mb"`
+	Pids     int64   `yaml:"pids"`
+	// WorkspaceMB and TmpMB cap the tmpfs mounts at Workdir and /tmp.
+	WorkspaceMB int64             `yaml:"workspace_mb"`
+	TmpMB       int64             `yaml:"tmp_mb"`
+	Runtime     string            `yaml:"runtime"` // "runc" (default) or "runsc"
+	Env         map[string]string `yaml:"env"`     // non-secret environment
+	MinWarm     int               `yaml:"min_warm"`
+	MaxTotal    int               `yaml:"max_total"`
+	DefaultTTL  time.Duration     `yaml:"default_ttl"`
+	MaxTTL      time.Duration     `yaml:"max_ttl"`
+}
+
+// Sandbox is a running container the pool manages.
+type Sandbox struct {
+	ID       string     `json:"id"`
+	Template string     `json:"template"`
+	Node     string     `json:"node"`
+	Addr     netip.Addr `json:"addr"`
+	Created  time.Time  `json:"created"`
+}
+
+// Lease is a sandbox lent to one task.
+type Lease struct {
+	ID       string    `json:"id"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Task     string    `json:"task"`
+	JTI      string    `json:"jti"`
+	Template string    `json:"template"`
+	Node     string    `json:"node"`
+	Sandbox  Sandbox   `json:"sandbox"`
+	Created  time.Time `json:"created"`
+	Expires  time.Time `json:"expires"`
+	// Token is the task JWT. It stays in the store and is never handed to the sandbox.
+	Token string `json:"token,omitempty"`
+}
+
+// ExecRequest is a command to run in a sandbox.
+type ExecRequest struct {
+	Cmd     []string          `json:"cmd"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Timeout time.Duration     `json:"timeout,omitempty"`
+}
+
+// Runtime runs sandboxes. Implementations own their backend's details (Docker, Kubernetes);
+// nothing backend-specific crosses this interface.
+type Runtime interface {
+	// Create starts a hardened sandbox from t and returns it once it has an address.
+	Create(ctx context.Context, t Template) (Sandbox, error)
+	// Exec runs req in sb, streaming output as it comes, and returns the exit code.
+	Exec(ctx context.Context, sb Sandbox, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+	// Destroy removes the sandbox; removing one already gone is not an error.
+	Destroy(ctx context.Context, id string) error
+	// List returns the sandboxes this node owns.
+	List(ctx context.Context) ([]Sandbox, error)
+}
+
+// Store shares pool state. Implementations must make Claim atomic: two callers never get the
+// same sandbox.
+type Store interface {
+	AddWarm(ctx context.Context, sb Sandbox) error
+	// Claim takes one warm sandbox of template on node, or fails with ErrNoWarm.
+	Claim(ctx context.Context, node, template string) (Sandbox, error)
+	WarmCount(ctx context.Context, node, template string) (int, error)
+	// Bind records the lease and its binding together and announces the binding; it fails with
+	// ErrJTIInUse when the token already binds another live lease.
+	Bind(ctx context.Context, l Lease, b binding.Binding) error
+	GetLease(ctx context.Context, id string) (Lease, error)
+	ListLeases(ctx context.Context, node string) ([]Lease, error)
+	// Unbind removes the binding first and announces it, then the lease record.
+	Unbind(ctx context.Context, l Lease) error
+	// Forget drops a sandbox from the warm set without touching the container.
+	Forget(ctx context.Context, sb Sandbox) error
+	ListWarm(ctx context.Context, node string) ([]Sandbox, error)
+}

@@ -1,0 +1,290 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// Store implements pool.Store and binding.Source on one Redis key space. Safe for concurrent use.
+//
+// Keys, under Prefix:
+//
+//	warm:{node}:{template}   list of sandbox ids, claimed with LPOP (atomic)
+//	sandbox:{id}             the sandbox record (JSON)
+//	lease:{id}               the lease record (JSON), expiring with the lease
+//	leases:{node}            set of the node's lease ids
+//	jti:{jti}                the lease a token id binds, expiring with it
+//	binding:{node}:{addr}    the binding (JSON), expiring with the lease
+//	bindings:{node}          channel of binding.Event
+type Store struct {
+	rdb    *redis.Client
+	prefix string
+}
+
+var (
+	_ pool.Store     = (*Store)(nil)
+	_ binding.Source = (*Store)(nil)
+)
+
+// New returns a store on rdb under prefix (for example "airlock:").
+func New(rdb *redis.Client, prefix string) *Store {
+	return &Store{rdb: rdb, prefix: prefix}
+}
+
+func (s *Store) key(parts ...string) string {
+	k := s.prefix
+	for i, p := range parts {
+		if i > 0 {
+			k += ":"
+		}
+		k += p
+	}
+	return k
+}
+
+// AddWarm registers a warm sandbox.
+func (s *Store) AddWarm(ctx context.Context, sb pool.Sandbox) error {
+	b, err := json.Marshal(sb)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.key("sandbox", sb.ID), b, 0)
+		p.RPush(ctx, s.key("warm", sb.Node, sb.Template), sb.ID)
+		return nil
+	})
+	return wrap(err)
+}
+
+// Claim pops one warm sandbox.
+func (s *Store) Claim(ctx context.Context, node, template string) (pool.Sandbox, error) {
+	id, err := s.rdb.LPop(ctx, s.key("warm", node, template)).Result()
+	if errors.Is(err, redis.Nil) {
+		return pool.Sandbox{}, fmt.Errorf("%w for template %q on node %s", pool.ErrNoWarm, template, node)
+	}
+	if err != nil {
+		return pool.Sandbox{}, wrap(err)
+	}
+	return s.sandbox(ctx, id)
+}
+
+func (s *Store) sandbox(ctx context.Context, id string) (pool.Sandbox, error) {
+	var sb pool.Sandbox
+	b, err := s.rdb.Get(ctx, s.key("sandbox", id)).Bytes()
+	if err != nil {
+		return sb, wrap(err)
+	}
+	return sb, json.Unmarshal(b, &sb)
+}
+
+// WarmCount counts the warm sandboxes of template on node.
+func (s *Store) WarmCount(ctx context.Context, node, template string) (int, error) {
+	n, err := s.rdb.LLen(ctx, s.key("warm", node, template)).Result()
+	return int(n), wrap(err)
+}
+
+// ListWarm returns node's warm sandboxes.
+func (s *Store) ListWarm(ctx context.Context, node string) ([]pool.Sandbox, error) {
+	keys, err := s.scan(ctx, s.key("warm", node, "*"))
+	if err != nil {
+		return nil, err
+	}
+	var out []pool.Sandbox
+	for _, k := range keys {
+		ids, err := s.rdb.LRange(ctx, k, 0, -1).Result()
+		if err != nil {
+			return nil, wrap(err)
+		}
+		for _, id := range ids {
+			sb, err := s.sandbox(ctx, id)
+			if err != nil {
+				// The record is gone; still report the id so the caller can drop it.
+				sb = pool.Sandbox{ID: id, Node: node}
+			}
+			if sb.Template == "" {
+				sb.Template = k[len(s.key("warm", node, "")):]
+			}
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// Forget drops a warm sandbox's records.
+func (s *Store) Forget(ctx context.Context, sb pool.Sandbox) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LRem(ctx, s.key("warm", sb.Node, sb.Template), 0, sb.ID)
+		p.Del(ctx, s.key("sandbox", sb.ID))
+		return nil
+	})
+	return wrap(err)
+}
+
+func (s *Store) scan(ctx context.Context, match string) ([]string, error) {
+	var out []string
+	iter := s.rdb.Scan(ctx, 0, match, 256).Iterator()
+	for iter.Next(ctx) {
+		out = append(out, iter.Val())
+	}
+	return out, wrap(iter.Err())
+}
+
+// recordGrace keeps a lease record this long past its expiry, so the reaper can still find and
+// destroy the sandbox of a lease that expired while no node was running. The binding and the
+// token id expire with the lease itself.
+const recordGrace = time.Hour
+
+// bindScript records a lease atomically: the token id must be free, then the lease, its index
+// entry, the token id and the binding are written with the lease's expiry, and the binding is
+// announced.
+var bindScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[5]) == false then
+  return redis.error_reply('JTI_IN_USE ' .. redis.call('GET', KEYS[1]))
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[4], ARGV[3], 'PXAT', ARGV[5])
+redis.call('DEL', KEYS[5])
+redis.call('PUBLISH', KEYS[6], ARGV[4])
+return 1
+`)
+
+// Bind records l and b and announces b.
+func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error {
+	lb, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	bb, err := b.Encode()
+	if err != nil {
+		return err
+	}
+	ev, _ := json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: b.Version, Bound: true})
+	keys := []string{
+		s.key("jti", l.JTI), s.key("lease", l.ID), s.key("leases", l.Node),
+		s.key("binding", l.Node, b.Addr.String()), s.key("sandbox", l.Sandbox.ID), s.key("bindings", l.Node),
+	}
+	err = bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
+	if err != nil && len(err.Error()) > 10 && err.Error()[:10] == "JTI_IN_USE" {
+		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, err.Error()[11:])
+	}
+	return wrap(err)
+}
+
+// GetLease returns lease id.
+func (s *Store) GetLease(ctx context.Context, id string) (pool.Lease, error) {
+	var l pool.Lease
+	b, err := s.rdb.Get(ctx, s.key("lease", id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return l, fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, id)
+	}
+	if err != nil {
+		return l, wrap(err)
+	}
+	return l, json.Unmarshal(b, &l)
+}
+
+// ListLeases returns node's leases, expired ones included until they are unbound.
+func (s *Store) ListLeases(ctx context.Context, node string) ([]pool.Lease, error) {
+	ids, err := s.rdb.SMembers(ctx, s.key("leases", node)).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var out []pool.Lease
+	for _, id := range ids {
+		l, err := s.GetLease(ctx, id)
+		if errors.Is(err, pool.ErrLeaseNotFound) {
+			// Its record outlived recordGrace: nothing is left to reap but the index entry.
+			s.rdb.SRem(ctx, s.key("leases", node), id)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// Unbind removes l's binding (announcing it) and then its records.
+func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
+	ev, _ := json.Marshal(binding.Event{Addr: l.Sandbox.Addr, Lease: l.ID, Version: time.Now().UnixNano()})
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if l.Sandbox.Addr.IsValid() {
+			p.Del(ctx, s.key("binding", l.Node, l.Sandbox.Addr.String()))
+			p.Publish(ctx, s.key("bindings", l.Node), ev)
+		}
+		p.Del(ctx, s.key("lease", l.ID))
+		if l.JTI != "" {
+			p.Del(ctx, s.key("jti", l.JTI))
+		}
+		p.SRem(ctx, s.key("leases", l.Node), l.ID)
+		return nil
+	})
+	return wrap(err)
+}
+
+// Lookup implements binding.Source.
+func (s *Store) Lookup(ctx context.Context, node string, addr netip.Addr) (binding.Binding, error) {
+	b, err := s.rdb.Get(ctx, s.key("binding", node, addr.String())).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return binding.Binding{}, binding.ErrUnknown
+	}
+	if err != nil {
+		return binding.Binding{}, wrap(err)
+	}
+	return binding.Decode(b)
+}
+
+// Watch implements binding.Source: it follows node's binding channel, pinging to notice a dead
+// connection, and returns when the feed breaks so the cache can flush.
+func (s *Store) Watch(ctx context.Context, node string, onSync func(), onEvent func(binding.Event)) error {
+	ps := s.rdb.Subscribe(ctx, s.key("bindings", node))
+	defer ps.Close()
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, 2*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var nerr interface{ Timeout() bool }
+			if errors.As(err, &nerr) && nerr.Timeout() {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				perr := ps.Ping(pctx)
+				cancel()
+				if perr != nil {
+					return wrap(perr)
+				}
+				continue
+			}
+			return wrap(err)
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				onSync()
+			}
+		case *redis.Message:
+			var ev binding.Event
+			if json.Unmarshal([]byte(m.Payload), &ev) == nil {
+				onEvent(ev)
+			}
+		}
+	}
+}
+
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("redis: %w", err)
+}

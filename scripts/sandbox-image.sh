@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the default sandbox image locally: a minimal Debian root made with debootstrap and turned
+# into an image with `docker import`. No registry is reachable where airlock is built, so nothing is
+# pulled. The root filesystem tarball is cached outside the checkout, keyed by what it is built from
+# (suite, package list, user setup), so a second run only re-imports when the image is missing.
+set -euo pipefail
+
+suite=${AIRLOCK_IMAGE_SUITE:-bookworm}
+packages="bash,coreutils,curl,git,python3,ca-certificates,procps,iproute2,dnsutils,netcat-openbsd"
+cache=${AIRLOCK_CACHE:-/var/cache/airlock}
+# The sandbox user's uid and gid are fixed so templates and file transfers can rely on them.
+setup_version=1
+key=$(printf '%s|%s|%s' "$suite" "$packages" "$setup_version" | sha256sum | cut -c1-12)
+tag="airlock/default:$key"
+
+if docker image inspect "$tag" >/dev/null 2>&1; then
+	docker tag "$tag" airlock/default:latest
+	echo "sandbox image $tag is present"
+	exit 0
+fi
+
+mkdir -p "$cache"
+tarball="$cache/rootfs-$key.tar"
+if [ ! -s "$tarball" ]; then
+	command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
+	root=$(mktemp -d "$cache/root.XXXXXX")
+	trap 'rm -rf "$root"' EXIT
+	echo "debootstrap $suite (minbase) into $root: a few minutes on a cold cache"
+	debootstrap --variant=minbase --include="$packages" "$suite" "$root" >"$cache/debootstrap-$key.log" 2>&1 ||
+		{ tail -20 "$cache/debootstrap-$key.log"; exit 1; }
+	chroot "$root" groupadd --gid 10001 sandbox
+	chroot "$root" useradd --uid 10001 --gid 10001 --home-dir /workspace --no-create-home --shell /bin/bash sandbox
+	mkdir -p "$root/workspace" "$root/etc/airlock"
+	chown 10001:10001 "$root/workspace"
+	# Nothing in the image may hold a credential; drop apt lists and caches to keep it small.
+	rm -rf "$root/var/lib/apt/lists/"* "$root/var/cache/apt/"*.bin "$root/usr/share/doc" "$root/usr/share/man"
+	tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
+	mv "$tarball.tmp" "$tarball"
+fi
+docker import \
+	--change 'USER 10001:10001' \
+	--change 'WORKDIR /workspace' \
+	--change 'ENV HOME=/workspace PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+	--change 'CMD ["/bin/sh"]' \
+	"$tarball" "$tag" >/dev/null
+docker tag "$tag" airlock/default:latest
+echo "sandbox image $tag imported"
