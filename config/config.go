@@ -161,22 +161,25 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	// YAML replaces lists whole; decode each template again over the defaults so a file names
+	// only what it changes. Unknown fields were refused by the strict pass above.
 	var probe struct {
 		Templates []yaml.Node `yaml:"templates"`
 	}
 	if err := yaml.Unmarshal(b, &probe); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
-	if probe.Templates != nil {
-		c.Templates = make([]pool.Template, len(probe.Templates))
-		for i := range c.Templates {
-			c.Templates[i] = DefaultTemplate()
+	for i := range probe.Templates {
+		t := DefaultTemplate()
+		if err := probe.Templates[i].Decode(&t); err != nil {
+			return c, fmt.Errorf("config %s: templates[%d]: %w", path, i, err)
 		}
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("config %s: %w", path, err)
+		c.Templates[i] = t
 	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)

@@ -73,6 +73,8 @@ func refusalFor(err error) *Refusal {
 func (r *Refusal) write(w http.ResponseWriter, req *http.Request) {
 	h := w.Header()
 	h.Set("X-Airlock-Rule", r.Rule)
+	// Clients that hide a failed CONNECT's body (curl does) still show headers with -v.
+	h.Set("X-Airlock-Reason", strings.ToValidUTF8(strings.ReplaceAll(r.Reason, "\n", " "), "?"))
 	h.Set("Cache-Control", "no-store")
 	if r.Status == http.StatusProxyAuthRequired {
 		h.Set("Proxy-Authenticate", `Bearer realm="airlock"`)

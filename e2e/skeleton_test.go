@@ -1,0 +1,357 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+)
+
+// scanScript looks for two values everywhere a sandbox process can look: every process's
+// environment and arguments, and every readable file. The values arrive XOR-masked so that the
+// scanner's own arguments do not contain them.
+const scanScript = `
+import os, sys
+key = bytes.fromhex(sys.argv[1])
+targets = {}
+for arg in sys.argv[2:]:
+    name, enc = arg.split('=')
+    enc = bytes.fromhex(enc)
+    targets[name] = bytes(a ^ b for a, b in zip(enc, key))
+me = str(os.getpid())
+hits = []
+for pid in os.listdir('/proc'):
+    if not pid.isdigit() or pid == me:
+        continue
+    for f in ('environ', 'cmdline'):
+        try:
+            data = open('/proc/%s/%s' % (pid, f), 'rb').read()
+        except OSError:
+            continue
+        for name, v in targets.items():
+            if v in data:
+                hits.append('FOUND %s /proc/%s/%s' % (name, pid, f))
+n = 0
+for root, dirs, files in os.walk('/'):
+    if root == '/':
+        dirs[:] = [d for d in dirs if d not in ('proc', 'sys', 'dev')]
+    for fn in files:
+        p = os.path.join(root, fn)
+        try:
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            with open(p, 'rb') as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        n += 1
+        for name, v in targets.items():
+            if v in data:
+                hits.append('FOUND %s %s' % (name, p))
+print('scanned %d files' % n)
+print('\n'.join(hits))
+`
+
+func mask(key, v []byte) string {
+	out := make([]byte, len(v))
+	for i := range v {
+		out[i] = v[i] ^ key[i%len(key)]
+	}
+	return hex.EncodeToString(out)
+}
+
+// TestNode drives one real node through the walking skeleton's path and attacks its invariants.
+// The steps share the node and run in order.
+func TestNode(t *testing.T) {
+	dir := t.TempDir()
+	state := dir + "/state"
+	up := startUpstream(t)
+	cfg := writeConfig(t, dir, up)
+	n := startNode(t, state, cfg)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			n.stop(t)
+		}
+	})
+	secret := vaultSecret(t, n.client)
+	a := n.lease(t, "api.example.test=demo")
+
+	t.Run("credential injected through the gateway", func(t *testing.T) {
+		out, errs, code := n.exec(t, a.ID, "curl", "-sS", "-H", "Authorization: Bearer forged-by-sandbox", "https://api.example.test/whoami")
+		if code != 0 || !strings.Contains(out, "whoami ok") {
+			t.Fatalf("curl through the gateway: exit %d, out %q, err %q", code, out, errs)
+		}
+		seen := up.seen()
+		if len(seen) == 0 || seen[len(seen)-1] != "Bearer "+secret {
+			t.Fatalf("upstream saw Authorization %q, want the Vault credential (and never the sandbox's own)", seen)
+		}
+	})
+
+	t.Run("injected value scrubbed from responses", func(t *testing.T) {
+		out, errs, code := n.exec(t, a.ID, "curl", "-sS", "-D", "-", "https://api.example.test/echo")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if strings.Contains(out, secret) || !strings.Contains(out, "you sent: Bearer [redacted]") || !strings.Contains(out, "X-Echo: Bearer [redacted]") {
+			t.Fatalf("response reached the sandbox unscrubbed:\n%s", out)
+		}
+	})
+
+	t.Run("host outside the scopes refused by gateway and resolver", func(t *testing.T) {
+		out, _, _ := n.exec(t, a.ID, "curl", "-sS", "http://evil.example/")
+		if !strings.Contains(out, "denied by rule scope-miss") || !strings.Contains(out, "evil.example") {
+			t.Fatalf("plain HTTP refusal not readable: %q", out)
+		}
+		_, errs, code := n.exec(t, a.ID, "curl", "-sS", "-v", "https://evil.example/")
+		if code == 0 || !strings.Contains(errs, "403") || !strings.Contains(errs, "X-Airlock-Reason: task "+a.Task+" has no scope allowing evil.example:443") {
+			t.Fatalf("CONNECT refusal: exit %d, stderr:\n%s", code, errs)
+		}
+		out, _, _ = n.exec(t, a.ID, "dig", "+tries=1", "+time=3", "evil.example")
+		if !strings.Contains(out, "status: REFUSED") || !strings.Contains(out, "Blocked") || !strings.Contains(out, "no scope for evil.example") {
+			t.Fatalf("resolver refusal not readable:\n%s", out)
+		}
+		// An allowed name resolves through the same resolver.
+		out, _, code = n.exec(t, a.ID, "getent", "hosts", "api.example.test")
+		if code != 0 || !strings.Contains(out, "api.example.test") {
+			t.Fatalf("allowed name did not resolve: exit %d %q", code, out)
+		}
+	})
+
+	t.Run("every decision is one audit record", func(t *testing.T) {
+		recs := n.auditRecords(t)
+		find := func(pred func(audit.Record) bool) *audit.Record {
+			for i := range recs {
+				if recs[i].Lease == a.ID && recs[i].Task == a.Task && pred(recs[i]) {
+					return &recs[i]
+				}
+			}
+			return nil
+		}
+		checks := map[string]func(audit.Record) bool{
+			"http allow with credential": func(r audit.Record) bool {
+				return r.Kind == audit.KindHTTP && r.Decision == audit.Allow && r.Host == "api.example.test" &&
+					r.Path == "/whoami" && r.Rule == "scope" && r.Credential == "demo" && r.Status == 200 && r.Upstream != ""
+			},
+			"http deny": func(r audit.Record) bool {
+				return r.Kind == audit.KindHTTP && r.Decision == audit.Deny && r.Host == "evil.example" && r.Rule == "scope-miss"
+			},
+			"dns deny": func(r audit.Record) bool {
+				return r.Kind == audit.KindDNS && r.Decision == audit.Deny && r.QName == "evil.example." && r.Rule == "scope-miss"
+			},
+			"dns allow": func(r audit.Record) bool {
+				return r.Kind == audit.KindDNS && r.Decision == audit.Allow && r.QName == "api.example.test."
+			},
+			"lease bind": func(r audit.Record) bool { return r.Kind == audit.KindLease && r.Event == "bind" },
+			"exec": func(r audit.Record) bool {
+				return r.Kind == audit.KindExec && len(r.Command) > 0 && r.Command[0] == "curl" && r.ExitCode != nil
+			},
+		}
+		for name, pred := range checks {
+			if find(pred) == nil {
+				t.Errorf("no audit record: %s", name)
+			}
+		}
+		for _, r := range recs {
+			if strings.Contains(r.Reason, secret) {
+				t.Fatalf("secret value in audit record %d", r.Seq)
+			}
+		}
+	})
+
+	t.Run("no secret inside the sandbox", func(t *testing.T) {
+		key := make([]byte, 32)
+		rand.Read(key)
+		marker := "control-" + hex.EncodeToString(key[:8])
+		// Positive control: a value the scan must find, so a scan that sees nothing fails.
+		if _, errs, code := n.exec(t, a.ID, "sh", "-c", "printf %s \""+marker+"\" > /workspace/control"); code != 0 {
+			t.Fatalf("writing control: %s", errs)
+		}
+		out, errs, code := n.exec(t, a.ID, "python3", "-c", scanScript, hex.EncodeToString(key),
+			"secret="+mask(key, []byte(secret)), "control="+mask(key, []byte(marker)))
+		if code != 0 {
+			t.Fatalf("scan failed: exit %d: %s", code, errs)
+		}
+		if !strings.Contains(out, "FOUND control /workspace/control") {
+			t.Fatalf("scan did not find its control value, so it proves nothing:\n%s", out)
+		}
+		if strings.Contains(out, "FOUND secret") {
+			t.Fatalf("credential found inside the sandbox:\n%s", out)
+		}
+		// Nor in what the engine holds about the container (env, args, labels, mounts).
+		insp, err := docker(t, "inspect", a.Sandbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(insp, secret) || strings.Contains(insp, n.client.VaultToken) || strings.Contains(insp, n.client.Token) {
+			t.Fatal("a secret appears in the container's configuration")
+		}
+		// The task JWT stays outside too: the sandbox's environment names no token.
+		out, _, _ = n.exec(t, a.ID, "env")
+		if strings.Contains(out, "eyJ") {
+			t.Fatalf("a JWT is in the sandbox environment:\n%s", out)
+		}
+	})
+
+	t.Run("one way out", func(t *testing.T) {
+		// Listeners on the host's bridge address that a sandbox could reach if the rules were
+		// wrong: one bound to that address, one to every address.
+		specific, err := net.Listen("tcp", hostIP+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer specific.Close()
+		wildcard, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wildcard.Close()
+		accepted := make(chan string, 4)
+		for _, l := range []net.Listener{specific, wildcard} {
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- c.RemoteAddr().String()
+					c.Close()
+				}
+			}()
+		}
+		tcpProbe := func(host string, port int) (string, int) {
+			out, errs, code := n.exec(t, a.ID, "timeout", "5", "bash", "-c", "exec 3<>/dev/tcp/"+host+"/"+strconv.Itoa(port)+" && echo connected")
+			return out + errs, code
+		}
+		// Control: the gateway port on the same address is reachable, so the probe works.
+		if out, code := tcpProbe(hostIP, 3128); code != 0 || !strings.Contains(out, "connected") {
+			t.Fatalf("control probe to the gateway failed (exit %d): %s", code, out)
+		}
+		for _, port := range []int{specific.Addr().(*net.TCPAddr).Port, wildcard.Addr().(*net.TCPAddr).Port} {
+			if out, code := tcpProbe(hostIP, port); code == 0 || strings.Contains(out, "connected") {
+				t.Errorf("sandbox reached host port %d on the bridge address: %s", port, out)
+			}
+		}
+		select {
+		case from := <-accepted:
+			t.Errorf("host listener accepted a connection from %s", from)
+		case <-time.After(200 * time.Millisecond):
+		}
+
+		// Nothing past the host: a server on another Docker network of the test's own, which
+		// the host itself reaches, is out of the sandbox's reach.
+		outside := startOutsideServer(t)
+		if out, code := tcpProbe(outside, 8080); code == 0 || strings.Contains(out, "connected") {
+			t.Errorf("sandbox reached %s:8080 on another network through the host: %s", outside, out)
+		}
+		// No Docker socket.
+		if _, _, code := n.exec(t, a.ID, "test", "-e", "/var/run/docker.sock"); code == 0 {
+			t.Error("the Docker socket is visible in the sandbox")
+		}
+
+		// Another sandbox: it serves on its own port, which it reaches itself, but the first
+		// sandbox cannot.
+		b := n.lease(t, "api.example.test")
+		_, errs, code := n.exec(t, b.ID, "sh", "-c",
+			"nohup python3 -m http.server 8080 --bind 0.0.0.0 >/tmp/http.log 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do curl --noproxy '*' -s -o /dev/null http://127.0.0.1:8080/ && exit 0; sleep 0.3; done; exit 1")
+		if code != 0 {
+			t.Fatalf("sandbox B could not serve to itself (control): %s", errs)
+		}
+		if out, code := tcpProbe(b.Address, 8080); code == 0 || strings.Contains(out, "connected") {
+			t.Errorf("sandbox A reached sandbox B at %s:8080: %s", b.Address, out)
+		}
+		if _, _, code := n.cli(t, "release", b.ID); code != 0 {
+			t.Error("releasing B failed")
+		}
+	})
+
+	t.Run("release destroys the sandbox and the pool refills", func(t *testing.T) {
+		if _, errs, code := n.cli(t, "release", a.ID); code != 0 {
+			t.Fatalf("release: %s", errs)
+		}
+		if out, err := docker(t, "inspect", a.Sandbox); err == nil || !strings.Contains(strings.ToLower(out), "no such") {
+			t.Fatalf("container %s still exists after release: %s", a.Sandbox[:12], out)
+		}
+		if _, errs, code := n.exec(t, a.ID, "true"); code == 0 || !strings.Contains(errs, "lease_not_found") {
+			t.Fatalf("exec on a released lease: exit %d, %s", code, errs)
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			out, _, _ := n.cli(t, "pools")
+			if strings.Contains(out, "warm 2/2") && strings.Contains(out, "leased 0") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool did not refill: %s", out)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+
+	t.Run("stop removes everything", func(t *testing.T) {
+		n.stop(t)
+		stopped = true
+		checkClean(t, state)
+	})
+
+	t.Run("restart after kill -9 cleans up", func(t *testing.T) {
+		n = startNode(t, state, cfg)
+		stopped = false
+		before := managedContainers(t)
+		l := n.lease(t, "api.example.test")
+		n.kill() // no cleanup runs; redis and vault die with it
+		if left := managedContainers(t); len(left) == 0 {
+			t.Fatal("kill -9 left nothing behind, so this test proves nothing")
+		}
+		n = startNode(t, state, cfg)
+		for _, id := range append(before, l.Sandbox) {
+			if out, err := docker(t, "inspect", id); err == nil {
+				t.Errorf("container %s from the killed node survived the restart: %s", id[:12], lines(out)[0])
+			}
+		}
+		if _, errs, code := n.exec(t, l.ID, "true"); code == 0 {
+			t.Errorf("lease of the killed node still usable: %s", errs)
+		}
+		n.stop(t)
+		stopped = true
+		checkClean(t, state)
+	})
+}
+
+// startOutsideServer runs a web server in a container on a routed Docker network of the test's
+// own (not the sandbox network), checks that the host reaches it, and returns its address.
+func startOutsideServer(t *testing.T) string {
+	t.Helper()
+	const name = "airlock-e2e-outside"
+	docker(t, "rm", "-f", name)
+	docker(t, "network", "rm", name)
+	if out, err := docker(t, "network", "create", "--subnet", "10.215.0.0/24", name); err != nil {
+		t.Fatalf("creating the outside network: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		docker(t, "rm", "-f", name)
+		docker(t, "network", "rm", name)
+	})
+	if out, err := docker(t, "run", "-d", "--name", name, "--network", name, "--ip", "10.215.0.10",
+		"airlock/default:latest", "python3", "-m", "http.server", "8080", "--directory", "/tmp"); err != nil {
+		t.Fatalf("starting the outside server: %v: %s", err, out)
+	}
+	const addr = "10.215.0.10"
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr+":8080", time.Second)
+		if err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control: the host cannot reach the outside server: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
