@@ -349,4 +349,3 @@ func lines(s string) []string {
 	}
 	return out
 }
-

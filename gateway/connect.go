@@ -201,4 +201,3 @@ func (c *notifyConn) Close() error {
 	c.done()
 	return err
 }
-

@@ -14,18 +14,18 @@ import (
 
 // Rule names: the fixed vocabulary of audit records and metric labels.
 const (
-	RuleScope             = "scope"              // allowed by a task scope
-	RuleNoLease           = "no-lease"           // the source address holds no live lease
-	RuleStoreDown         = "lease-store-down"   // the lease store cannot be asked
-	RuleScopeMiss         = "scope-miss"         // no scope covers the destination
-	RuleHostMismatch      = "host-mismatch"      // CONNECT host, SNI and Host disagree
-	RuleBadRequest        = "bad-request"        // malformed or ambiguous request
-	RulePrivateAddress    = "private-address"    // the destination resolves to a non-public address
-	RuleCredentialDenied  = "credential-denied"  // the catalog forbids the credential here
-	RuleCredentialDown    = "credential-unavailable"
-	RuleAuditDown         = "audit-unavailable" // the decision could not be recorded
-	RuleUpstreamFailed    = "upstream-failed"
-	RuleTunnelNotAllowed  = "tunnel-not-allowed"
+	RuleScope            = "scope"             // allowed by a task scope
+	RuleNoLease          = "no-lease"          // the source address holds no live lease
+	RuleStoreDown        = "lease-store-down"  // the lease store cannot be asked
+	RuleScopeMiss        = "scope-miss"        // no scope covers the destination
+	RuleHostMismatch     = "host-mismatch"     // CONNECT host, SNI and Host disagree
+	RuleBadRequest       = "bad-request"       // malformed or ambiguous request
+	RulePrivateAddress   = "private-address"   // the destination resolves to a non-public address
+	RuleCredentialDenied = "credential-denied" // the catalog forbids the credential here
+	RuleCredentialDown   = "credential-unavailable"
+	RuleAuditDown        = "audit-unavailable" // the decision could not be recorded
+	RuleUpstreamFailed   = "upstream-failed"
+	RuleTunnelNotAllowed = "tunnel-not-allowed"
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.

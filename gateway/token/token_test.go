@@ -60,7 +60,7 @@ func TestVerify(t *testing.T) {
 
 	tests := []struct {
 		name, raw, want string
-		v            *Verifier
+		v               *Verifier
 	}{
 		{"malformed", "not.a.jwt", "malformed", v},
 		{"forged signature", forged, "signature", v},
