@@ -1,0 +1,373 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// fakeBindings serves one binding for 127.0.0.1.
+type fakeBindings struct {
+	lookup func(ctx context.Context, addr netip.Addr) (binding.Binding, error)
+}
+
+func (f *fakeBindings) Lookup(ctx context.Context, addr netip.Addr) (binding.Binding, error) {
+	return f.lookup(ctx, addr)
+}
+
+var _ Bindings = (*fakeBindings)(nil)
+
+// fakeBroker returns fixed secrets, or an error.
+type fakeBroker struct {
+	get func(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error)
+}
+
+func (f *fakeBroker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
+	return f.get(ctx, lease, e)
+}
+
+// memSink keeps records in memory.
+type memSink struct {
+	mu   sync.Mutex
+	recs []audit.Record
+	err  error
+}
+
+func (m *memSink) Write(_ context.Context, r audit.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, r)
+	return nil
+}
+
+func (m *memSink) Err() error { return m.err }
+
+func (m *memSink) last() audit.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.recs) == 0 {
+		return audit.Record{}
+	}
+	return m.recs[len(m.recs)-1]
+}
+
+// refusingDialer records every dial and refuses those not to allowed addresses, so an SSRF
+// regression fails the test instead of sending traffic anywhere.
+type refusingDialer struct {
+	mu      sync.Mutex
+	allowed map[string]bool
+	dialed  []string
+}
+
+func (d *refusingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dialed = append(d.dialed, addr)
+	ok := d.allowed[addr]
+	d.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("test dialer refuses %s", addr)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+func (d *refusingDialer) saw(addr string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, a := range d.dialed {
+		if a == addr {
+			return true
+		}
+	}
+	return false
+}
+
+type staticResolver map[string][]netip.Addr
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+const testSecret = "s3cr3t-value-0123456789"
+
+type harness struct {
+	proxy    *httptest.Server
+	upstream *httptest.Server
+	ca       *ca.Authority
+	sink     *memSink
+	dialer   *refusingDialer
+	scopes   []scope.Scope
+	bindErr  error
+	brokErr  error
+	got      chan http.Header
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	auth, err := ca.LoadOrCreate(t.TempDir(), "test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{ca: auth, sink: &memSink{}, got: make(chan http.Header, 16)}
+	h.scopes = []scope.Scope{
+		{Host: "api.example.test", Credential: "demo", Methods: []string{"GET", "POST"}, Paths: []string{"/v1/*", "/echo"}},
+		{Host: "open.example.test"},
+		{Host: "private.example.test"},
+	}
+	leaf, err := auth.Leaf("api.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.upstream = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.got <- r.Header.Clone()
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		fmt.Fprintf(w, "auth=%s path=%s", r.Header.Get("Authorization"), r.URL.Path)
+	}))
+	h.upstream.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	h.upstream.StartTLS()
+	t.Cleanup(h.upstream.Close)
+	up := h.upstream.Listener.Addr().String()
+	h.dialer = &refusingDialer{allowed: map[string]bool{up: true}}
+	catalog, err := broker.NewCatalog([]broker.Entry{{
+		Name: "demo", Source: broker.Source{Kind: broker.SourceKV, Path: "demo"},
+		Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "Bearer {{.token}}"},
+		Hosts:  []string{"api.example.test"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{
+		Node: "n1",
+		Bindings: &fakeBindings{lookup: func(ctx context.Context, addr netip.Addr) (binding.Binding, error) {
+			if h.bindErr != nil {
+				return binding.Binding{}, h.bindErr
+			}
+			set, err := scope.Parse(h.scopes)
+			if err != nil {
+				return binding.Binding{}, err
+			}
+			return binding.Binding{Lease: "l-1", Task: "task-1", Addr: addr, Expires: time.Now().Add(time.Hour), Scopes: set}, nil
+		}},
+		CA: auth, Catalog: catalog, Audit: h.sink,
+		Broker: &fakeBroker{get: func(context.Context, string, *broker.Entry) (broker.Secret, error) {
+			if h.brokErr != nil {
+				return nil, h.brokErr
+			}
+			return broker.Secret{"token": testSecret}, nil
+		}},
+		PrivateUpstreams: map[string]netip.AddrPort{"api.example.test:443": netip.MustParseAddrPort(up)},
+		UpstreamRoots:    auth.Pool(),
+		Resolver: staticResolver{
+			"private.example.test": {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")},
+			"open.example.test":    {netip.MustParseAddr("::ffff:127.0.0.1")},
+		},
+		Dialer: h.dialer,
+	})
+	h.proxy = httptest.NewServer(p)
+	t.Cleanup(h.proxy.Close)
+	return h
+}
+
+func (h *harness) client() *http.Client {
+	pu, _ := url.Parse(h.proxy.URL)
+	return &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(pu),
+		TLSClientConfig: &tls.Config{RootCAs: h.ca.Pool()},
+	}, Timeout: 10 * time.Second}
+}
+
+func TestInjectStripScrub(t *testing.T) {
+	h := newHarness(t)
+	req, _ := http.NewRequest("GET", "https://api.example.test/echo", nil)
+	req.Header.Set("Authorization", "Bearer forged")
+	resp, err := h.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := <-h.got
+	if v := got.Values("Authorization"); len(v) != 1 || v[0] != "Bearer "+testSecret {
+		t.Fatalf("upstream saw Authorization %q", v)
+	}
+	if strings.Contains(string(body), testSecret) || !strings.Contains(string(body), "auth=Bearer [redacted]") {
+		t.Fatalf("body not scrubbed: %q", body)
+	}
+	if resp.Header.Get("X-Echo") != "Bearer [redacted]" {
+		t.Fatalf("header not scrubbed: %q", resp.Header.Get("X-Echo"))
+	}
+	rec := h.sink.last()
+	if rec.Decision != audit.Allow || rec.Credential != "demo" || rec.Lease != "l-1" || rec.Status != 200 || rec.Path != "/echo" {
+		t.Fatalf("audit record %+v", rec)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	tests := []struct {
+		name   string
+		setup  func(h *harness)
+		method string
+		url    string
+		status int
+		rule   string
+		noDial string // an address that must never be dialed
+	}{
+		{name: "unknown source", setup: func(h *harness) { h.bindErr = binding.ErrUnknown },
+			url: "https://api.example.test/v1/x", status: 407, rule: RuleNoLease},
+		{name: "store down", setup: func(h *harness) { h.bindErr = binding.ErrUnavailable },
+			url: "https://api.example.test/v1/x", status: 503, rule: RuleStoreDown},
+		{name: "host outside scopes", url: "https://evil.example.test/", status: 403, rule: RuleScopeMiss},
+		{name: "plain http outside scopes", url: "http://evil.example.test/", status: 403, rule: RuleScopeMiss},
+		{name: "path outside scope", url: "https://api.example.test/admin", status: 403, rule: RuleScopeMiss},
+		{name: "method outside scope", method: "DELETE", url: "https://api.example.test/v1/x", status: 403, rule: RuleScopeMiss},
+		{name: "ip literal without cidr scope", url: "https://93.184.215.14/", status: 403, rule: RuleScopeMiss},
+		{name: "name resolving to private and metadata addresses", url: "http://private.example.test/", status: 403,
+			rule: RulePrivateAddress, noDial: "169.254.169.254:80"},
+		{name: "name resolving to mapped loopback", url: "http://open.example.test/", status: 403,
+			rule: RulePrivateAddress, noDial: "127.0.0.1:80"},
+		{name: "vault down", setup: func(h *harness) { h.brokErr = fmt.Errorf("%w: vault sealed", broker.ErrUnavailable) },
+			url: "https://api.example.test/v1/x", status: 503, rule: RuleCredentialDown},
+		{name: "audit down", setup: func(h *harness) { h.sink.err = audit.ErrUnavailable },
+			url: "https://api.example.test/v1/x", status: 503, rule: RuleAuditDown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tt.setup != nil {
+				tt.setup(h)
+			}
+			method := tt.method
+			if method == "" {
+				method = "GET"
+			}
+			req, _ := http.NewRequest(method, tt.url, nil)
+			resp, err := h.client().Do(req)
+			status := 0
+			if err == nil {
+				status = resp.StatusCode
+				resp.Body.Close()
+				if resp.Header.Get("X-Airlock-Rule") != tt.rule {
+					t.Errorf("rule header %q, want %q", resp.Header.Get("X-Airlock-Rule"), tt.rule)
+				}
+			} else if !strings.Contains(err.Error(), http.StatusText(tt.status)) {
+				// A refused CONNECT surfaces as a client error naming the status.
+				t.Fatalf("request error %v, want status %d", err, tt.status)
+			} else {
+				status = tt.status
+			}
+			if status != tt.status {
+				t.Fatalf("status %d, want %d", status, tt.status)
+			}
+			rec := h.sink.last()
+			if rec.Decision != audit.Deny || rec.Rule != tt.rule || rec.Reason == "" {
+				t.Fatalf("audit record %+v, want deny by %s with a reason", rec, tt.rule)
+			}
+			if tt.noDial != "" && h.dialer.saw(tt.noDial) {
+				t.Fatalf("the gateway dialed %s", tt.noDial)
+			}
+			select {
+			case hd := <-h.got:
+				t.Fatalf("a refused request reached the upstream: %v", hd)
+			default:
+			}
+		})
+	}
+}
+
+// TestHostMismatch sends, inside an intercepted CONNECT, an SNI or Host that names another host.
+func TestHostMismatch(t *testing.T) {
+	h := newHarness(t)
+	connect := func(t *testing.T) net.Conn {
+		c, err := net.Dial("tcp", h.proxy.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		return c
+	}
+	t.Run("SNI names another host", func(t *testing.T) {
+		c := connect(t)
+		tc := tls.Client(c, &tls.Config{ServerName: "open.example.test", RootCAs: h.ca.Pool()})
+		if err := tc.Handshake(); err == nil {
+			t.Fatal("handshake with a mismatched SNI succeeded")
+		}
+		time.Sleep(50 * time.Millisecond)
+		if rec := h.sink.last(); rec.Rule != RuleHostMismatch {
+			t.Fatalf("audit record %+v", rec)
+		}
+	})
+	t.Run("Host header names another host", func(t *testing.T) {
+		c := connect(t)
+		tc := tls.Client(c, &tls.Config{ServerName: "api.example.test", RootCAs: h.ca.Pool()})
+		fmt.Fprintf(tc, "GET /v1/x HTTP/1.1\r\nHost: open.example.test\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Rule") != RuleHostMismatch {
+			t.Fatalf("status %d rule %q", resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
+		}
+	})
+}
+
+func TestScrubReaderAcrossChunks(t *testing.T) {
+	forms := scrubForms([]string{testSecret})
+	body := strings.Repeat("x", 100) + testSecret + strings.Repeat("y", 50) + testSecret
+	// One byte per read: every split point of the secret is crossed.
+	r := newScrubReader(io.NopCloser(&oneByteReader{s: body}), forms)
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("x", 100) + redacted + strings.Repeat("y", 50) + redacted
+	if string(out) != want {
+		t.Fatalf("got %q", out)
+	}
+	for _, f := range forms {
+		out, _ := io.ReadAll(newScrubReader(io.NopCloser(strings.NewReader("a"+string(f)+"b")), forms))
+		if strings.Contains(string(out), string(f)) {
+			t.Fatalf("form %q not scrubbed", f)
+		}
+	}
+}
+
+type oneByteReader struct {
+	s string
+	i int
+}
+
+func (o *oneByteReader) Read(p []byte) (int, error) {
+	if o.i >= len(o.s) {
+		return 0, io.EOF
+	}
+	p[0] = o.s[o.i]
+	o.i++
+	return 1, nil
+}
