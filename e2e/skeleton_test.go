@@ -3,7 +3,10 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -353,5 +356,25 @@ func startOutsideServer(t *testing.T) string {
 			t.Fatalf("control: the host cannot reach the outside server: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestBadConfigStopsStartup checks that a wrong field stops `airlock up` with its name, before
+// anything is started.
+func TestBadConfigStopsStartup(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/bad.yaml"
+	if err := os.WriteFile(path, []byte("templates:\n  - name: big\n    memory_mb: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBin, "up", "--config", path)
+	cmd.Env = append(os.Environ(), "AIRLOCK_STATE_DIR="+dir+"/state")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(string(out), "templates[0].memory_mb: must be >= 16") {
+		t.Fatalf("airlock up with a bad config: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "panic") {
+		t.Fatalf("panicked:\n%s", out)
 	}
 }
