@@ -41,7 +41,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 	var sniErr error
 	tconn := tls.Server(conn, &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"},
+		NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			sni := hello.ServerName
 			if sni != "" {
@@ -67,6 +67,9 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		}
 		return
 	}
+	// The handshake is done, so the server sees the negotiated protocol and speaks HTTP/2 when
+	// the sandbox asked for it. Serve returns once the connection is closed or hijacked.
+	l := newConnListener(tconn)
 	inner := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p.serveIntercepted(w, r, host, port)
@@ -74,9 +77,23 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				l.Close()
+			}
+		},
+		Protocols: serverProtocols,
 	}
-	inner.Serve(newConnListener(tconn))
+	inner.Serve(l)
 }
+
+// serverProtocols are what intercepted sessions speak towards the sandbox.
+var serverProtocols = func() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	return &p
+}()
 
 // serveIntercepted handles one request inside an intercepted CONNECT. Every request is checked
 // again: the lease may have ended, and Host must name the CONNECT target.
@@ -156,30 +173,28 @@ func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 func isIP(h string) bool { return net.ParseIP(h) != nil }
 
-// connListener hands one connection to http.Server and then blocks until it is closed, so Serve
-// returns when the client is done.
+// connListener hands one connection to http.Server and then blocks until Close, so Serve returns
+// when the client is done. The connection is passed through unwrapped: the server must see the
+// *tls.Conn to serve HTTP/2.
 type connListener struct {
+	mu     sync.Mutex
 	conn   net.Conn
 	once   sync.Once
 	closed chan struct{}
-	taken  bool
-	mu     sync.Mutex
 }
 
 func newConnListener(c net.Conn) *connListener {
-	l := &connListener{closed: make(chan struct{})}
-	l.conn = &notifyConn{Conn: c, done: func() { l.once.Do(func() { close(l.closed) }) }}
-	return l
+	return &connListener{conn: c, closed: make(chan struct{})}
 }
 
 func (l *connListener) Accept() (net.Conn, error) {
 	l.mu.Lock()
-	if !l.taken {
-		l.taken = true
-		l.mu.Unlock()
-		return l.conn, nil
-	}
+	c := l.conn
+	l.conn = nil
 	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
 	<-l.closed
 	return nil, net.ErrClosed
 }
@@ -189,15 +204,4 @@ func (l *connListener) Close() error {
 	return nil
 }
 
-func (l *connListener) Addr() net.Addr { return l.conn.LocalAddr() }
-
-type notifyConn struct {
-	net.Conn
-	done func()
-}
-
-func (c *notifyConn) Close() error {
-	err := c.Conn.Close()
-	c.done()
-	return err
-}
+func (l *connListener) Addr() net.Addr { return &net.TCPAddr{} }
