@@ -68,8 +68,13 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		return
 	}
 	// The handshake is done, so the server sees the negotiated protocol and speaks HTTP/2 when
-	// the sandbox asked for it. Serve returns once the connection is closed or hijacked.
-	l := newConnListener(tconn)
+	// the sandbox asked for it (HTTP/2 framing is unambiguous; HTTP/1 goes through the framing
+	// check). Serve returns once the connection is closed or hijacked.
+	var conn2 net.Conn = tconn
+	if tconn.ConnectionState().NegotiatedProtocol != "h2" {
+		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(r, x, reason) })
+	}
+	l := newConnListener(conn2)
 	inner := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p.serveIntercepted(w, r, host, port)

@@ -13,8 +13,10 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +61,9 @@ type Proxy struct {
 	rp      *httputil.ReverseProxy
 	log     *slog.Logger
 	tunnels atomic.Int64
+
+	srvMu sync.Mutex
+	srv   *http.Server
 }
 
 // New builds a Proxy from cfg.
@@ -93,6 +98,50 @@ func New(cfg Config) *Proxy {
 		FlushInterval:  -1,
 	}
 	return p
+}
+
+// Serve answers sandboxes on l until Close. Every connection's HTTP/1 framing is checked first
+// (see framingConn).
+func (p *Proxy) Serve(l net.Listener) error {
+	p.srvMu.Lock()
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	srv := p.srv
+	p.srvMu.Unlock()
+	err := srv.Serve(NewFramingListener(l, func(remote net.Addr, reason string) {
+		x := &exchange{start: time.Now()}
+		req := &http.Request{RemoteAddr: remote.String(), URL: &url.URL{}}
+		p.recordFraming(req, x, reason)
+	}))
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops Serve and closes every connection.
+func (p *Proxy) Close() error {
+	p.srvMu.Lock()
+	defer p.srvMu.Unlock()
+	if p.srv == nil {
+		return nil
+	}
+	return p.srv.Close()
+}
+
+// recordFraming records a request refused for its framing, with the lease when one is known.
+func (p *Proxy) recordFraming(r *http.Request, x *exchange, reason string) {
+	if x.b.Lease == "" {
+		p.identify(r.WithContext(context.Background()), x)
+	}
+	x.refusal = refuse(http.StatusBadRequest, RuleBadRequest, reason, "")
+	x.status = http.StatusBadRequest
+	rec := &http.Request{Method: "", URL: &url.URL{}, RemoteAddr: r.RemoteAddr}
+	p.record(rec, x)
 }
 
 // exchange is one request's state, from identification to its audit record.

@@ -165,9 +165,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	gwSrv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-	go gwSrv.Serve(gwLn)
-	defer gwSrv.Close()
+	go proxy.Serve(gwLn)
+	defer proxy.Close()
 
 	upstreams := cfg.Resolver.Upstreams
 	if len(upstreams) == 0 {

@@ -1,0 +1,257 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// framingConn checks the HTTP/1 framing of every request a client sends before net/http parses
+// it, and refuses the shapes used for request smuggling that net/http would otherwise normalise
+// silently: Content-Length together with Transfer-Encoding, obsolete line folding, and chunk
+// sizes that are not hexadecimal. A refused connection gets a 400 naming the problem and is
+// closed; the request never reaches the handler.
+//
+// It stops checking after a request that asks to switch protocols (CONNECT, Upgrade), since what
+// follows is no longer HTTP/1.
+type framingConn struct {
+	net.Conn
+	onRefuse func(reason string)
+
+	mu      sync.Mutex
+	state   framingState
+	head    []byte // head bytes seen so far
+	remain  int64  // body bytes left (stateBody) or chunk bytes left (stateChunkData)
+	line    []byte // partial chunk-size or trailer line
+	err     error
+	pending []byte // bytes checked but not yet handed to the reader
+}
+
+type framingState int
+
+const (
+	stateHead framingState = iota
+	stateBody
+	stateChunkSize
+	stateChunkData
+	stateChunkDataEnd
+	stateTrailer
+	statePassthrough
+)
+
+// maxHead bounds a request head; net/http's own limit (1 MiB) is larger, so ours decides.
+const maxHead = 64 << 10
+
+var errFraming = errors.New("request framing refused")
+
+func newFramingConn(c net.Conn, onRefuse func(string)) *framingConn {
+	return &framingConn{Conn: c, onRefuse: onRefuse}
+}
+
+func (f *framingConn) Read(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return 0, f.err
+	}
+	n, err := f.Conn.Read(p)
+	if n > 0 && f.state != statePassthrough {
+		if reason := f.scan(p[:n]); reason != "" {
+			f.refuse(reason)
+			return 0, f.err
+		}
+	}
+	return n, err
+}
+
+func (f *framingConn) refuse(reason string) {
+	f.err = fmt.Errorf("%w: %s", errFraming, reason)
+	body := "airlock: denied by rule " + RuleBadRequest + ": " + reason + "\n"
+	fmt.Fprintf(f.Conn, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Rule: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		RuleBadRequest, len(body), body)
+	if f.onRefuse != nil {
+		f.onRefuse(reason)
+	}
+}
+
+// scan advances the framing state over b and returns a reason when the request is refused.
+func (f *framingConn) scan(b []byte) string {
+	for len(b) > 0 {
+		switch f.state {
+		case statePassthrough:
+			return ""
+		case stateHead:
+			f.head = append(f.head, b...)
+			end := bytes.Index(f.head, []byte("\r\n\r\n"))
+			if end < 0 {
+				// Tolerate leading CRLFs, bound the rest.
+				if len(f.head) > maxHead {
+					return "request head larger than 64 KiB"
+				}
+				return ""
+			}
+			rest := f.head[end+4:]
+			head := f.head[:end]
+			b = append([]byte(nil), rest...)
+			f.head = f.head[:0]
+			if reason := f.startRequest(head); reason != "" {
+				return reason
+			}
+		case stateBody:
+			n := min(int64(len(b)), f.remain)
+			f.remain -= n
+			b = b[n:]
+			if f.remain == 0 {
+				f.state = stateHead
+			}
+		case stateChunkSize, stateTrailer:
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				f.line = append(f.line, b...)
+				if len(f.line) > 4096 {
+					return "chunk size line too long"
+				}
+				return ""
+			}
+			line := string(append(f.line, b[:i+1]...))
+			f.line = f.line[:0]
+			b = b[i+1:]
+			if !strings.HasSuffix(line, "\r\n") {
+				return "chunked body line not ended by CRLF"
+			}
+			line = strings.TrimSuffix(line, "\r\n")
+			if f.state == stateTrailer {
+				if line == "" {
+					f.state = stateHead
+				}
+				continue
+			}
+			size, _, _ := strings.Cut(line, ";")
+			n, err := strconv.ParseInt(size, 16, 64)
+			if err != nil || n < 0 || size == "" || strings.ContainsAny(size, " \t+-xX") {
+				return fmt.Sprintf("bad chunk size %q", truncate(line, 32))
+			}
+			if n == 0 {
+				f.state = stateTrailer
+			} else {
+				f.state, f.remain = stateChunkData, n
+			}
+		case stateChunkData:
+			n := min(int64(len(b)), f.remain)
+			f.remain -= n
+			b = b[n:]
+			if f.remain == 0 {
+				f.state, f.remain = stateChunkDataEnd, 2
+			}
+		case stateChunkDataEnd:
+			// The CRLF after chunk data.
+			for f.remain > 0 && len(b) > 0 {
+				want := byte('\r')
+				if f.remain == 1 {
+					want = '\n'
+				}
+				if b[0] != want {
+					return "chunk data not followed by CRLF"
+				}
+				b, f.remain = b[1:], f.remain-1
+			}
+			if f.remain == 0 {
+				f.state = stateChunkSize
+			}
+		}
+	}
+	return ""
+}
+
+// startRequest checks one request head and sets up the framing of its body.
+func (f *framingConn) startRequest(head []byte) string {
+	head = bytes.TrimLeft(head, "\r\n")
+	lines := strings.Split(string(head), "\r\n")
+	method, _, _ := strings.Cut(lines[0], " ")
+	var cls, tes []string
+	upgrade := false
+	for _, l := range lines[1:] {
+		if l == "" {
+			continue
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			return "obsolete line folding in a header"
+		}
+		name, value, ok := strings.Cut(l, ":")
+		if !ok {
+			return fmt.Sprintf("malformed header line %q", truncate(l, 32))
+		}
+		if strings.ContainsAny(name, " \t") {
+			return fmt.Sprintf("white space in header name %q", truncate(name, 32))
+		}
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(name) {
+		case "content-length":
+			cls = append(cls, value)
+		case "transfer-encoding":
+			tes = append(tes, value)
+		case "upgrade":
+			upgrade = true
+		}
+	}
+	switch {
+	case len(cls) > 0 && len(tes) > 0:
+		return "both Content-Length and Transfer-Encoding"
+	case len(cls) > 1:
+		return "more than one Content-Length"
+	case len(tes) > 1 || (len(tes) == 1 && !strings.EqualFold(tes[0], "chunked")):
+		return "Transfer-Encoding other than a single chunked"
+	}
+	f.state = stateHead
+	switch {
+	case method == "CONNECT" || upgrade:
+		f.state = statePassthrough
+	case len(tes) == 1:
+		f.state = stateChunkSize
+	case len(cls) == 1:
+		n, err := strconv.ParseInt(cls[0], 10, 64)
+		if err != nil || n < 0 || strings.ContainsAny(cls[0], "+-") {
+			return fmt.Sprintf("bad Content-Length %q", truncate(cls[0], 32))
+		}
+		if n > 0 {
+			f.state, f.remain = stateBody, n
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// framingListener wraps every accepted connection in a framingConn.
+type framingListener struct {
+	net.Listener
+	onRefuse func(remote net.Addr, reason string)
+}
+
+// NewFramingListener returns l with request framing checked on every connection (see
+// framingConn); the gateway's listener for sandboxes must be wrapped in it.
+func NewFramingListener(l net.Listener, onRefuse func(remote net.Addr, reason string)) net.Listener {
+	return &framingListener{Listener: l, onRefuse: onRefuse}
+}
+
+func (l *framingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	remote := c.RemoteAddr()
+	return newFramingConn(c, func(reason string) {
+		if l.onRefuse != nil {
+			l.onRefuse(remote, reason)
+		}
+	}), nil
+}
