@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/idna"
@@ -125,7 +126,56 @@ func CanonicalHost(h string) (string, error) {
 	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
 		return a.Unmap().String(), nil
 	}
+	// Decimal, octal, hex and short IPv4 forms ("2130706433", "0177.0.0.1", "0x7f.1") are
+	// addresses to many resolvers and clients: treat them as the address they denote, so they
+	// meet the IP-literal rules instead of passing as names.
+	if a, ok := parseLooseIPv4(h); ok {
+		return a.String(), nil
+	}
 	return idna.Lookup.ToASCII(h)
+}
+
+// parseLooseIPv4 parses the inet_aton forms of an IPv4 address: one to four parts, each
+// decimal, octal (leading 0) or hex (0x), the last part filling the remaining bytes.
+func parseLooseIPv4(h string) (netip.Addr, bool) {
+	parts := strings.Split(h, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	vals := make([]uint64, len(parts))
+	for i, p := range parts {
+		base := 10
+		switch {
+		case strings.HasPrefix(p, "0x") || strings.HasPrefix(p, "0X"):
+			base, p = 16, p[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, p = 8, p[1:]
+		}
+		if p == "" && base != 8 {
+			return netip.Addr{}, false
+		}
+		if p == "" {
+			p = "0"
+		}
+		v, err := strconv.ParseUint(p, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		vals[i] = v
+	}
+	var ip uint64
+	for i, v := range vals[:len(vals)-1] {
+		if v > 255 {
+			return netip.Addr{}, false
+		}
+		ip |= v << (24 - 8*i)
+	}
+	last := vals[len(vals)-1]
+	if last >= 1<<(8*(5-len(vals))) {
+		return netip.Addr{}, false
+	}
+	ip |= last
+	return netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), true
 }
 
 // Request is a destination to decide on. Host must be canonical (see CanonicalHost).

@@ -132,3 +132,26 @@ func TestParseAllow(t *testing.T) {
 		}
 	}
 }
+
+func TestCanonicalHostIPForms(t *testing.T) {
+	tests := map[string]string{
+		"2130706433":          "127.0.0.1",
+		"0177.0.0.1":          "127.0.0.1",
+		"0x7f.0.0.1":          "127.0.0.1",
+		"0x7f000001":          "127.0.0.1",
+		"127.1":               "127.0.0.1",
+		"10.1":                "10.0.0.1",
+		"169.254.43518":       "169.254.169.254",
+		"0xa9.0xfe.0xa9.0xfe": "169.254.169.254",
+		"[::ffff:7f00:1]":     "127.0.0.1",
+		"[::1]":               "::1",
+		"Example.COM.":        "example.com",
+		"1.2.3.4.5":           "1.2.3.4.5",
+		"08.1.2.3":            "08.1.2.3", // not octal: stays a name
+	}
+	for in, want := range tests {
+		if got, err := CanonicalHost(in); err != nil || got != want {
+			t.Errorf("CanonicalHost(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}

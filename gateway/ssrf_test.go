@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// TestSSRFCorpus sends the address forms SSRF filters are known to miss. None may be dialed.
+func TestSSRFCorpus(t *testing.T) {
+	hosts := []string{
+		"127.0.0.1", "2130706433", "0177.0.0.1", "0x7f.0.0.1", "0x7f000001", "127.1", "0",
+		"169.254.169.254", "169.254.43518", "0xa9.0xfe.0xa9.0xfe", "0251.0376.0251.0376",
+		"10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "0.0.0.0", "224.0.0.1",
+		"[::1]", "[::]", "[::ffff:127.0.0.1]", "[::ffff:a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]",
+		"[2002:a9fe:a9fe::1]", "[fe80::1]", "[fd00::1]", "[::127.0.0.1]",
+	}
+	h := newHarness(t)
+	// Even a scope naming every public IPv4 address must not open these.
+	h.scopes = []scope.Scope{{CIDR: "1.0.0.0/8"}, {Host: "private.example.test"}}
+	c := h.client()
+	for _, host := range hosts {
+		for _, scheme := range []string{"http", "https"} {
+			t.Run(scheme+"://"+host, func(t *testing.T) {
+				resp, err := c.Get(scheme + "://" + host + "/latest/meta-data/")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusForbidden {
+						t.Fatalf("status %d", resp.StatusCode)
+					}
+				} else if !strings.Contains(err.Error(), "Forbidden") {
+					t.Fatalf("error %v", err)
+				}
+				if rec := h.sink.last(); rec.Decision != audit.Deny {
+					t.Fatalf("audit %+v", rec)
+				}
+			})
+		}
+	}
+	h.dialer.mu.Lock()
+	defer h.dialer.mu.Unlock()
+	if len(h.dialer.dialed) > 0 {
+		t.Fatalf("the gateway dialed %v", h.dialer.dialed)
+	}
+}
+
+// flipResolver answers a public address first and a private one afterwards: a rebinding
+// attempt between the check and the dial.
+type flipResolver struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *flipResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls == 1 {
+		return []netip.Addr{netip.MustParseAddr("93.184.215.14")}, nil
+	}
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+func TestDialsTheVettedAddress(t *testing.T) {
+	r := &flipResolver{}
+	rd := &refusingDialer{allowed: map[string]bool{}}
+	d := &dialer{resolver: r, net: rd}
+	d.DialContext(context.Background(), "tcp", "rebind.example.test:80")
+	if r.calls != 1 || len(rd.dialed) != 1 || rd.dialed[0] != "93.184.215.14:80" {
+		t.Fatalf("resolver calls %d, dialed %v: want one lookup and the vetted address", r.calls, rd.dialed)
+	}
+	// A second connection looks up again and is refused before dialing.
+	if _, err := d.DialContext(context.Background(), "tcp", "rebind.example.test:80"); err == nil || len(rd.dialed) != 1 {
+		t.Fatalf("second dial: %v, dialed %v", err, rd.dialed)
+	}
+}
