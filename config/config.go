@@ -74,6 +74,8 @@ type Gateway struct {
 	PrivateUpstreams []PrivateUpstream `yaml:"private_upstreams"`
 	// UpstreamCAFiles are extra roots for verifying upstream TLS (besides the system's).
 	UpstreamCAFiles []string `yaml:"upstream_ca_files"`
+	// Budget bounds each lease's requests and bytes sent upstream; a token may narrow it.
+	Budget scope.Budget `yaml:"budget"`
 }
 
 // PrivateUpstream pins Host:Port to Address.
@@ -230,6 +232,9 @@ func (c *Config) Validate() error {
 		if _, err := netip.ParseAddrPort(u.Address); err != nil {
 			bad(f+".address", "%q is not ADDRESS:PORT", u.Address)
 		}
+	}
+	if c.Gateway.Budget.Requests < 0 || c.Gateway.Budget.BytesUp < 0 {
+		bad("gateway.budget", "limits must be >= 0 (0 means no limit)")
 	}
 	if c.Resolver.Port < 1 || c.Resolver.Port > 65535 {
 		bad("resolver.port", "must be 1-65535")

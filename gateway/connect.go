@@ -77,7 +77,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 	l := newConnListener(conn2)
 	inner := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.serveIntercepted(w, r, host, port)
+			p.serveIntercepted(w, r, host, port, x.bearer)
 		}),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
@@ -102,9 +102,9 @@ var serverProtocols = func() *http.Protocols {
 
 // serveIntercepted handles one request inside an intercepted CONNECT. Every request is checked
 // again: the lease may have ended, and Host must name the CONNECT target.
-func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int) {
+func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int, bearer string) {
 	x := &exchange{start: time.Now()}
-	if err := p.identify(r, x); err != nil {
+	if err := p.identify(r, x, bearer); err != nil {
 		p.deny(w, r, x, err)
 		return
 	}

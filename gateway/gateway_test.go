@@ -48,6 +48,7 @@ type memSink struct {
 	mu   sync.Mutex
 	recs []audit.Record
 	err  error
+	seen int
 }
 
 func (m *memSink) Write(_ context.Context, r audit.Record) error {
@@ -59,13 +60,38 @@ func (m *memSink) Write(_ context.Context, r audit.Record) error {
 
 func (m *memSink) Err() error { return m.err }
 
+// last returns the newest record once one newer than the previous call's has been written (the
+// gateway writes a request's record after the client has its response), or an empty record
+// after a second.
 func (m *memSink) last() audit.Record {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.recs) == 0 {
-		return audit.Record{}
+	for range 100 {
+		m.mu.Lock()
+		if len(m.recs) > m.seen {
+			m.seen = len(m.recs)
+			r := m.recs[len(m.recs)-1]
+			m.mu.Unlock()
+			return r
+		}
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
 	}
-	return m.recs[len(m.recs)-1]
+	return audit.Record{}
+}
+
+// await returns the first record that satisfies pred, waiting up to a second.
+func (m *memSink) await(pred func(audit.Record) bool) (audit.Record, bool) {
+	for range 100 {
+		m.mu.Lock()
+		for _, r := range m.recs {
+			if pred(r) {
+				m.mu.Unlock()
+				return r, true
+			}
+		}
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return audit.Record{}, false
 }
 
 // refusingDialer records every dial and refuses those not to allowed addresses, so an SSRF

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +24,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
 	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
 )
 
 // Bindings finds the lease a sandbox address holds; *binding.Cache meets it.
@@ -50,6 +50,11 @@ type Config struct {
 	Resolver Resolver
 	// Dialer opens upstream connections; nil means a net.Dialer with a 10s timeout.
 	Dialer ContextDialer
+	// Verify checks task tokens that clients outside the pool present in
+	// Proxy-Authorization: Bearer; nil refuses such clients.
+	Verify func(raw string) (token.Task, error)
+	// Budget is the per-lease default; a token's budget narrows it. Zero means no limit.
+	Budget scope.Budget
 	Logger *slog.Logger
 }
 
@@ -61,6 +66,8 @@ type Proxy struct {
 	rp      *httputil.ReverseProxy
 	log     *slog.Logger
 	tunnels atomic.Int64
+	tokens  *tokenIdentities
+	budgets *budgets
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -77,7 +84,10 @@ func New(cfg Config) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	p := &Proxy{cfg: cfg, log: cfg.Logger,
+		tokens:  &tokenIdentities{verify: cfg.Verify, now: time.Now, cache: map[[32]byte]binding.Binding{}},
+		budgets: &budgets{def: cfg.Budget},
+	}
 	p.dial = &dialer{pins: cfg.PrivateUpstreams, resolver: cfg.Resolver, net: cfg.Dialer}
 	transport := &http.Transport{
 		DialContext:           p.dial.DialContext,
@@ -136,7 +146,7 @@ func (p *Proxy) Close() error {
 // recordFraming records a request refused for its framing, with the lease when one is known.
 func (p *Proxy) recordFraming(r *http.Request, x *exchange, reason string) {
 	if x.b.Lease == "" {
-		p.identify(r.WithContext(context.Background()), x)
+		p.identify(r.WithContext(context.Background()), x, "")
 	}
 	x.refusal = refuse(http.StatusBadRequest, RuleBadRequest, reason, "")
 	x.status = http.StatusBadRequest
@@ -159,6 +169,10 @@ type exchange struct {
 	refusal  *Refusal
 	status   int
 	up, down int64
+	bearer   string // the task token a client outside the pool identified with
+	body     *meteredBody
+	usage    *usage
+	limit    scope.Budget
 }
 
 type exchangeKey struct{}
@@ -166,7 +180,7 @@ type exchangeKey struct{}
 // ServeHTTP handles one request from a sandbox.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{start: time.Now()}
-	if err := p.identify(r, x); err != nil {
+	if err := p.identify(r, x, ""); err != nil {
 		p.deny(w, r, x, err)
 		return
 	}
@@ -184,21 +198,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forward(w, r, x)
-}
-
-// identify finds the lease of the request's source address.
-func (p *Proxy) identify(r *http.Request, x *exchange) error {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return refuse(http.StatusBadRequest, RuleBadRequest, "unreadable client address", "")
-	}
-	x.src = ap.Addr().Unmap()
-	b, err := p.cfg.Bindings.Lookup(r.Context(), x.src)
-	if err != nil {
-		return err
-	}
-	x.b = b
-	return nil
 }
 
 // target sets the exchange's destination from a host[:port] string.
@@ -252,12 +251,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 			return
 		}
 	}
+	if err := p.startRequest(x); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
 	})
 	cw := &countingWriter{ResponseWriter: w}
-	body := &countingBody{ReadCloser: r.Body}
+	body := &meteredBody{ReadCloser: r.Body, usage: x.usage, limit: x.limit.BytesUp, lease: x.b.Lease}
+	x.body = body
 	r.Body = body
 	p.rp.ServeHTTP(cw, r.WithContext(ctx))
 	x.status, x.up, x.down = cw.status, body.n, cw.n
@@ -334,6 +338,9 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		err = errors.New(broker.Redact(err.Error(), x.secret.Values()...))
 	}
 	ref := refusalFor(err)
+	if x.body != nil && x.body.over != nil {
+		ref = x.body.over
+	}
 	if ref.Rule == RuleUpstreamFailed {
 		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
 	}
@@ -400,14 +407,3 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 }
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-type countingBody struct {
-	io.ReadCloser
-	n int64
-}
-
-func (c *countingBody) Read(b []byte) (int, error) {
-	n, err := c.ReadCloser.Read(b)
-	c.n += int64(n)
-	return n, err
-}

@@ -25,7 +25,7 @@ const (
 	RuleCredentialDown   = "credential-unavailable"
 	RuleAuditDown        = "audit-unavailable" // the decision could not be recorded
 	RuleUpstreamFailed   = "upstream-failed"
-	RuleTunnelNotAllowed = "tunnel-not-allowed"
+	RuleBudget           = "budget" // the lease spent its request or byte budget
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.

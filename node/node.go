@@ -156,9 +156,27 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return err
 	}
+	verifier := &token.Verifier{Audience: cfg.Deployment, Issuers: map[string]token.Issuer{}}
+	for _, iss := range cfg.Tokens.Issuers {
+		ti, err := loadIssuer(iss)
+		if err != nil {
+			return err
+		}
+		verifier.Issuers[iss.Name] = ti
+	}
+	var minter api.Minter
+	if deps.DevIssuer != nil {
+		maxTTL := time.Duration(0)
+		for _, t := range cfg.Templates {
+			maxTTL = max(maxTTL, t.MaxTTL)
+		}
+		verifier.Issuers[deps.DevIssuer.Name] = deps.DevIssuer.Issuer(maxTTL)
+		minter = devMinter{deps.DevIssuer}
+	}
 	proxy := gateway.New(gateway.Config{
 		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: catalog, Broker: vb, Audit: sink,
 		PrivateUpstreams: pins, UpstreamRoots: roots, Logger: log,
+		Verify: verifier.Verify, Budget: cfg.Gateway.Budget,
 	})
 	gwAddr := net.JoinHostPort(hostIP.String(), strconv.Itoa(cfg.Gateway.Port))
 	gwLn, err := net.Listen("tcp", gwAddr)
@@ -185,23 +203,6 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 
-	verifier := &token.Verifier{Audience: cfg.Deployment, Issuers: map[string]token.Issuer{}}
-	for _, iss := range cfg.Tokens.Issuers {
-		ti, err := loadIssuer(iss)
-		if err != nil {
-			return err
-		}
-		verifier.Issuers[iss.Name] = ti
-	}
-	var minter api.Minter
-	if deps.DevIssuer != nil {
-		maxTTL := time.Duration(0)
-		for _, t := range cfg.Templates {
-			maxTTL = max(maxTTL, t.MaxTTL)
-		}
-		verifier.Issuers[deps.DevIssuer.Name] = deps.DevIssuer.Issuer(maxTTL)
-		minter = devMinter{deps.DevIssuer}
-	}
 	mgr, err := pool.New(pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.Verify, CheckTask: func(t token.Task) error { return checkCredentials(catalog, t) },

@@ -264,7 +264,7 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	b := binding.Binding{
 		Lease: l.ID, Node: l.Node, Addr: sb.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: sb.ID,
-		Template: t.Name, Expires: expires, Version: now.UnixNano(), Scopes: task.Scopes,
+		Template: t.Name, Expires: expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
 	}
 	if err := m.cfg.Store.Bind(ctx, l, b); err != nil {
 		// The claimed sandbox was never visible to the task: destroy it rather than reuse it.

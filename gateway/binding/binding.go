@@ -33,6 +33,7 @@ type Binding struct {
 	Expires   time.Time     `json:"expires"`
 	Version   int64         `json:"version"`
 	RawScopes []scope.Scope `json:"scopes"`
+	Budget    scope.Budget  `json:"budget,omitzero"`
 	Scopes    scope.Set     `json:"-"`
 }
 

@@ -27,6 +27,8 @@ type Claims struct {
 	jwt.RegisteredClaims
 	Tenant string        `json:"tenant,omitempty"`
 	Scopes []scope.Scope `json:"scopes"`
+	// Budget narrows the deployment's per-lease budget.
+	Budget scope.Budget `json:"budget,omitzero"`
 }
 
 // Task is a verified token: who the task is, what it may reach, and until when.
@@ -37,6 +39,7 @@ type Task struct {
 	Tenant  string
 	Expires time.Time
 	Scopes  scope.Set
+	Budget  scope.Budget
 }
 
 // Issuer is a token issuer the operator trusts.
@@ -114,7 +117,7 @@ func (v *Verifier) Verify(raw string) (Task, error) {
 	}
 	return Task{
 		ID: claims.Subject, JTI: claims.ID, Issuer: iss.Name, Tenant: claims.Tenant,
-		Expires: claims.ExpiresAt.Time, Scopes: scopes,
+		Expires: claims.ExpiresAt.Time, Scopes: scopes, Budget: claims.Budget,
 	}, nil
 }
 

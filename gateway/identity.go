@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/token"
+)
+
+// tokenIdentities verifies task tokens presented in Proxy-Authorization by clients outside the
+// pool, caching each verified token until it expires so only the first request pays for the
+// signature check.
+type tokenIdentities struct {
+	verify func(raw string) (token.Task, error)
+	now    func() time.Time
+
+	mu    sync.Mutex
+	cache map[[32]byte]binding.Binding
+}
+
+const maxCachedTokens = 10000
+
+func (t *tokenIdentities) lookup(raw string) (binding.Binding, error) {
+	if t.verify == nil {
+		return binding.Binding{}, fmt.Errorf("%w (this gateway accepts no task tokens from clients outside the pool)", binding.ErrUnknown)
+	}
+	key := sha256.Sum256([]byte(raw))
+	now := t.now()
+	t.mu.Lock()
+	b, ok := t.cache[key]
+	t.mu.Unlock()
+	if ok {
+		if !now.Before(b.Expires) {
+			return binding.Binding{}, fmt.Errorf("%w: task token for %s expired at %s", binding.ErrUnknown, b.Task, b.Expires.UTC().Format(time.RFC3339))
+		}
+		return b, nil
+	}
+	task, err := t.verify(raw)
+	if err != nil {
+		return binding.Binding{}, fmt.Errorf("%w: %v", binding.ErrUnknown, err)
+	}
+	b = binding.Binding{
+		Lease: "token:" + task.JTI, Task: task.ID, Tenant: task.Tenant, Expires: task.Expires,
+		Scopes: task.Scopes, Budget: task.Budget,
+	}
+	t.mu.Lock()
+	if len(t.cache) >= maxCachedTokens {
+		for k, v := range t.cache {
+			if !now.Before(v.Expires) {
+				delete(t.cache, k)
+			}
+		}
+		if len(t.cache) >= maxCachedTokens {
+			clear(t.cache)
+		}
+	}
+	t.cache[key] = b
+	t.mu.Unlock()
+	return b, nil
+}
+
+// bearer returns the token in a "Proxy-Authorization: Bearer" header, if any.
+func bearer(h http.Header) string {
+	v := h.Get("Proxy-Authorization")
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return strings.TrimSpace(v[7:])
+	}
+	return ""
+}
+
+// identify finds who sent r: the lease bound to its source address, or, for a client outside
+// the pool, the task token it presents (inherited from the CONNECT for intercepted requests). A
+// sandbox's own binding always wins, so a token can never widen a sandbox's scopes.
+func (p *Proxy) identify(r *http.Request, x *exchange, inherited string) error {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return refuse(http.StatusBadRequest, RuleBadRequest, "unreadable client address", "")
+	}
+	x.src = ap.Addr().Unmap()
+	b, err := p.cfg.Bindings.Lookup(r.Context(), x.src)
+	if errors.Is(err, binding.ErrUnknown) {
+		raw := bearer(r.Header)
+		if raw == "" {
+			raw = inherited
+		}
+		if raw != "" {
+			x.bearer = raw
+			b, err = p.tokens.lookup(raw)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	x.b = b
+	return nil
+}

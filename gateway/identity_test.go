@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
+)
+
+func TestBudgets(t *testing.T) {
+	h := newHarness(t)
+	p := h.proxyHandler()
+	p.budgets.def = scope.Budget{Requests: 3, BytesUp: 1000}
+	c := h.client()
+	for i := range 4 {
+		resp, err := c.Get("https://api.example.test/v1/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := 200
+		if i == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: status %d, want %d", i+1, resp.StatusCode, want)
+		}
+		if i < 3 {
+			<-h.got
+		}
+	}
+	if _, ok := h.sink.await(func(r audit.Record) bool { return r.Rule == RuleBudget && r.Status == 429 }); !ok {
+		t.Fatal("no audit record for the refused request")
+	}
+
+	// Bytes: a fresh lease whose token narrows the byte budget to 100.
+	h2 := newHarness(t)
+	h2.proxyHandler().budgets.def = scope.Budget{BytesUp: 1000}
+	bindings := h2.proxyHandler().cfg.Bindings.(*fakeBindings)
+	inner := bindings.lookup
+	bindings.lookup = func(ctx context.Context, a netip.Addr) (binding.Binding, error) {
+		b, err := inner(ctx, a)
+		b.Lease, b.Budget = "l-2", scope.Budget{BytesUp: 100}
+		return b, err
+	}
+	resp, err := h2.client().Post("https://api.example.test/v1/x", "text/plain", strings.NewReader(strings.Repeat("x", 500)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("over-budget upload: status %d", resp.StatusCode)
+	}
+}
+
+func TestProxyAuthorizationForClientsOutsideThePool(t *testing.T) {
+	h := newHarness(t)
+	h.bindErr = binding.ErrUnknown // the client's address holds no lease
+	dev, _ := token.NewDevIssuer("dev", "aud")
+	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": dev.Issuer(time.Hour)}}
+	p := h.proxyHandler()
+	p.tokens.verify = v.Verify
+	raw, _ := dev.Mint("task-9", "", []scope.Scope{{Host: "api.example.test", Credential: "demo"}}, time.Minute)
+
+	pu, _ := url.Parse(h.proxy.URL)
+	tr := h.client().Transport.(*http.Transport)
+	tr.Proxy = http.ProxyURL(pu)
+	tr.ProxyConnectHeader = http.Header{"Proxy-Authorization": {"Bearer " + raw}}
+	resp, err := (&http.Client{Transport: tr}).Get("https://api.example.test/v1/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := <-h.got; got.Get("Proxy-Authorization") != "" || got.Get("Authorization") != "Bearer "+testSecret {
+		t.Fatalf("upstream saw %v", got)
+	}
+	if rec := h.sink.last(); rec.Task != "task-9" || !strings.HasPrefix(rec.Lease, "token:") {
+		t.Fatalf("audit %+v", rec)
+	}
+
+	// A forged token, and no token at all, are refused with 407.
+	for _, hdr := range []string{"Bearer " + raw[:len(raw)-4] + "AAAA", ""} {
+		c, _ := net.Dial("tcp", h.proxy.Listener.Addr().String())
+		fmt.Fprintf(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\nProxy-Authorization: %s\r\n\r\n", hdr)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
+			t.Fatalf("header %q: %v %v", hdr, resp, err)
+		}
+	}
+}
+
+func TestTunnelScope(t *testing.T) {
+	// An SSH-like TCP server: it greets, then echoes.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, "SSH-2.0-test\r\n")
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	h := newHarness(t)
+	h.scopes = []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}, {Host: "api.example.test"}}
+	p := h.proxyHandler()
+	p.dial.pins["git.example.test:22"] = netip.MustParseAddrPort(l.Addr().String())
+	h.dialer.allowed[l.Addr().String()] = true
+
+	connect := func(target string) (*http.Response, net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", h.proxy.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, c, br
+	}
+	resp, c, br := connect("git.example.test:22")
+	if resp.StatusCode != 200 {
+		t.Fatalf("tunnel CONNECT: %d", resp.StatusCode)
+	}
+	if line, _ := br.ReadString('\n'); line != "SSH-2.0-test\r\n" {
+		t.Fatalf("greeting %q", line)
+	}
+	io.WriteString(c, "ping\n")
+	if line, _ := br.ReadString('\n'); line != "ping\n" {
+		t.Fatalf("echo %q", line)
+	}
+	// Tunnel scopes open only their own port; an ordinary scope never gets a raw tunnel.
+	if resp, _, _ := connect("git.example.test:443"); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("tunnel host on another port: %d", resp.StatusCode)
+	}
+	if resp, _, _ := connect("api.example.test:22"); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("non-tunnel host on port 22: %d", resp.StatusCode)
+	}
+}
