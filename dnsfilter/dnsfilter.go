@@ -51,9 +51,10 @@ type Config struct {
 
 // Resolver is the DNS handler. Safe for concurrent use.
 type Resolver struct {
-	cfg    Config
-	client *dns.Client
-	log    *slog.Logger
+	cfg     Config
+	client  *dns.Client
+	log     *slog.Logger
+	metrics *Metrics // nil until NewMetrics
 }
 
 // New returns a Resolver.
@@ -77,6 +78,11 @@ func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	resp := r.answer(req, &rec)
 	rec.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	qtype := rec.QType
+	if _, known := allowedTypes[dns.StringToType[qtype]]; !known && qtype != "TXT" && qtype != "ANY" {
+		qtype = "other" // bounded label values
+	}
+	r.metrics.query(string(rec.Decision), rec.Rule, qtype)
 	if err := r.cfg.Audit.Write(context.Background(), rec); err != nil {
 		// Never answer what cannot be recorded.
 		resp = refusal(req, dns.ExtendedErrorCodeProhibited, "audit trail unavailable")
@@ -171,8 +177,9 @@ func (r *Resolver) forward(req *dns.Msg) (*dns.Msg, error) {
 	out := req.Copy()
 	var last error
 	for _, u := range r.cfg.Upstreams {
-		resp, _, err := r.client.Exchange(out, u)
+		resp, rtt, err := r.client.Exchange(out, u)
 		if err == nil {
+			r.metrics.upstreamTook(rtt)
 			return resp, nil
 		}
 		last = err

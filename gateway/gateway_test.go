@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
@@ -396,4 +399,30 @@ func (o *oneByteReader) Read(p []byte) (int, error) {
 	p[0] = o.s[o.i]
 	o.i++
 	return 1, nil
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, h.proxyHandler(), h.ca)
+	c := h.client()
+	for _, u := range []string{"https://api.example.test/v1/x", "https://api.example.test/v1/y", "https://evil.example.test/"} {
+		if resp, err := c.Get(u); err == nil {
+			resp.Body.Close()
+		}
+		h.sink.last()
+	}
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("allow", RuleScope)); v != 2 {
+		t.Fatalf("allow/scope = %v", v)
+	}
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("deny", RuleScopeMiss)); v != 1 {
+		t.Fatalf("deny/scope-miss = %v", v)
+	}
+	hits, misses := h.ca.CacheStats()
+	if misses < 1 || hits < 1 {
+		t.Fatalf("certificate cache hits %d misses %d", hits, misses)
+	}
+	if n, err := testutil.GatherAndCount(reg, "airlock_gateway_request_duration_seconds", "airlock_gateway_open_tunnels"); err != nil || n != 3 {
+		t.Fatalf("gathered %d series: %v", n, err)
+	}
 }

@@ -68,6 +68,7 @@ type Proxy struct {
 	tunnels atomic.Int64
 	tokens  *tokenIdentities
 	budgets *budgets
+	metrics *Metrics // nil until NewMetrics
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -379,6 +380,7 @@ func (p *Proxy) record(r *http.Request, x *exchange) {
 	if x.secret != nil {
 		rec.Reason = broker.Redact(rec.Reason, x.secret.Values()...)
 	}
+	p.metrics.observe(&rec, time.Since(x.start))
 	if err := p.cfg.Audit.Write(r.Context(), rec); err != nil {
 		p.log.Error("audit write failed", "err", err, "lease", x.b.Lease)
 	}

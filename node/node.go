@@ -17,6 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-dev/airlock/config"
@@ -183,6 +186,9 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gateway.NewMetrics(reg, proxy, authority)
 	go proxy.Serve(gwLn)
 	defer proxy.Close()
 
@@ -191,6 +197,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		upstreams = hostNameservers()
 	}
 	resolver := dnsfilter.New(dnsfilter.Config{Node: cfg.Node, Bindings: cache, Audit: sink, Pins: dnsPins, Upstreams: upstreams, Logger: log})
+	dnsfilter.NewMetrics(reg, resolver)
 	dnsAddr := net.JoinHostPort(hostIP.String(), strconv.Itoa(cfg.Resolver.Port))
 	dnsReady := make(chan struct{})
 	dnsErr := make(chan error, 1)
@@ -221,7 +228,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: deps.APIKeys, Minter: minter, Logger: log}), ReadHeaderTimeout: 10 * time.Second}
+	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: deps.APIKeys, Minter: minter, Logger: log,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}), ReadHeaderTimeout: 10 * time.Second}
 	go apiSrv.Serve(apiLn)
 	defer apiSrv.Close()
 

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,7 +31,12 @@ type Authority struct {
 
 	mu     sync.Mutex
 	leaves map[string]*leaf
+	hits   atomic.Int64
+	misses atomic.Int64
 }
+
+// CacheStats reports leaf certificates served from the cache and minted.
+func (a *Authority) CacheStats() (hits, misses int64) { return a.hits.Load(), a.misses.Load() }
 
 type leaf struct {
 	once sync.Once
@@ -124,6 +130,9 @@ func (a *Authority) Leaf(host string) (*tls.Certificate, error) {
 	if !ok {
 		l = &leaf{}
 		a.leaves[host] = l
+		a.misses.Add(1)
+	} else {
+		a.hits.Add(1)
 	}
 	a.mu.Unlock()
 	l.once.Do(func() { l.cert, l.err = a.mint(host) })

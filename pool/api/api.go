@@ -37,7 +37,9 @@ type Config struct {
 	// Keys maps the hex SHA-256 of each API key to its tenant; keys are never stored in clear.
 	Keys   map[string]string
 	Minter Minter // nil: leases need a token
-	Logger *slog.Logger
+	// Metrics serves /metrics when set.
+	Metrics http.Handler
+	Logger  *slog.Logger
 }
 
 // Server is the HTTP API. Safe for concurrent use.
@@ -60,6 +62,9 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
+	if cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", cfg.Metrics)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
