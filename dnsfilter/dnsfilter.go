@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -52,6 +53,7 @@ type Config struct {
 // Resolver is the DNS handler. Safe for concurrent use.
 type Resolver struct {
 	cfg     Config
+	pins    atomic.Pointer[map[string]netip.Addr]
 	client  *dns.Client
 	log     *slog.Logger
 	metrics *Metrics // nil until NewMetrics
@@ -62,8 +64,13 @@ func New(cfg Config) *Resolver {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Resolver{cfg: cfg, client: &dns.Client{Timeout: 3 * time.Second}, log: cfg.Logger}
+	r := &Resolver{cfg: cfg, client: &dns.Client{Timeout: 3 * time.Second}, log: cfg.Logger}
+	r.SetPins(cfg.Pins)
+	return r
 }
+
+// SetPins replaces the pinned private names (see Config.Pins).
+func (r *Resolver) SetPins(pins map[string]netip.Addr) { r.pins.Store(&pins) }
 
 var allowedTypes = map[uint16]bool{
 	dns.TypeA: true, dns.TypeAAAA: true, dns.TypeCNAME: true, dns.TypeHTTPS: true, dns.TypeSVCB: true,
@@ -130,7 +137,7 @@ func (r *Resolver) answer(req *dns.Msg, rec *audit.Record) *dns.Msg {
 	if !allowedTypes[q.Qtype] {
 		return deny(RuleQType, fmt.Sprintf("query type %s is not answered for sandboxes", rec.QType), dns.ExtendedErrorCodeBlocked)
 	}
-	if a, ok := r.cfg.Pins[name]; ok {
+	if a, ok := (*r.pins.Load())[name]; ok {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		m.Authoritative = true

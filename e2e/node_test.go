@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/airlock-dev/airlock/gateway/audit"
@@ -101,6 +102,46 @@ func selfSigned(t *testing.T, host string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// issuerKey signs task tokens the way an agent backend's own issuer would.
+var issuerKey *ecdsa.PrivateKey
+
+func issuerKeyPath(t *testing.T, dir string) string {
+	t.Helper()
+	if issuerKey == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		issuerKey = k
+	}
+	der, err := x509.MarshalPKIXPublicKey(&issuerKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "issuer-k1.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mintToken signs a task token with the test issuer's key (ES256, kid k1).
+func mintToken(t *testing.T, task string, scopes []map[string]any, ttl time.Duration) string {
+	t.Helper()
+	now := time.Now()
+	claims := jwt.MapClaims{
+		"iss": "e2e-issuer", "aud": "airlock-e2e", "sub": task, "jti": fmt.Sprintf("jti-%d", now.UnixNano()),
+		"iat": now.Unix(), "exp": now.Add(ttl).Unix(), "scopes": scopes,
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
+	tok.Header["kid"] = "k1"
+	s, err := tok.SignedString(issuerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // nodeProc is a running `airlock up`.
 type nodeProc struct {
 	cmd    *exec.Cmd
@@ -137,13 +178,18 @@ resolver:
 dev:
   issuer: true
   demo_upstream: ""
+tokens:
+  issuers:
+    - name: e2e-issuer
+      keys: {k1: %q}
+      max_ttl: 1h
 templates:
   - name: default
     min_warm: 2
     max_total: 8
     default_ttl: 10m
     max_ttl: 1h
-`, testNode, apiPort, testBridge, testSubnet, up.srv.Listener.Addr().String(), certPath)
+`, testNode, apiPort, testBridge, testSubnet, up.srv.Listener.Addr().String(), certPath, issuerKeyPath(t, dir))
 	path := filepath.Join(dir, "airlock.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -271,6 +272,41 @@ func TestNode(t *testing.T) {
 		if _, _, code := n.cli(t, "release", b.ID); code != 0 {
 			t.Error("releasing B failed")
 		}
+	})
+
+	t.Run("a token from the operator's issuer leases and explains", func(t *testing.T) {
+		tok := mintToken(t, "task-jwt", []map[string]any{
+			{"host": "api.example.test", "methods": []string{"GET"}, "paths": []string{"/whoami"}, "credential": "demo"},
+		}, 10*time.Minute)
+		out, errs, code := n.cli(t, "explain", "--token", tok, "https://api.example.test/whoami")
+		if code != 0 || !strings.Contains(out, "allow GET https://api.example.test/whoami") || !strings.Contains(out, "credential demo") {
+			t.Fatalf("explain allow: exit %d\n%s%s", code, out, errs)
+		}
+		out, _, code = n.cli(t, "explain", "--token", tok, "--method", "POST", "https://api.example.test/whoami")
+		if code != 1 || !strings.Contains(out, "deny") || !strings.Contains(out, "scope-miss") {
+			t.Fatalf("explain deny: exit %d\n%s", code, out)
+		}
+		out, errs, code = n.cli(t, "lease", "--json", "--token", tok)
+		if code != 0 {
+			t.Fatalf("lease with the issuer's token: %s", errs)
+		}
+		var l leaseJSON
+		json.Unmarshal([]byte(out), &l)
+		out, errs, code = n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami")
+		if code != 0 || !strings.Contains(out, "whoami ok") {
+			t.Fatalf("curl under the issuer's token: exit %d %s %s", code, out, errs)
+		}
+		// The same token (same jti) cannot bind a second lease.
+		if _, errs, code := n.cli(t, "lease", "--token", tok); code == 0 || !strings.Contains(errs, "jti") {
+			t.Fatalf("second lease with one jti: exit %d %s", code, errs)
+		}
+		// A token that names the credential for a host outside the catalog's list is refused
+		// at lease time.
+		bad := mintToken(t, "task-bad", []map[string]any{{"host": "evil.example", "credential": "demo"}}, 10*time.Minute)
+		if _, errs, code := n.cli(t, "lease", "--token", bad); code == 0 || !strings.Contains(errs, "may not be sent to evil.example") {
+			t.Fatalf("lease with a widened credential: exit %d %s", code, errs)
+		}
+		n.cli(t, "release", l.ID)
 	})
 
 	t.Run("release destroys the sandbox and the pool refills", func(t *testing.T) {

@@ -20,9 +20,8 @@ type usage struct {
 
 // budgets tracks per-lease usage on this node (a lease is served by one node's gateway only).
 type budgets struct {
-	def scope.Budget
-	m   sync.Map // lease id -> *usage
-	n   atomic.Int64
+	m sync.Map // lease id -> *usage
+	n atomic.Int64
 }
 
 func (b *budgets) of(lease string, expires time.Time) *usage {
@@ -52,7 +51,7 @@ func (b *budgets) prune() {
 
 // startRequest counts one request against x's lease and refuses it when the budget is spent.
 func (p *Proxy) startRequest(x *exchange) error {
-	lim := p.budgets.def.Narrow(x.b.Budget)
+	lim := p.dyn.Load().budget.Narrow(x.b.Budget)
 	if lim == (scope.Budget{}) {
 		return nil
 	}

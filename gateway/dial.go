@@ -25,15 +25,15 @@ type ContextDialer interface {
 // dialer resolves upstream names itself (the client's idea of an address is never trusted), vets
 // each address, and dials exactly the address it vetted, so no second lookup can rebind it.
 type dialer struct {
-	pins     map[string]netip.AddrPort // "host:port" -> pinned private upstream
-	allow    []netip.Prefix            // operator-allowed non-public ranges
+	pins     func() map[string]netip.AddrPort // "host:port" -> pinned private upstream
+	allow    []netip.Prefix                   // operator-allowed non-public ranges
 	resolver Resolver
 	net      ContextDialer
 }
 
 // vet returns the address to dial for host:port, or a Refusal.
 func (d *dialer) vet(ctx context.Context, host string, port int) (netip.AddrPort, error) {
-	if ap, ok := d.pins[net.JoinHostPort(host, strconv.Itoa(port))]; ok {
+	if ap, ok := d.pins()[net.JoinHostPort(host, strconv.Itoa(port))]; ok {
 		return ap, nil
 	}
 	var addrs []netip.Addr

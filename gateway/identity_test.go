@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/scope"
 	"github.com/airlock-dev/airlock/gateway/token"
 )
@@ -22,7 +24,7 @@ import (
 func TestBudgets(t *testing.T) {
 	h := newHarness(t)
 	p := h.proxyHandler()
-	p.budgets.def = scope.Budget{Requests: 3, BytesUp: 1000}
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, scope.Budget{Requests: 3, BytesUp: 1000})
 	c := h.client()
 	for i := range 4 {
 		resp, err := c.Get("https://api.example.test/v1/x")
@@ -47,7 +49,8 @@ func TestBudgets(t *testing.T) {
 
 	// Bytes: a fresh lease whose token narrows the byte budget to 100.
 	h2 := newHarness(t)
-	h2.proxyHandler().budgets.def = scope.Budget{BytesUp: 1000}
+	p2 := h2.proxyHandler()
+	p2.Reload(p2.dyn.Load().catalog, p2.dyn.Load().pins, scope.Budget{BytesUp: 1000})
 	bindings := h2.proxyHandler().cfg.Bindings.(*fakeBindings)
 	inner := bindings.lookup
 	bindings.lookup = func(ctx context.Context, a netip.Addr) (binding.Binding, error) {
@@ -128,7 +131,7 @@ func TestTunnelScope(t *testing.T) {
 	h := newHarness(t)
 	h.scopes = []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}, {Host: "api.example.test"}}
 	p := h.proxyHandler()
-	p.dial.pins["git.example.test:22"] = netip.MustParseAddrPort(l.Addr().String())
+	p.dyn.Load().pins["git.example.test:22"] = netip.MustParseAddrPort(l.Addr().String())
 	h.dialer.allowed[l.Addr().String()] = true
 
 	connect := func(target string) (*http.Response, net.Conn, *bufio.Reader) {
@@ -163,5 +166,40 @@ func TestTunnelScope(t *testing.T) {
 	}
 	if resp, _, _ := connect("api.example.test:22"); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("non-tunnel host on port 22: %d", resp.StatusCode)
+	}
+}
+
+// TestReloadKeepsConnections swaps the settings under an open, kept-alive intercepted connection:
+// the connection survives and its next request is decided under the new settings.
+func TestReloadKeepsConnections(t *testing.T) {
+	h := newHarness(t)
+	p := h.proxyHandler()
+	c := h.client()
+	get := func() (int, bool) {
+		reused := false
+		req, _ := http.NewRequest("GET", "https://api.example.test/v1/x", nil)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },
+		}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, reused
+	}
+	if st, _ := get(); st != 200 {
+		t.Fatalf("before reload: %d", st)
+	}
+	<-h.got
+	empty, _ := broker.NewCatalog(nil)
+	p.Reload(empty, p.dyn.Load().pins, scope.Budget{})
+	st, reused := get()
+	if !reused {
+		t.Fatal("the reload dropped the open connection")
+	}
+	if st != http.StatusForbidden {
+		t.Fatalf("after removing the credential from the catalog: %d, want 403", st)
 	}
 }

@@ -32,8 +32,7 @@ func newProtoHarness(t *testing.T, handler http.Handler) *harness {
 	h.dialer.mu.Lock()
 	h.dialer.allowed[addr] = true
 	h.dialer.mu.Unlock()
-	h.proxyHandler().cfg.PrivateUpstreams["api.example.test:443"] = netip.MustParseAddrPort(addr)
-	h.proxyHandler().dial.pins = h.proxyHandler().cfg.PrivateUpstreams
+	h.proxyHandler().dyn.Load().pins["api.example.test:443"] = netip.MustParseAddrPort(addr)
 	h.scopes = []scope.Scope{{Host: "api.example.test"}}
 	return h
 }

@@ -69,6 +69,7 @@ type Proxy struct {
 	tokens  *tokenIdentities
 	budgets *budgets
 	metrics *Metrics // nil until NewMetrics
+	dyn     atomic.Pointer[dynamic]
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -87,9 +88,10 @@ func New(cfg Config) *Proxy {
 	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger,
 		tokens:  &tokenIdentities{verify: cfg.Verify, now: time.Now, cache: map[[32]byte]binding.Binding{}},
-		budgets: &budgets{def: cfg.Budget},
+		budgets: &budgets{},
 	}
-	p.dial = &dialer{pins: cfg.PrivateUpstreams, resolver: cfg.Resolver, net: cfg.Dialer}
+	p.dyn.Store(&dynamic{catalog: cfg.Catalog, pins: cfg.PrivateUpstreams, budget: cfg.Budget})
+	p.dial = &dialer{pins: func() map[string]netip.AddrPort { return p.dyn.Load().pins }, resolver: cfg.Resolver, net: cfg.Dialer}
 	transport := &http.Transport{
 		DialContext:           p.dial.DialContext,
 		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
@@ -109,6 +111,19 @@ func New(cfg Config) *Proxy {
 		FlushInterval:  -1,
 	}
 	return p
+}
+
+// dynamic is the part of the configuration that Reload swaps while connections stay open.
+type dynamic struct {
+	catalog broker.Catalog
+	pins    map[string]netip.AddrPort
+	budget  scope.Budget
+}
+
+// Reload replaces the credential catalog, the private upstreams and the default budget. Open
+// connections stay open; their next request is decided under the new settings.
+func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip.AddrPort, budget scope.Budget) {
+	p.dyn.Store(&dynamic{catalog: catalog, pins: privateUpstreams, budget: budget})
 }
 
 // Serve answers sandboxes on l until Close. Every connection's HTTP/1 framing is checked first
@@ -228,20 +243,13 @@ func splitHostPort(hostport string, defPort int) (string, int, error) {
 
 // forward checks one request against the scopes, injects its credential and sends it upstream.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
-	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port, Method: r.Method, Path: r.URL.Path})
-	if !ok {
-		p.deny(w, r, x, p.scopeMiss(x, r.Method, r.URL.Path))
+	if err := p.decide(x, r.Method, r.URL.Path); err != nil {
+		p.deny(w, r, x, err)
 		return
 	}
-	x.scope = s
-	if s.Credential != "" {
-		e, err := p.cfg.Catalog.Authorize(s.Credential, x.host, x.b.Tenant)
-		if err != nil {
-			p.deny(w, r, x, err)
-			return
-		}
-		x.entry = e
-		if x.secret, err = p.cfg.Broker.Get(r.Context(), x.b.Lease, e); err != nil {
+	if x.entry != nil {
+		var err error
+		if x.secret, err = p.cfg.Broker.Get(r.Context(), x.b.Lease, x.entry); err != nil {
 			p.deny(w, r, x, err)
 			return
 		}
@@ -267,6 +275,24 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p.rp.ServeHTTP(cw, r.WithContext(ctx))
 	x.status, x.up, x.down = cw.status, body.n, cw.n
 	p.record(r, x)
+}
+
+// decide applies the task's scopes and the credential catalog to one request, setting the
+// matching scope and the credential entry to inject. It does no I/O: forward and Explain share it.
+func (p *Proxy) decide(x *exchange, method, path string) error {
+	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port, Method: method, Path: path})
+	if !ok {
+		return p.scopeMiss(x, method, path)
+	}
+	x.scope = s
+	if s.Credential != "" {
+		e, err := p.dyn.Load().catalog.Authorize(s.Credential, x.host, x.b.Tenant)
+		if err != nil {
+			return err
+		}
+		x.entry = e
+	}
+	return nil
 }
 
 func (p *Proxy) scopeMiss(x *exchange, method, path string) *Refusal {

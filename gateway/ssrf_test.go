@@ -70,7 +70,7 @@ func (f *flipResolver) LookupNetIP(context.Context, string, string) ([]netip.Add
 func TestDialsTheVettedAddress(t *testing.T) {
 	r := &flipResolver{}
 	rd := &refusingDialer{allowed: map[string]bool{}}
-	d := &dialer{resolver: r, net: rd}
+	d := &dialer{resolver: r, net: rd, pins: func() map[string]netip.AddrPort { return nil }}
 	d.DialContext(context.Background(), "tcp", "rebind.example.test:80")
 	if r.calls != 1 || len(rd.dialed) != 1 || rd.dialed[0] != "93.184.215.14:80" {
 		t.Fatalf("resolver calls %d, dialed %v: want one lookup and the vetted address", r.calls, rd.dialed)

@@ -48,6 +48,10 @@ type Deps struct {
 	APIKeys map[string]string
 	// DevIssuer, when set, is trusted and mints tokens for --allow leases.
 	DevIssuer *token.DevIssuer
+	// Reloads delivers validated configurations to apply while running: the credential
+	// catalog, private upstreams and gateway budget change; open connections stay open.
+	// Other fields take effect at the next start.
+	Reloads <-chan config.Config
 }
 
 // Ready describes a running node, for what `airlock up` prints and the client file.
@@ -229,9 +233,19 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return fmt.Errorf("api: %w", err)
 	}
 	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: deps.APIKeys, Minter: minter, Logger: log,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}), ReadHeaderTimeout: 10 * time.Second}
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain}), ReadHeaderTimeout: 10 * time.Second}
 	go apiSrv.Serve(apiLn)
 	defer apiSrv.Close()
+
+	go func() {
+		for nc := range deps.Reloads {
+			if err := reload(nc, proxy, resolver); err != nil {
+				log.Error("config reload refused; keeping the running configuration", "err", err)
+				continue
+			}
+			log.Info("config reloaded: credentials, private upstreams and budget")
+		}
+	}()
 
 	if err := waitLive(ctx, cache); err != nil {
 		return err
@@ -247,6 +261,21 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		poolErr <- err
 		return fmt.Errorf("pool stopped: %w", err)
 	}
+}
+
+// reload applies the reloadable part of nc.
+func reload(nc config.Config, proxy *gateway.Proxy, resolver *dnsfilter.Resolver) error {
+	catalog, err := broker.NewCatalog(nc.Creds)
+	if err != nil {
+		return err
+	}
+	pins, dnsPins, err := privateUpstreams(nc.Gateway.PrivateUpstreams)
+	if err != nil {
+		return err
+	}
+	proxy.Reload(catalog, pins, nc.Gateway.Budget)
+	resolver.SetPins(dnsPins)
+	return nil
 }
 
 func destroyAll(ctx context.Context, rt *docker.Runtime) error {

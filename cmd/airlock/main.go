@@ -16,6 +16,7 @@ usage:
   airlock lease --template T (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
   airlock exec LEASE [--timeout D] -- CMD ARGS...
   airlock release LEASE
+  airlock explain --token JWT [--method M] [--json] URL
   airlock pools [--json]
   airlock version
 
@@ -29,6 +30,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) int{
 		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
+		"explain": cmdExplain,
 		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
 	}
 	run, ok := cmds[os.Args[1]]

@@ -40,14 +40,14 @@ func cmdUp(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := up(ctx, cfg, log); err != nil {
+	if err := up(ctx, cfg, *cfgPath, log); err != nil {
 		return fail(err)
 	}
 	fmt.Fprintln(os.Stderr, "airlock: stopped; containers, network, firewall rules and child processes removed")
 	return 0
 }
 
-func up(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger) error {
 	if cfg.StateDir == "" {
 		cfg.StateDir = stateDir()
 	}
@@ -130,6 +130,7 @@ func up(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		cfg.Gateway.PrivateUpstreams = append(cfg.Gateway.PrivateUpstreams,
 			config.PrivateUpstream{Host: config.DemoHost, Port: 443, Address: demo.Addr})
 	}
+	deps.Reloads = watchReloads(ctx, cfgPath, cfg, log)
 
 	return node.Run(ctx, cfg, deps, log, func(r node.Ready) {
 		err := node.WriteClientFile(cfg.StateDir, node.ClientFile{Addr: r.API, Token: apiKey, Ready: r,
@@ -202,4 +203,40 @@ func lockDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("another airlock node is running with state dir %s", dir)
 	}
 	return func() { f.Close() }, nil
+}
+
+// watchReloads re-reads the config file on SIGHUP and delivers each valid one; an invalid file
+// is reported and the running configuration stays.
+func watchReloads(ctx context.Context, path string, running config.Config, log *slog.Logger) <-chan config.Config {
+	out := make(chan config.Config)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			nc, err := config.Load(path)
+			if err != nil {
+				log.Error("config reload refused; keeping the running configuration", "err", err)
+				continue
+			}
+			// What `airlock up` added itself (the demo upstream's pin) stays.
+			for _, u := range running.Gateway.PrivateUpstreams {
+				if u.Host == config.DemoHost && running.Dev.DemoUpstream != "" {
+					nc.Gateway.PrivateUpstreams = append(nc.Gateway.PrivateUpstreams, u)
+				}
+			}
+			select {
+			case out <- nc:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }

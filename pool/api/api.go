@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
 )
@@ -39,6 +40,8 @@ type Config struct {
 	Minter Minter // nil: leases need a token
 	// Metrics serves /metrics when set.
 	Metrics http.Handler
+	// Explain answers POST /v1/explain: what the gateway would decide for a request.
+	Explain func(token, method, url string) (gateway.Explanation, error)
 	Logger  *slog.Logger
 }
 
@@ -60,6 +63,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.releaseLease))
 	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.exec))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
+	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	if cfg.Metrics != nil {
@@ -246,6 +250,31 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	b, _ := json.Marshal(st)
 	fw.frame(StreamExit, b)
+}
+
+// ExplainRequest is the body of POST /v1/explain.
+type ExplainRequest struct {
+	Token  string `json:"token"`
+	Method string `json:"method,omitempty"`
+	URL    string `json:"url"`
+}
+
+func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
+	var req ExplainRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if s.cfg.Explain == nil {
+		writeError(w, http.StatusNotFound, "not_found", "this node has no gateway to explain")
+		return
+	}
+	ex, err := s.cfg.Explain(req.Token, req.Method, req.URL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
 }
 
 func (s *Server) pools(w http.ResponseWriter, r *http.Request) {

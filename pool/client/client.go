@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 )
@@ -141,4 +142,11 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, stdou
 			return -1, fmt.Errorf("exec stream: %w", err)
 		}
 	}
+}
+
+// Explain asks what the gateway would decide for a request of the task token.
+func (c *Client) Explain(ctx context.Context, req api.ExplainRequest) (gateway.Explanation, error) {
+	var v gateway.Explanation
+	_, err := c.do(ctx, http.MethodPost, "/v1/explain", req, &v)
+	return v, err
 }

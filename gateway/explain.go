@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// Explanation is what the gateway would decide for one request of a task, without sending it.
+type Explanation struct {
+	Task       string       `json:"task"`
+	Method     string       `json:"method"`
+	URL        string       `json:"url"`
+	Decision   string       `json:"decision"`
+	Rule       string       `json:"rule"`
+	Reason     string       `json:"reason"`
+	Hint       string       `json:"hint,omitempty"`
+	Scope      *scope.Scope `json:"scope,omitempty"`
+	Credential string       `json:"credential,omitempty"`
+	// Upstream says how the destination address will be chosen at dial time.
+	Upstream string `json:"upstream,omitempty"`
+}
+
+// Explain verifies raw like the gateway does and decides method and rawURL under its scopes and
+// the current catalog. It returns an error only for a request it cannot read.
+func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
+	if method == "" {
+		method = "GET"
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Explanation{}, fmt.Errorf("%q is not an http or https URL", rawURL)
+	}
+	ex := Explanation{Method: strings.ToUpper(method), URL: rawURL}
+	x := &exchange{}
+	def := 443
+	if u.Scheme == "http" {
+		def = 80
+	}
+	if err := p.target(x, u.Scheme, u.Host, def); err != nil {
+		return Explanation{}, err
+	}
+	path := u.Path
+	if path == "" {
+		path = "/"
+	}
+	b, err := p.tokens.lookup(raw)
+	if err == nil {
+		x.b = b
+		ex.Task = b.Task
+		err = p.decide(x, ex.Method, path)
+	}
+	if err != nil {
+		ref := refusalFor(err)
+		ex.Decision, ex.Rule, ex.Reason, ex.Hint = string(audit.Deny), ref.Rule, ref.Reason, ref.Hint
+		return ex, nil
+	}
+	s := x.scope
+	ex.Decision, ex.Rule, ex.Scope = string(audit.Allow), RuleScope, &s
+	ex.Reason = "scope " + s.String()
+	if x.entry != nil {
+		ex.Credential = x.entry.Name
+	}
+	if ap, ok := p.dyn.Load().pins[x.host+":"+strconv.Itoa(x.port)]; ok {
+		ex.Upstream = "pinned private upstream " + ap.String()
+	} else if _, err := netip.ParseAddr(x.host); err == nil {
+		ex.Upstream = "the address itself, if public"
+	} else {
+		ex.Upstream = "resolved by the gateway at dial time; only public addresses are dialed"
+	}
+	return ex, nil
+}
+

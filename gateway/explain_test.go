@@ -1,0 +1,45 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
+)
+
+func TestExplain(t *testing.T) {
+	h := newHarness(t)
+	dev, _ := token.NewDevIssuer("dev", "aud")
+	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": dev.Issuer(time.Hour)}}
+	p := h.proxyHandler()
+	p.tokens.verify = v.Verify
+	raw, _ := dev.Mint("task-e", "", []scope.Scope{
+		{Host: "api.example.test", Methods: []string{"GET"}, Paths: []string{"/v1/*"}, Credential: "demo"},
+		{Host: "evil.example.test", Credential: "demo"},
+	}, time.Minute)
+	tests := []struct {
+		method, url, decision, rule, credential string
+	}{
+		{"GET", "https://api.example.test/v1/repos", "allow", RuleScope, "demo"},
+		{"POST", "https://api.example.test/v1/repos", "deny", RuleScopeMiss, ""},
+		{"GET", "https://other.example.test/", "deny", RuleScopeMiss, ""},
+		// The token names the credential for a host the catalog does not allow.
+		{"GET", "https://evil.example.test/", "deny", RuleCredentialDenied, ""},
+	}
+	for _, tt := range tests {
+		ex, err := p.Explain(raw, tt.method, tt.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.Decision != tt.decision || ex.Rule != tt.rule || ex.Credential != tt.credential || ex.Task != "task-e" {
+			t.Errorf("%s %s: %+v", tt.method, tt.url, ex)
+		}
+	}
+	if ex, _ := p.Explain("not-a-token", "GET", "https://api.example.test/v1/x"); ex.Rule != RuleNoLease {
+		t.Errorf("bad token: %+v", ex)
+	}
+	if _, err := p.Explain(raw, "GET", "ftp://x"); err == nil {
+		t.Error("ftp URL accepted")
+	}
+}
