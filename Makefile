@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint deps vault image clean
+.PHONY: all build up test unit e2e lint fuzz deps vault image clean
 
 all: build
 
@@ -39,6 +39,15 @@ e2e: deps vault image build
 
 lint:
 	@scripts/lint.sh
+
+# Fuzz each parser that faces untrusted input for FUZZTIME; the corpora live in testdata/fuzz.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/scope
+	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./gateway/scope
+	$(GO) test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/token
+	$(GO) test -run XXX -fuzz '^FuzzFraming$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 
 clean:
 	rm -rf bin

@@ -123,6 +123,9 @@ func CanonicalHost(h string) (string, error) {
 	if h == "" {
 		return "", errors.New("empty host")
 	}
+	if !strings.HasPrefix(h, "[") && (strings.HasPrefix(h, ".") || strings.HasSuffix(h, ".") || strings.Contains(h, "..")) {
+		return "", fmt.Errorf("%q has an empty label", h)
+	}
 	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
 		return a.Unmap().String(), nil
 	}
@@ -132,7 +135,14 @@ func CanonicalHost(h string) (string, error) {
 	if a, ok := parseLooseIPv4(h); ok {
 		return a.String(), nil
 	}
-	return idna.Lookup.ToASCII(h)
+	c, err := idna.Lookup.ToASCII(h)
+	if err != nil {
+		return "", err
+	}
+	if c == "" || strings.HasPrefix(c, ".") || strings.HasSuffix(c, ".") || strings.Contains(c, "..") {
+		return "", fmt.Errorf("%q is not a host name", h)
+	}
+	return c, nil
 }
 
 // parseLooseIPv4 parses the inet_aton forms of an IPv4 address: one to four parts, each
