@@ -102,7 +102,7 @@ func TestNode(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
-		if strings.Contains(out, secret) || !strings.Contains(out, "you sent: Bearer [redacted]") || !strings.Contains(out, "X-Echo: Bearer [redacted]") {
+		if strings.Contains(out, secret) || !strings.Contains(out, "you sent: Bearer [redacted]") || !strings.Contains(strings.ToLower(out), "x-echo: bearer [redacted]") {
 			t.Fatalf("response reached the sandbox unscrubbed:\n%s", out)
 		}
 	})

@@ -151,7 +151,7 @@ type harness struct {
 	got      chan http.Header
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	auth, err := ca.LoadOrCreate(t.TempDir(), "test CA")
 	if err != nil {

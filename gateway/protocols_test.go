@@ -19,7 +19,7 @@ import (
 )
 
 // newProtoHarness points api.example.test at handler, served over TLS with HTTP/2 enabled.
-func newProtoHarness(t *testing.T, handler http.Handler) *harness {
+func newProtoHarness(t testing.TB, handler http.Handler) *harness {
 	t.Helper()
 	h := newHarness(t)
 	leaf, _ := h.ca.Leaf("api.example.test")

@@ -109,6 +109,7 @@ func New(cfg Config) *Proxy {
 		ErrorHandler:   p.proxyError,
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 		FlushInterval:  -1,
+		BufferPool:     copyBuffers,
 	}
 	return p
 }
@@ -169,6 +170,15 @@ func (p *Proxy) recordFraming(r *http.Request, x *exchange, reason string) {
 	rec := &http.Request{Method: "", URL: &url.URL{}, RemoteAddr: r.RemoteAddr}
 	p.record(rec, x)
 }
+
+// bufferPool lends the 32 KiB buffers that bodies are copied through, so a request does not
+// allocate one.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *bufferPool) Put(s []byte) { b.p.Put(&s) }
+
+var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { s := make([]byte, 32<<10); return &s }}}
 
 // exchange is one request's state, from identification to its audit record.
 type exchange struct {

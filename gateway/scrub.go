@@ -86,9 +86,10 @@ func (s *scrubReader) Read(p []byte) (int, error) {
 		if s.eof {
 			return 0, io.EOF
 		}
-		var chunk [32 << 10]byte
-		n, err := s.src.Read(chunk[:])
+		chunk := copyBuffers.Get()
+		n, err := s.src.Read(chunk)
 		s.buf = append(s.buf, chunk[:n]...)
+		copyBuffers.Put(chunk)
 		for _, f := range s.forms {
 			if bytes.Contains(s.buf, f) {
 				s.buf = bytes.ReplaceAll(s.buf, f, []byte(redacted))

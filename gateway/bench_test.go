@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"testing"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// benchHarness is the test harness with an upstream that answers at once and a real file
+// audit sink, so the numbers include writing the trail.
+func benchHarness(b *testing.B, credential bool) (*harness, *http.Client) {
+	b.Helper()
+	h := newHarness(b)
+	sink, err := audit.OpenFile(audit.FileConfig{Path: b.TempDir() + "/audit.jsonl", Queue: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sink.Close() })
+	p := h.proxyHandler()
+	p.cfg.Audit = sink
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok"))
+	}))
+	b.Cleanup(plain.Close)
+	p.dyn.Load().pins["api.example.test:80"] = netip.MustParseAddrPort(plain.Listener.Addr().String())
+	h.dialer.allowed[plain.Listener.Addr().String()] = true
+	h.upstream.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	h.scopes = []scope.Scope{{Host: "api.example.test"}}
+	if credential {
+		h.scopes[0].Credential = "demo"
+	}
+	pu, _ := url.Parse(h.proxy.URL)
+	c := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: h.ca.Pool()}, MaxIdleConnsPerHost: 8,
+	}}
+	return h, c
+}
+
+func benchGet(b *testing.B, c *http.Client, u string) {
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := c.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+// BenchmarkPlainHTTP is one kept-alive absolute-form request through the gateway (client,
+// proxy and upstream in one process: allocations are the whole path's).
+func BenchmarkPlainHTTP(b *testing.B) {
+	_, c := benchHarness(b, false)
+	benchGet(b, c, "http://api.example.test/x")
+}
+
+// BenchmarkInterceptedHTTPS is one request on a kept-alive intercepted TLS connection.
+func BenchmarkInterceptedHTTPS(b *testing.B) {
+	_, c := benchHarness(b, false)
+	benchGet(b, c, "https://api.example.test/x")
+}
+
+// BenchmarkInterceptedHTTPSInjected adds a cached credential and response scrubbing.
+func BenchmarkInterceptedHTTPSInjected(b *testing.B) {
+	_, c := benchHarness(b, true)
+	benchGet(b, c, "https://api.example.test/x")
+}
+
+// BenchmarkDirectHTTP is the same request without the gateway: the client's and upstream's share
+// of the allocations, to subtract from BenchmarkPlainHTTP.
+func BenchmarkDirectHTTP(b *testing.B) {
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	b.Cleanup(plain.Close)
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	benchGet(b, c, plain.URL+"/x")
+}
