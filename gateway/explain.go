@@ -75,4 +75,3 @@ func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
 	}
 	return ex, nil
 }
-
