@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz deps vault image clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway deps vault image clean
 
 all: build
 
@@ -48,6 +48,13 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/token
 	$(GO) test -run XXX -fuzz '^FuzzFraming$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
+
+# Benchmarks: go benchmarks with allocations, then the side-by-side peer runs.
+bench: bench-gateway
+	$(GO) test -run XXX -bench . -benchmem ./gateway/...
+
+bench-gateway:
+	@scripts/bench-gateway.sh
 
 clean:
 	rm -rf bin

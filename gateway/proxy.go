@@ -108,8 +108,10 @@ func New(cfg Config) *Proxy {
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.proxyError,
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
-		FlushInterval:  -1,
-		BufferPool:     copyBuffers,
+		// Zero: a response of known length goes out in one write at the end; ReverseProxy
+		// still flushes every write of streamed (unknown-length, event-stream) responses.
+		FlushInterval: 0,
+		BufferPool:    copyBuffers,
 	}
 	return p
 }

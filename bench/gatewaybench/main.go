@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -107,7 +108,16 @@ func runGateway(ctx context.Context, args []string) error {
 	httpsUp := fs.String("https-upstream", "127.0.0.1:18443", "TLS upstream")
 	dir := fs.String("cert", "", "directory of the benchmark CA")
 	auditPath := fs.String("audit", "", "audit trail file (required: the benchmark runs with audit on)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here")
 	fs.Parse(args)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if *auditPath == "" {
 		return errors.New("-audit is required")
 	}

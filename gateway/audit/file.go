@@ -119,13 +119,15 @@ func (s *FileSink) append(w io.Writer, r Record) error {
 	if err != nil {
 		return err
 	}
-	r.Hash = chainHash(s.prev, body)
-	line, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	s.prev = r.Hash
-	_, err = w.Write(append(line, '\n'))
+	// The hash covers the record as marshalled without it; the line is that same JSON with the
+	// hash spliced in as the last field (Hash is omitempty, so the body has no hash field), which
+	// is what Read reproduces to check it.
+	h := chainHash(s.prev, body)
+	line := append(body[:len(body)-1], `,"hash":"`...)
+	line = append(line, h...)
+	line = append(line, "\"}\n"...)
+	s.prev = h
+	_, err = w.Write(line)
 	return err
 }
 
