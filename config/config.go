@@ -89,6 +89,23 @@ type PrivateUpstream struct {
 type Resolver struct {
 	Port      int      `yaml:"port"`
 	Upstreams []string `yaml:"upstreams"` // empty: the host's /etc/resolv.conf nameservers
+	// NXDomain answers refused names with NXDOMAIN instead of REFUSED.
+	NXDomain    bool          `yaml:"nxdomain"`
+	CacheMaxTTL time.Duration `yaml:"cache_max_ttl"`
+	CacheNegTTL time.Duration `yaml:"cache_neg_ttl"`
+	// RateQPS and RateBurst limit queries per sandbox; -1 disables.
+	RateQPS   int    `yaml:"rate_qps"`
+	RateBurst int    `yaml:"rate_burst"`
+	Tunnel    Tunnel `yaml:"tunnel"`
+}
+
+// Tunnel holds the resolver's tunnel heuristics for names under wildcard scopes.
+type Tunnel struct {
+	MaxLabel    int           `yaml:"max_label"`
+	MaxName     int           `yaml:"max_name"`
+	EntropyBits float64       `yaml:"entropy_bits"`
+	MaxDistinct int           `yaml:"max_distinct"`
+	Window      time.Duration `yaml:"window"`
 }
 
 // Audit is the audit trail.
@@ -130,9 +147,10 @@ func Default() Config {
 		Redis:      Redis{Grace: 10 * time.Second},
 		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
 		Gateway:    Gateway{Port: 3128},
-		Resolver:   Resolver{Port: 53},
-		Audit:      Audit{FlushEvery: 20 * time.Millisecond},
-		Dev:        Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"},
+		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
+			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
+		Audit: Audit{FlushEvery: 20 * time.Millisecond},
+		Dev:   Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -238,6 +256,17 @@ func (c *Config) Validate() error {
 	}
 	if c.Resolver.Port < 1 || c.Resolver.Port > 65535 {
 		bad("resolver.port", "must be 1-65535")
+	}
+	for i, u := range c.Resolver.Upstreams {
+		if _, err := netip.ParseAddrPort(u); err != nil {
+			bad(fmt.Sprintf("resolver.upstreams[%d]", i), "%q is not ADDRESS:PORT", u)
+		}
+	}
+	if c.Resolver.CacheMaxTTL < 0 || c.Resolver.CacheNegTTL < 0 {
+		bad("resolver.cache_max_ttl", "must be >= 0")
+	}
+	if t := c.Resolver.Tunnel; t.MaxLabel < 0 || t.MaxName < 0 || t.EntropyBits < 0 || t.MaxDistinct < 0 || t.Window < 0 {
+		bad("resolver.tunnel", "limits must be >= 0 (0 takes the default)")
 	}
 	for i, iss := range c.Tokens.Issuers {
 		if iss.Name == "" {

@@ -8,8 +8,10 @@ import (
 
 // Metrics are the resolver's Prometheus metrics; labels are fixed vocabularies.
 type Metrics struct {
-	queries  *prometheus.CounterVec
-	upstream prometheus.Histogram
+	queries      *prometheus.CounterVec
+	upstream     prometheus.Histogram
+	cache        *prometheus.CounterVec
+	auditRefusal prometheus.Counter
 }
 
 // NewMetrics registers the resolver's metrics on reg and attaches them to r.
@@ -23,7 +25,13 @@ func NewMetrics(reg prometheus.Registerer, r *Resolver) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12),
 		}),
 	}
-	reg.MustRegister(m.queries, m.upstream)
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "airlock_dns_cache_lookups_total", Help: "Answer cache lookups for allowed names, by result.",
+	}, []string{"result"})
+	m.auditRefusal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "airlock_dns_audit_refusals_total", Help: "Queries refused because the audit trail could not take their record.",
+	})
+	reg.MustRegister(m.queries, m.upstream, m.cache, m.auditRefusal)
 	r.metrics = m
 	return m
 }
@@ -41,5 +49,22 @@ func (m *Metrics) query(decision, rule, qtype string) {
 func (m *Metrics) upstreamTook(d time.Duration) {
 	if m != nil {
 		m.upstream.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) cacheHit(hit bool) {
+	if m == nil {
+		return
+	}
+	if hit {
+		m.cache.WithLabelValues("hit").Inc()
+	} else {
+		m.cache.WithLabelValues("miss").Inc()
+	}
+}
+
+func (m *Metrics) auditRefused() {
+	if m != nil {
+		m.auditRefusal.Inc()
 	}
 }

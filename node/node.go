@@ -200,7 +200,14 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if len(upstreams) == 0 {
 		upstreams = hostNameservers()
 	}
-	resolver := dnsfilter.New(dnsfilter.Config{Node: cfg.Node, Bindings: cache, Audit: sink, Pins: dnsPins, Upstreams: upstreams, Logger: log})
+	rc := cfg.Resolver
+	resolver := dnsfilter.New(dnsfilter.Config{
+		Node: cfg.Node, Bindings: cache, Audit: sink, Pins: dnsPins, Upstreams: upstreams, Logger: log,
+		NXDomain: rc.NXDomain, CacheMaxTTL: rc.CacheMaxTTL, CacheNegTTL: rc.CacheNegTTL,
+		RateQPS: rc.RateQPS, RateBurst: rc.RateBurst,
+		Tunnel: dnsfilter.TunnelLimits{MaxLabel: rc.Tunnel.MaxLabel, MaxName: rc.Tunnel.MaxName,
+			EntropyBits: rc.Tunnel.EntropyBits, MaxDistinct: rc.Tunnel.MaxDistinct, Window: rc.Tunnel.Window},
+	})
 	dnsfilter.NewMetrics(reg, resolver)
 	dnsAddr := net.JoinHostPort(hostIP.String(), strconv.Itoa(cfg.Resolver.Port))
 	dnsReady := make(chan struct{})

@@ -60,6 +60,8 @@ type Record struct {
 	QName   string `json:"qname,omitempty"`
 	QType   string `json:"qtype,omitempty"`
 	Answers int    `json:"answers,omitempty"`
+	// Flagged marks a decision a security reviewer should look at (a tunnel-shaped query).
+	Flagged bool `json:"flagged,omitempty"`
 
 	// Exec and lease events
 	Event    string   `json:"event,omitempty"`

@@ -34,6 +34,9 @@ type Scope struct {
 	Credential string `json:"credential,omitempty"`
 	// Tunnel allows an uninspected CONNECT to the scope's ports.
 	Tunnel bool `json:"tunnel,omitempty"`
+	// DNSTypes lets the resolver answer these query types (for example "TXT") for the scope's
+	// names, beyond A, AAAA, CNAME, HTTPS and SVCB.
+	DNSTypes []string `json:"dns_types,omitempty"`
 
 	prefix netip.Prefix
 }
@@ -110,6 +113,17 @@ func (s Scope) canonical() (Scope, error) {
 		if _, err := path.Match(p, "/"); err != nil {
 			return s, fmt.Errorf("path %q: %v", p, err)
 		}
+	}
+	if s.DNSTypes != nil {
+		types := make([]string, len(s.DNSTypes))
+		for i, t := range s.DNSTypes {
+			t = strings.ToUpper(strings.TrimSpace(t))
+			if t == "" || t == "ANY" || t == "AXFR" || t == "IXFR" || strings.ContainsAny(t, " \t") {
+				return s, fmt.Errorf("dns_types: %q cannot be allowed", t)
+			}
+			types[i] = t
+		}
+		s.DNSTypes = types
 	}
 	if s.Tunnel && len(s.Ports) == 0 {
 		return s, errors.New("a tunnel scope must name its ports")

@@ -1,0 +1,129 @@
+package dnsfilter
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sync/singleflight"
+)
+
+// cacheKey identifies an upstream answer: the canonical name, type and class.
+type cacheKey struct {
+	name   string
+	qtype  uint16
+	qclass uint16
+}
+
+type cacheEntry struct {
+	msg     *dns.Msg
+	stored  time.Time
+	expires time.Time
+}
+
+// answerCache holds upstream answers for their TTL (capped), negative answers for their SOA
+// minimum (capped), and coalesces identical in-flight upstream queries. Safe for concurrent use.
+type answerCache struct {
+	maxTTL, maxNegTTL time.Duration
+	maxEntries        int
+	now               func() time.Time
+
+	mu      sync.RWMutex
+	entries map[cacheKey]*cacheEntry
+	flight  singleflight.Group
+}
+
+func newAnswerCache(maxTTL, maxNegTTL time.Duration, maxEntries int) *answerCache {
+	return &answerCache{maxTTL: maxTTL, maxNegTTL: maxNegTTL, maxEntries: maxEntries, now: time.Now,
+		entries: map[cacheKey]*cacheEntry{}}
+}
+
+func keyOf(q dns.Question) cacheKey {
+	return cacheKey{name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass}
+}
+
+// get returns a copy of the cached answer with TTLs lowered by its age, or nil.
+func (c *answerCache) get(k cacheKey) *dns.Msg {
+	c.mu.RLock()
+	e := c.entries[k]
+	c.mu.RUnlock()
+	if e == nil {
+		return nil
+	}
+	now := c.now()
+	if !now.Before(e.expires) {
+		return nil
+	}
+	m := e.msg.Copy()
+	age := uint32(now.Sub(e.stored) / time.Second)
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			h := rr.Header()
+			if h.Rrtype == dns.TypeOPT {
+				continue
+			}
+			if h.Ttl > age {
+				h.Ttl -= age
+			} else {
+				h.Ttl = 0
+			}
+		}
+	}
+	return m
+}
+
+// put stores m for its lifetime: the smallest TTL in it, or for a negative answer the SOA
+// minimum, each capped. Failures (SERVFAIL, REFUSED) are not stored.
+func (c *answerCache) put(k cacheKey, m *dns.Msg) {
+	var ttl time.Duration
+	switch {
+	case m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0:
+		ttl = c.maxTTL
+		for _, rr := range m.Answer {
+			ttl = min(ttl, time.Duration(rr.Header().Ttl)*time.Second)
+		}
+	case m.Rcode == dns.RcodeNameError || (m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0):
+		ttl = c.maxNegTTL
+		for _, rr := range m.Ns {
+			if soa, ok := rr.(*dns.SOA); ok {
+				ttl = min(ttl, time.Duration(min(soa.Minttl, soa.Hdr.Ttl))*time.Second)
+			}
+		}
+	default:
+		return
+	}
+	if ttl <= 0 {
+		return
+	}
+	now := c.now()
+	stored := m.Copy()
+	stored.Extra = nil // never cache EDNS options of one exchange
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.maxEntries {
+		// Drop expired entries; if none, drop an arbitrary tenth. Bounded memory over precision.
+		for key, e := range c.entries {
+			if !now.Before(e.expires) {
+				delete(c.entries, key)
+			}
+		}
+		if len(c.entries) >= c.maxEntries {
+			n := c.maxEntries / 10
+			for key := range c.entries {
+				delete(c.entries, key)
+				if n--; n <= 0 {
+					break
+				}
+			}
+		}
+	}
+	c.entries[k] = &cacheEntry{msg: stored, stored: now, expires: now.Add(ttl)}
+}
+
+// len reports the number of entries.
+func (c *answerCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.entries)
+}

@@ -1,0 +1,219 @@
+package dnsfilter
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// countingUpstream answers every name with one public A record (or NXDOMAIN for names under
+// nx.), 40 TXT strings for big.files.example, counting the questions it gets.
+type countingUpstream struct {
+	n     atomic.Int64
+	delay atomic.Int64 // nanoseconds
+}
+
+func (u *countingUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	u.n.Add(1)
+	time.Sleep(time.Duration(u.delay.Load()))
+	m := new(dns.Msg)
+	m.SetReply(r)
+	q := r.Question[0]
+	switch {
+	case strings.HasPrefix(q.Name, "nx."):
+		m.Rcode = dns.RcodeNameError
+		m.Ns = append(m.Ns, &dns.SOA{Hdr: dns.RR_Header{Name: "files.example.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 60},
+			Ns: "ns.", Mbox: "h.", Serial: 1, Refresh: 1, Retry: 1, Expire: 1, Minttl: 10})
+	case q.Qtype == dns.TypeTXT:
+		for i := range 40 {
+			m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60},
+				Txt: []string{fmt.Sprintf("%02d-%s", i, strings.Repeat("t", 60))}})
+		}
+	default:
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP("93.184.215.14")})
+	}
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		size := dns.MinMsgSize
+		if o := r.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		m.Truncate(size)
+	}
+	w.WriteMsg(m)
+}
+
+type fullHarness struct {
+	addr string
+	up   *countingUpstream
+	sink *memSink
+	r    *Resolver
+}
+
+func newFullHarness(t *testing.T, mod func(*Config)) *fullHarness {
+	t.Helper()
+	up := &countingUpstream{}
+	// The upstream answers over UDP and TCP (for truncation fallback) on one port.
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upAddr := tl.Addr().String()
+	pc, err := net.ListenPacket("udp", upAddr)
+	if err != nil {
+		t.Skipf("udp port %s taken: %v", upAddr, err)
+	}
+	for _, srv := range []*dns.Server{{Listener: tl, Handler: up}, {PacketConn: pc, Handler: up}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+
+	set, _ := scope.Parse([]scope.Scope{{Host: "*.files.example", DNSTypes: []string{"TXT"}}, {Host: "exact.example"}})
+	sink := &memSink{}
+	cfg := Config{
+		Node: "n1", Audit: sink, Upstreams: []string{upAddr},
+		Bindings: &fakeBindings{lookup: func(_ context.Context, a netip.Addr) (binding.Binding, error) {
+			return binding.Binding{Lease: "l-1", Task: "t", Addr: a, Scopes: set, Expires: time.Now().Add(time.Hour)}, nil
+		}},
+		RateQPS: -1,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, _ := net.ListenPacket("udp", "127.0.0.1:0")
+	addr := l.LocalAddr().String()
+	l.Close()
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() { r.Serve(ctx, addr, func() { close(ready) }); close(done) }()
+	<-ready
+	t.Cleanup(func() { cancel(); <-done })
+	return &fullHarness{addr: addr, up: up, sink: sink, r: r}
+}
+
+func (h *fullHarness) ask(t *testing.T, name string, qtype uint16, edns bool, net string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	if edns {
+		m.SetEdns0(1232, false)
+	}
+	resp, _, err := (&dns.Client{Net: net, Timeout: 2 * time.Second}).Exchange(m, h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestCacheAndCoalescing(t *testing.T) {
+	h := newFullHarness(t, nil)
+	h.up.delay.Store(int64(100 * time.Millisecond))
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.ask(t, "a.files.example.", dns.TypeA, false, "udp") }()
+	}
+	wg.Wait()
+	if n := h.up.n.Load(); n != 1 {
+		t.Fatalf("50 concurrent identical queries reached the upstream %d times", n)
+	}
+	h.up.delay.Store(0)
+	m := h.ask(t, "a.files.example.", dns.TypeA, false, "udp")
+	if h.up.n.Load() != 1 || len(m.Answer) != 1 || m.Answer[0].Header().Ttl > 300 {
+		t.Fatalf("cached answer: upstream %d, %v", h.up.n.Load(), m.Answer)
+	}
+	// Negative answers are cached too.
+	h.ask(t, "nx.files.example.", dns.TypeA, false, "udp")
+	m = h.ask(t, "nx.files.example.", dns.TypeA, false, "udp")
+	if m.Rcode != dns.RcodeNameError || h.up.n.Load() != 2 {
+		t.Fatalf("negative caching: rcode %d upstream %d", m.Rcode, h.up.n.Load())
+	}
+}
+
+func TestTunnelDefence(t *testing.T) {
+	h := newFullHarness(t, func(c *Config) { c.Tunnel = TunnelLimits{MaxDistinct: 5} })
+	for _, name := range []string{
+		strings.Repeat("a", 41) + ".files.example.",
+		"mzxw6ytboi2dcmrtgq3dsnzzha4tmnbvg4.files.example.", // base32-ish data
+		"q8Zr3kLp0XvW2nYt.files.example.",
+	} {
+		m := h.ask(t, name, dns.TypeA, false, "udp")
+		rec := h.sink.last()
+		if m.Rcode != dns.RcodeRefused || rec.Rule != RuleTunnel || !rec.Flagged {
+			t.Errorf("%s: rcode %d, record %+v", name, m.Rcode, rec)
+		}
+	}
+	// Distinct names: five pass, the sixth new one is refused, a known one still resolves.
+	for i := range 5 {
+		if m := h.ask(t, fmt.Sprintf("n%d.files.example.", i), dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess {
+			t.Fatalf("name %d refused", i)
+		}
+	}
+	if m := h.ask(t, "n5.files.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeRefused || !h.sink.last().Flagged {
+		t.Fatalf("sixth distinct name: rcode %d", m.Rcode)
+	}
+	if m := h.ask(t, "n1.files.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("a name already seen was refused")
+	}
+	// An exact scope is not subject to the heuristics (its one name is fixed).
+	if m := h.ask(t, "exact.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("exact name refused")
+	}
+}
+
+func TestTypesEDNSAndTruncation(t *testing.T) {
+	h := newFullHarness(t, nil)
+	// TXT is allowed only where a scope lists it.
+	if m := h.ask(t, "exact.example.", dns.TypeTXT, false, "udp"); m.Rcode != dns.RcodeRefused {
+		t.Fatalf("TXT on a scope without dns_types: rcode %d", m.Rcode)
+	}
+	for _, qt := range []uint16{dns.TypeANY, dns.TypeAXFR, dns.TypeNULL} {
+		if m := h.ask(t, "a.files.example.", qt, false, "udp"); m.Rcode != dns.RcodeRefused {
+			t.Fatalf("%s: rcode %d", dns.TypeToString[qt], m.Rcode)
+		}
+	}
+	// A big TXT answer: truncated over UDP without EDNS, whole over TCP.
+	m := h.ask(t, "big.files.example.", dns.TypeTXT, false, "udp")
+	if m.Compress = true; !m.Truncated || m.Len() > 512 || len(m.Answer) >= 40 {
+		t.Fatalf("UDP answer not truncated: rcode %s tc=%v len=%d %v", dns.RcodeToString[m.Rcode], m.Truncated, m.Len(), h.sink.last())
+	}
+	m = h.ask(t, "big.files.example.", dns.TypeTXT, true, "tcp")
+	if m.Truncated || len(m.Answer) != 40 || m.IsEdns0() == nil {
+		t.Fatalf("TCP answer: tc=%v answers=%d edns=%v", m.Truncated, len(m.Answer), m.IsEdns0() != nil)
+	}
+}
+
+func TestRateLimitAndMalformed(t *testing.T) {
+	h := newFullHarness(t, func(c *Config) { c.RateQPS, c.RateBurst = 1, 3 })
+	refused := 0
+	for range 6 {
+		if m := h.ask(t, "exact.example.", dns.TypeA, false, "udp"); m.Rcode == dns.RcodeRefused {
+			refused++
+		}
+	}
+	if refused < 2 || h.sink.last().Rule != RuleRate {
+		t.Fatalf("rate limit: %d refused, last rule %s", refused, h.sink.last().Rule)
+	}
+	// Garbage never stops the server.
+	c, _ := net.Dial("udp", h.addr)
+	defer c.Close()
+	for _, pkt := range [][]byte{{1}, {0, 1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0xff}, make([]byte, 600)} {
+		c.Write(pkt)
+	}
+	time.Sleep(1100 * time.Millisecond) // refill the bucket
+	if m := h.ask(t, "exact.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("after garbage: rcode %d", m.Rcode)
+	}
+}
