@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz bench bench-gateway deps vault image clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns deps vault image clean
 
 all: build
 
@@ -50,11 +50,14 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 
 # Benchmarks: go benchmarks with allocations, then the side-by-side peer runs.
-bench: bench-gateway
-	$(GO) test -run XXX -bench . -benchmem ./gateway/...
+bench: bench-gateway bench-dns
+	$(GO) test -run XXX -bench . -benchmem ./gateway/... ./dnsfilter/...
 
 bench-gateway:
 	@scripts/bench-gateway.sh
+
+bench-dns:
+	@scripts/bench-dns.sh
 
 clean:
 	rm -rf bin

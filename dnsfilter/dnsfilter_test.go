@@ -45,7 +45,7 @@ func (m *memSink) last() audit.Record {
 }
 
 // serve runs h on a loopback UDP port until the test ends.
-func serve(t *testing.T, h dns.Handler) string {
+func serve(t testing.TB, h dns.Handler) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {

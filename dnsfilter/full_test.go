@@ -60,7 +60,7 @@ type fullHarness struct {
 	r    *Resolver
 }
 
-func newFullHarness(t *testing.T, mod func(*Config)) *fullHarness {
+func newFullHarness(t testing.TB, mod func(*Config)) *fullHarness {
 	t.Helper()
 	up := &countingUpstream{}
 	// The upstream answers over UDP and TCP (for truncation fallback) on one port.

@@ -68,6 +68,10 @@ type Record struct {
 	Command  []string `json:"command,omitempty"`
 	ExitCode *int     `json:"exit_code,omitempty"`
 
+	// File transfers: Path above is the sandbox path.
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+
 	DurationMS float64 `json:"duration_ms,omitempty"`
 
 	// Hash chain, filled by the file sink.

@@ -42,6 +42,7 @@ type FileSink struct {
 	f    *os.File
 	seq  uint64
 	prev string
+	buf  []byte // reused by the writer goroutine
 }
 
 // OpenFile opens (or creates) the trail at cfg.Path, continuing its hash chain, and starts the
@@ -115,19 +116,16 @@ func (s *FileSink) run() {
 func (s *FileSink) append(w io.Writer, r Record) error {
 	s.seq++
 	r.Seq, r.Prev, r.Hash = s.seq, s.prev, ""
-	body, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	// The hash covers the record as marshalled without it; the line is that same JSON with the
-	// hash spliced in as the last field (Hash is omitempty, so the body has no hash field), which
-	// is what Read reproduces to check it.
+	// The hash covers the record encoded without it; the line is that same JSON with the hash
+	// spliced in as the last field, which is what Read reproduces to check it.
+	body := appendJSON(s.buf[:0], &r)
 	h := chainHash(s.prev, body)
 	line := append(body[:len(body)-1], `,"hash":"`...)
 	line = append(line, h...)
 	line = append(line, "\"}\n"...)
+	s.buf = line
 	s.prev = h
-	_, err = w.Write(line)
+	_, err := w.Write(line)
 	return err
 }
 
@@ -160,7 +158,8 @@ func chainHash(prev string, body []byte) string {
 	h := sha256.New()
 	h.Write([]byte(prev))
 	h.Write(body)
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // lastLink returns the sequence number and hash of the last record in the trail at path.
@@ -198,11 +197,7 @@ func Read(path string, fn func(Record) error) error {
 			return fmt.Errorf("audit: %s line %d: chain broken (prev does not match the line before)", path, n)
 		}
 		r.Hash = ""
-		body, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if chainHash(prev, body) != want {
+		if chainHash(prev, appendJSON(nil, &r)) != want {
 			return fmt.Errorf("audit: %s line %d: hash does not match the record (edited)", path, n)
 		}
 		r.Hash = want

@@ -143,6 +143,9 @@ func CanonicalHost(h string) (string, error) {
 	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
 		return a.Unmap().String(), nil
 	}
+	if isPlainName(h) {
+		return h, nil
+	}
 	// Decimal, octal, hex and short IPv4 forms ("2130706433", "0177.0.0.1", "0x7f.1") are
 	// addresses to many resolvers and clients: treat them as the address they denote, so they
 	// meet the IP-literal rules instead of passing as names.
@@ -157,6 +160,41 @@ func CanonicalHost(h string) (string, error) {
 		return "", fmt.Errorf("%q is not a host name", h)
 	}
 	return c, nil
+}
+
+// isPlainName reports whether h is already a canonical ASCII host name that needs no IDNA
+// processing: labels of 1 to 63 letters, digits, hyphens or underscores, not starting or ending
+// with a hyphen, the last one not all digits or hex (so it cannot be an IPv4 form), and no
+// punycode prefix. Names that fail this take the full path.
+func isPlainName(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	labelStart := 0
+	lastNumeric := true
+	for i := 0; i <= len(h); i++ {
+		if i == len(h) || h[i] == '.' {
+			l := h[labelStart:i]
+			if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' ||
+				(len(l) >= 4 && l[2] == '-' && l[3] == '-') {
+				return false
+			}
+			lastNumeric = true
+			for j := 0; j < len(l); j++ {
+				c := l[j]
+				if !(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'f') && c != 'x' {
+					lastNumeric = false
+				}
+			}
+			labelStart = i + 1
+			continue
+		}
+		c := h[i]
+		if !(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '-' && c != '_' {
+			return false
+		}
+	}
+	return !lastNumeric
 }
 
 // parseLooseIPv4 parses the inet_aton forms of an IPv4 address: one to four parts, each
