@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -83,7 +84,17 @@ func runResolver(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:15353", "listen address")
 	upstream := fs.String("upstream", "127.0.0.1:15354", "upstream resolver")
 	auditPath := fs.String("audit", "", "audit trail file (required: the benchmark runs with query logging on)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here")
+	workers := fs.Int("workers", 0, "UDP workers (0: the resolver's default)")
 	fs.Parse(args)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if *auditPath == "" {
 		return errors.New("-audit is required")
 	}
@@ -97,7 +108,7 @@ func runResolver(ctx context.Context, args []string) error {
 		return err
 	}
 	r := dnsfilter.New(dnsfilter.Config{
-		Node: "bench", Audit: sink, Upstreams: []string{*upstream}, RateQPS: -1,
+		Node: "bench", Audit: sink, Upstreams: []string{*upstream}, RateQPS: -1, Workers: *workers,
 		// One source stands for all sandboxes here, so the per-lease distinct-name limit is
 		// raised past the benchmark's name count; the shape checks stay on.
 		Tunnel: dnsfilter.TunnelLimits{MaxDistinct: 1 << 20},
