@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -60,6 +61,11 @@ for root, dirs, files in os.walk('/'):
 print('scanned %d files' % n)
 print('\n'.join(hits))
 `
+
+func sha256sum(b []byte) []byte {
+	s := sha256.Sum256(b)
+	return s[:]
+}
 
 func mask(key, v []byte) string {
 	out := make([]byte, len(v))
@@ -307,6 +313,69 @@ func TestNode(t *testing.T) {
 			t.Fatalf("lease with a widened credential: exit %d %s", code, errs)
 		}
 		n.cli(t, "release", l.ID)
+	})
+
+	t.Run("files, renew and logs", func(t *testing.T) {
+		src := t.TempDir() + "/in.bin"
+		data := make([]byte, 3<<20)
+		rand.Read(data)
+		os.WriteFile(src, data, 0o600)
+		if _, errs, code := n.cli(t, "cp", src, a.ID+":/workspace/sub/in.bin"); code != 0 {
+			t.Fatalf("upload: %s", errs)
+		}
+		out, _, code := n.exec(t, a.ID, "sha256sum", "/workspace/sub/in.bin")
+		if code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sha256sum(data))) {
+			t.Fatalf("uploaded file differs: %s", out)
+		}
+		dst := t.TempDir() + "/out.bin"
+		if _, errs, code := n.cli(t, "cp", a.ID+":sub/in.bin", dst); code != 0 {
+			t.Fatalf("download: %s", errs)
+		}
+		if got, _ := os.ReadFile(dst); string(got) != string(data) {
+			t.Fatal("downloaded file differs")
+		}
+		for _, bad := range []string{a.ID + ":/etc/passwd", a.ID + ":../../etc/passwd", a.ID + ":/workspace/../etc/shadow"} {
+			if _, errs, code := n.cli(t, "cp", bad, t.TempDir()+"/x"); code == 0 || !strings.Contains(errs, "outside the workspace") {
+				t.Errorf("download of %s: exit %d %s", bad, code, errs)
+			}
+		}
+		renew := func(ttl string) time.Time {
+			t.Helper()
+			out, errs, code := n.cli(t, "renew", a.ID, "--ttl", ttl, "--json")
+			var l struct{ Expires time.Time }
+			if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
+				t.Fatalf("renew %s: exit %d %s %s", ttl, code, out, errs)
+			}
+			return l.Expires
+		}
+		if exp := renew("5m"); time.Until(exp) < 4*time.Minute || time.Until(exp) > 5*time.Minute {
+			t.Fatalf("renew 5m: expires in %s", time.Until(exp))
+		}
+		// The dev token lives 10m from the lease (the template's default): a renewal never
+		// carries the lease past it.
+		if exp := renew("1h"); time.Until(exp) > 10*time.Minute {
+			t.Fatalf("renew 1h outlived the token: expires in %s", time.Until(exp))
+		}
+		out, errs, code := n.cli(t, "logs", "--lease", a.ID, "--json")
+		if code != 0 {
+			t.Fatalf("logs: %s", errs)
+		}
+		kinds := map[string]bool{}
+		for _, l := range lines(out) {
+			var r audit.Record
+			if json.Unmarshal([]byte(l), &r) == nil && r.Lease == a.ID {
+				kinds[string(r.Kind)+"/"+r.Event] = true
+			}
+		}
+		for _, k := range []string{"lease/bind", "lease/renew", "file/upload", "file/download", "http/", "dns/", "exec/"} {
+			if !kinds[k] {
+				t.Errorf("logs --lease lacks a %s record (have %v)", k, kinds)
+			}
+		}
+		out, _, _ = n.cli(t, "logs", "--lease", a.ID, "--decision", "deny")
+		if !strings.Contains(out, "scope-miss") || strings.Contains(out, " allow ") {
+			t.Errorf("logs --decision deny:\n%s", out)
+		}
 	})
 
 	t.Run("release destroys the sandbox and the pool refills", func(t *testing.T) {

@@ -96,6 +96,9 @@ type Store interface {
 	// Bind records the lease and its binding together and announces the binding; it fails with
 	// ErrJTIInUse when the token already binds another live lease.
 	Bind(ctx context.Context, l Lease, b binding.Binding) error
+	// Rebind replaces a live lease's record and binding (renewal, token swap) and announces
+	// the binding; it fails with ErrLeaseNotFound when the lease is gone.
+	Rebind(ctx context.Context, l Lease, b binding.Binding) error
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
 	// Unbind removes the binding first and announces it, then the lease record.

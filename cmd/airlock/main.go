@@ -15,7 +15,10 @@ usage:
   airlock up [--config FILE]      all-in-one node on the local Docker engine
   airlock lease --template T (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
   airlock exec LEASE [--timeout D] -- CMD ARGS...
+  airlock cp SRC DST              one side LEASE:PATH (in the workspace); '-' is stdin/stdout
+  airlock renew LEASE [--ttl D]
   airlock release LEASE
+  airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json]
   airlock explain --token JWT [--method M] [--json] URL
   airlock pools [--json]
   airlock version
@@ -30,7 +33,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) int{
 		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
-		"explain": cmdExplain,
+		"explain": cmdExplain, "cp": cmdCp, "renew": cmdRenew, "logs": cmdLogs,
 		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
 	}
 	run, ok := cmds[os.Args[1]]

@@ -19,6 +19,7 @@ const (
 	KindDNS   Kind = "dns"
 	KindExec  Kind = "exec"
 	KindLease Kind = "lease"
+	KindFile  Kind = "file"
 )
 
 // Decision is allow or deny.

@@ -11,11 +11,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
 )
@@ -42,7 +44,9 @@ type Config struct {
 	Metrics http.Handler
 	// Explain answers POST /v1/explain: what the gateway would decide for a request.
 	Explain func(token, method, url string) (gateway.Explanation, error)
-	Logger  *slog.Logger
+	// AuditPath is the node's audit trail, served (per tenant) by GET /v1/audit.
+	AuditPath string
+	Logger    *slog.Logger
 }
 
 // Server is the HTTP API. Safe for concurrent use.
@@ -62,6 +66,10 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.getLease))
 	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.releaseLease))
 	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.exec))
+	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.renew))
+	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.putFile))
+	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.getFile))
+	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -200,6 +208,99 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// RenewRequest is the body of POST /v1/leases/{id}/renew.
+type RenewRequest struct {
+	TTL string `json:"ttl,omitempty"`
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	var req RenewRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		var err error
+		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("ttl %q is not a positive duration", req.TTL))
+			return
+		}
+	}
+	l, err := s.cfg.Pool.Renew(r.Context(), tenantOf(r), r.PathValue("id"), ttl)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view(l))
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
+	info, err := s.cfg.Pool.PutFile(r.Context(), tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
+	tenant, id, p := tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path")
+	if err := s.cfg.Pool.StatFile(r.Context(), tenant, id, p); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	// The body streams as it is read; a failure part-way can only cut it short, which the
+	// client sees as a missing trailer.
+	w.Header().Set("Trailer", "X-Airlock-Sha256")
+	info, err := s.cfg.Pool.GetFile(r.Context(), tenant, id, p, w)
+	if err == nil {
+		w.Header().Set("X-Airlock-Sha256", info.SHA256)
+	}
+}
+
+// audit serves the tenant's own audit records, oldest first, filtered by lease, decision and age.
+func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.AuditPath == "" {
+		writeError(w, http.StatusNotFound, "not_found", "this node keeps no audit trail")
+		return
+	}
+	q := r.URL.Query()
+	tenant, lease, decision := tenantOf(r), q.Get("lease"), q.Get("decision")
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			d, derr := time.ParseDuration(v)
+			if derr != nil {
+				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("since %q is neither a time nor a duration", v))
+				return
+			}
+			t = time.Now().Add(-d)
+		}
+		since = t
+	}
+	limit := 10000
+	out := []audit.Record{}
+	err := audit.Read(s.cfg.AuditPath, func(rec audit.Record) error {
+		if rec.Tenant != tenant || (lease != "" && rec.Lease != lease) ||
+			(decision != "" && string(rec.Decision) != decision) || rec.Time.Before(since) {
+			return nil
+		}
+		out = append(out, rec)
+		if len(out) > limit {
+			out = out[1:]
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		writeError(w, http.StatusInternalServerError, "audit_unreadable", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ExecRequest is the body of POST /v1/leases/{id}/exec.

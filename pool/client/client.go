@@ -3,15 +3,20 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 )
@@ -61,20 +66,24 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (*htt
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(b, &e) != nil || e.Error.Message == "" {
-			e.Error.Message = strings.TrimSpace(string(b))
-		}
-		return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		return nil, apiError(resp)
 	}
 	if out == nil {
 		return resp, nil
 	}
 	defer resp.Body.Close()
 	return resp, json.NewDecoder(resp.Body).Decode(out)
+}
+
+func apiError(resp *http.Response) error {
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &e) != nil || e.Error.Message == "" {
+		e.Error.Message = strings.TrimSpace(string(b))
+	}
+	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
 }
 
 // Lease asks for a sandbox.
@@ -149,4 +158,87 @@ func (c *Client) Explain(ctx context.Context, req api.ExplainRequest) (gateway.E
 	var v gateway.Explanation
 	_, err := c.do(ctx, http.MethodPost, "/v1/explain", req, &v)
 	return v, err
+}
+
+// Renew extends a lease; ttl zero takes the template's default.
+func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (api.LeaseView, error) {
+	var v api.LeaseView
+	req := api.RenewRequest{}
+	if ttl > 0 {
+		req.TTL = ttl.String()
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", req, &v)
+	return v, err
+}
+
+// PutFile uploads r to path in the lease's workspace.
+func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (pool.FileInfo, error) {
+	var v pool.FileInfo
+	resp, err := c.raw(ctx, http.MethodPut, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), r)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+// GetFile downloads path from the lease's workspace to w and returns the SHA-256 the node
+// computed, which it checks against what arrived.
+func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer) (string, error) {
+	resp, err := c.raw(ctx, http.MethodGet, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(w, h), resp.Body); err != nil {
+		return "", err
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if want := resp.Trailer.Get("X-Airlock-Sha256"); want != got {
+		return "", fmt.Errorf("download of %s incomplete or corrupted (node sent sha256 %q, received %s)", path, want, got)
+	}
+	return got, nil
+}
+
+// AuditQuery filters audit records.
+type AuditQuery struct {
+	Lease    string
+	Decision string
+	Since    string // RFC 3339 time or a duration back from now
+}
+
+// Audit returns the tenant's audit records matching q.
+func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"lease": q.Lease, "decision": q.Decision, "since": q.Since} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	var out []audit.Record
+	_, err := c.do(ctx, http.MethodGet, "/v1/audit?"+v.Encode(), nil, &out)
+	return out, err
+}
+
+// raw sends body as is and returns the response for the caller to read.
+func (c *Client) raw(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.Addr, "/")+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, apiError(resp)
+	}
+	return resp, nil
 }

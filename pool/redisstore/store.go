@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -176,6 +177,38 @@ func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error
 	err = bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
 	if err != nil && len(err.Error()) > 10 && err.Error()[:10] == "JTI_IN_USE" {
 		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, err.Error()[11:])
+	}
+	return wrap(err)
+}
+
+// rebindScript renews a lease that still exists: new expiries for the token id, the record and
+// the binding, and the new binding announced.
+var rebindScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return redis.error_reply('LEASE_GONE')
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[5])
+redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
+redis.call('SET', KEYS[3], ARGV[3], 'PXAT', ARGV[5])
+redis.call('PUBLISH', KEYS[4], ARGV[4])
+return 1
+`)
+
+// Rebind stores l's new expiry and binding b, if the lease still exists.
+func (s *Store) Rebind(ctx context.Context, l pool.Lease, b binding.Binding) error {
+	lb, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	bb, err := b.Encode()
+	if err != nil {
+		return err
+	}
+	ev, _ := json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: b.Version, Bound: true})
+	keys := []string{s.key("jti", l.JTI), s.key("lease", l.ID), s.key("binding", l.Node, b.Addr.String()), s.key("bindings", l.Node)}
+	err = rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
+	if err != nil && strings.HasPrefix(err.Error(), "LEASE_GONE") {
+		return fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
 	}
 	return wrap(err)
 }

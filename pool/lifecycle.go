@@ -1,0 +1,158 @@
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+)
+
+// Renew extends tenant's lease id by ttl from now (zero: the template's default), capped by the
+// template's maximum and by the task token's expiry: renewing past the token needs a fresh one.
+func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duration) (Lease, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return Lease{}, err
+	}
+	t := m.templates[l.Template]
+	task, err := m.cfg.Verify(l.Token)
+	if err != nil {
+		return Lease{}, fmt.Errorf("%w: the lease's task token no longer verifies (%v); lease again with a fresh token", ErrTokenRefused, err)
+	}
+	if ttl <= 0 {
+		ttl = t.DefaultTTL
+	}
+	if t.MaxTTL > 0 && ttl > t.MaxTTL {
+		ttl = t.MaxTTL
+	}
+	now := time.Now()
+	l.Expires = now.Add(ttl)
+	if task.Expires.Before(l.Expires) {
+		l.Expires = task.Expires
+	}
+	b := binding.Binding{
+		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
+		Template: l.Template, Expires: l.Expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
+	}
+	if err := m.cfg.Store.Rebind(ctx, l, b); err != nil {
+		return Lease{}, err
+	}
+	m.cfg.Binder.Put(b)
+	m.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
+	return l, nil
+}
+
+// workspacePath resolves p inside the template's workspace, refusing anything outside it.
+func (m *Manager) workspacePath(l Lease, p string) (string, error) {
+	ws := m.templates[l.Template].Workdir
+	if !path.IsAbs(p) {
+		p = path.Join(ws, p)
+	}
+	p = path.Clean(p)
+	if p == ws || !strings.HasPrefix(p, ws+"/") {
+		return "", fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
+	}
+	return p, nil
+}
+
+// FileInfo describes a transferred file.
+type FileInfo struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
+func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader) (FileInfo, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if p, err = m.workspacePath(l, p); err != nil {
+		return FileInfo{}, err
+	}
+	h := sha256.New()
+	cr := &countReader{r: io.TeeReader(r, h)}
+	var stderr strings.Builder
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{
+		Cmd: []string{"sh", "-c", `umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`, "airlock-put", p},
+	}, cr, io.Discard, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%w: writing %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
+	}
+	info := FileInfo{Path: p, Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	m.fileEvent(ctx, l, "upload", info, err)
+	return info, err
+}
+
+// GetFile streams p from tenant's lease id to w.
+func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer) (FileInfo, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if p, err = m.workspacePath(l, p); err != nil {
+		return FileInfo{}, err
+	}
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(w, h)}
+	var stderr strings.Builder
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"cat", "--", p}}, nil, cw, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%w: reading %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
+	}
+	info := FileInfo{Path: p, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	m.fileEvent(ctx, l, "download", info, err)
+	return info, err
+}
+
+// StatFile reports whether p is a regular file in the lease's workspace, so a download can fail
+// with a status before any byte is sent.
+func (m *Manager) StatFile(ctx context.Context, tenant, id, p string) error {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if p, err = m.workspacePath(l, p); err != nil {
+		return err
+	}
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"test", "-f", p}}, nil, io.Discard, io.Discard)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: %s is not a file in the workspace", ErrBadRequest, p)
+	}
+	return nil
+}
+
+func (m *Manager) fileEvent(ctx context.Context, l Lease, event string, info FileInfo, err error) {
+	rec := audit.Record{
+		Kind: audit.KindFile, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+		Sandbox: l.Sandbox.ID, Path: info.Path, Size: info.Size, SHA256: info.SHA256, Decision: audit.Allow,
+	}
+	if err != nil {
+		rec.Decision, rec.Reason = audit.Deny, err.Error()
+	}
+	if aerr := m.cfg.Audit.Write(ctx, rec); aerr != nil {
+		m.log.Error("audit write failed", "err", aerr)
+	}
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
+}
