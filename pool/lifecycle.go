@@ -49,17 +49,22 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 	return l, nil
 }
 
-// workspacePath resolves p inside the template's workspace, refusing anything outside it.
-func (m *Manager) workspacePath(l Lease, p string) (string, error) {
+// leaseFile returns tenant's lease id and p resolved inside its template's workspace, refusing
+// anything outside it.
+func (m *Manager) leaseFile(ctx context.Context, tenant, id, p string) (Lease, string, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return Lease{}, "", err
+	}
 	ws := m.templates[l.Template].Workdir
 	if !path.IsAbs(p) {
 		p = path.Join(ws, p)
 	}
 	p = path.Clean(p)
 	if p == ws || !strings.HasPrefix(p, ws+"/") {
-		return "", fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
+		return Lease{}, "", fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
 	}
-	return p, nil
+	return l, p, nil
 }
 
 // FileInfo describes a transferred file.
@@ -71,11 +76,8 @@ type FileInfo struct {
 
 // PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
 func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader) (FileInfo, error) {
-	l, err := m.Get(ctx, tenant, id)
+	l, p, err := m.leaseFile(ctx, tenant, id, p)
 	if err != nil {
-		return FileInfo{}, err
-	}
-	if p, err = m.workspacePath(l, p); err != nil {
 		return FileInfo{}, err
 	}
 	h := sha256.New()
@@ -94,11 +96,8 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 
 // GetFile streams p from tenant's lease id to w.
 func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer) (FileInfo, error) {
-	l, err := m.Get(ctx, tenant, id)
+	l, p, err := m.leaseFile(ctx, tenant, id, p)
 	if err != nil {
-		return FileInfo{}, err
-	}
-	if p, err = m.workspacePath(l, p); err != nil {
 		return FileInfo{}, err
 	}
 	h := sha256.New()
@@ -116,11 +115,8 @@ func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer
 // StatFile reports whether p is a regular file in the lease's workspace, so a download can fail
 // with a status before any byte is sent.
 func (m *Manager) StatFile(ctx context.Context, tenant, id, p string) error {
-	l, err := m.Get(ctx, tenant, id)
+	l, p, err := m.leaseFile(ctx, tenant, id, p)
 	if err != nil {
-		return err
-	}
-	if p, err = m.workspacePath(l, p); err != nil {
 		return err
 	}
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"test", "-f", p}}, nil, io.Discard, io.Discard)

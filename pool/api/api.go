@@ -139,13 +139,10 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	var ttl time.Duration
-	if req.TTL != "" {
-		var err error
-		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("ttl %q is not a positive duration", req.TTL))
-			return
-		}
+	ttl, err := parseDuration("ttl", req.TTL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	}
 	tenant := tenantOf(r)
 	if req.Template == "" {
@@ -221,13 +218,10 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	var ttl time.Duration
-	if req.TTL != "" {
-		var err error
-		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("ttl %q is not a positive duration", req.TTL))
-			return
-		}
+	ttl, err := parseDuration("ttl", req.TTL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	}
 	l, err := s.cfg.Pool.Renew(r.Context(), tenantOf(r), r.PathValue("id"), ttl)
 	if err != nil {
@@ -323,15 +317,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir}
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("timeout %q is not a positive duration", req.Timeout))
-			return
-		}
-		pr.Timeout = d
+	timeout, err := parseDuration("timeout", req.Timeout)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	}
+	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout}
 	tenant, id := tenantOf(r), r.PathValue("id")
 	if _, err := s.cfg.Pool.Get(r.Context(), tenant, id); err != nil {
 		writePoolError(w, err)
@@ -439,6 +430,18 @@ type streamWriter struct {
 func (s streamWriter) Write(p []byte) (int, error) { return s.f.frame(s.id, p) }
 
 func (f *frameWriter) stream(id byte) io.Writer { return streamWriter{f, id} }
+
+// parseDuration reads an optional positive duration field; empty is zero.
+func parseDuration(field, v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s %q is not a positive duration", field, v)
+	}
+	return d, nil
+}
 
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))

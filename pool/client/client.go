@@ -48,28 +48,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (*htt
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.Addr, "/")+path, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		return nil, apiError(resp)
-	}
-	if out == nil {
-		return resp, nil
+	resp, err := c.raw(ctx, method, path, body)
+	if err != nil || out == nil {
+		return resp, err
 	}
 	defer resp.Body.Close()
 	return resp, json.NewDecoder(resp.Body).Decode(out)

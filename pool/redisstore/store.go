@@ -159,24 +159,31 @@ redis.call('PUBLISH', KEYS[6], ARGV[4])
 return 1
 `)
 
+// encode returns the stored forms of a lease, its binding and the binding's announcement.
+func encode(l pool.Lease, b binding.Binding) (lease, bind, event []byte, err error) {
+	if lease, err = json.Marshal(l); err != nil {
+		return nil, nil, nil, err
+	}
+	if bind, err = b.Encode(); err != nil {
+		return nil, nil, nil, err
+	}
+	event, err = json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: b.Version, Bound: true})
+	return lease, bind, event, err
+}
+
 // Bind records l and b and announces b.
 func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error {
-	lb, err := json.Marshal(l)
+	lb, bb, ev, err := encode(l, b)
 	if err != nil {
 		return err
 	}
-	bb, err := b.Encode()
-	if err != nil {
-		return err
-	}
-	ev, _ := json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: b.Version, Bound: true})
 	keys := []string{
 		s.key("jti", l.JTI), s.key("lease", l.ID), s.key("leases", l.Node),
 		s.key("binding", l.Node, b.Addr.String()), s.key("sandbox", l.Sandbox.ID), s.key("bindings", l.Node),
 	}
 	err = bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
-	if err != nil && len(err.Error()) > 10 && err.Error()[:10] == "JTI_IN_USE" {
-		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, err.Error()[11:])
+	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
+		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, holder)
 	}
 	return wrap(err)
 }
@@ -196,18 +203,13 @@ return 1
 
 // Rebind stores l's new expiry and binding b, if the lease still exists.
 func (s *Store) Rebind(ctx context.Context, l pool.Lease, b binding.Binding) error {
-	lb, err := json.Marshal(l)
+	lb, bb, ev, err := encode(l, b)
 	if err != nil {
 		return err
 	}
-	bb, err := b.Encode()
-	if err != nil {
-		return err
-	}
-	ev, _ := json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: b.Version, Bound: true})
 	keys := []string{s.key("jti", l.JTI), s.key("lease", l.ID), s.key("binding", l.Node, b.Addr.String()), s.key("bindings", l.Node)}
 	err = rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
-	if err != nil && strings.HasPrefix(err.Error(), "LEASE_GONE") {
+	if strings.HasPrefix(errText(err), "LEASE_GONE") {
 		return fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
 	}
 	return wrap(err)
@@ -313,6 +315,15 @@ func (s *Store) Watch(ctx context.Context, node string, onSync func(), onEvent f
 			}
 		}
 	}
+}
+
+// errText is err's message, or "" for nil: scripts report their refusals as error replies,
+// which Redis may prefix with "ERR ".
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return strings.TrimPrefix(err.Error(), "ERR ")
 }
 
 func wrap(err error) error {

@@ -1,0 +1,129 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// newStore runs a real redis-server (installed by `make test`) on a unix socket.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := devstack.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		cancel()
+		t.Fatalf("redis-server: %v (run the tests with `make test`, which installs it)", err)
+	}
+	t.Cleanup(func() { cancel(); r.Stop() })
+	opts, _ := redis.ParseURL(r.URL)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	return New(rdb, "test:")
+}
+
+func TestClaimIsExclusive(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	for i := range 20 {
+		s.AddWarm(ctx, pool.Sandbox{ID: fmt.Sprintf("sb-%02d", i), Template: "default", Node: "n1", Addr: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 2)})})
+	}
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := s.Claim(ctx, "n1", "default")
+			if errors.Is(err, pool.ErrNoWarm) {
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			got[sb.ID]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(got) != 20 {
+		t.Fatalf("claimed %d distinct sandboxes, want 20", len(got))
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Fatalf("sandbox %s claimed %d times", id, n)
+		}
+	}
+}
+
+func TestBindRebindUnbindAndWatch(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	synced := make(chan struct{}, 4)
+	events := make(chan binding.Event, 16)
+	go s.Watch(ctx, "n1", func() { synced <- struct{}{} }, func(e binding.Event) { events <- e })
+	<-synced
+
+	addr := netip.MustParseAddr("10.0.0.7")
+	set, _ := scope.Parse([]scope.Scope{{Host: "a.example"}})
+	l := pool.Lease{ID: "l-1", JTI: "j-1", Node: "n1", Task: "t", Template: "default",
+		Sandbox: pool.Sandbox{ID: "sb-1", Addr: addr}, Expires: time.Now().Add(time.Minute)}
+	b := binding.Binding{Lease: "l-1", Node: "n1", Addr: addr, Task: "t", Expires: l.Expires, Version: 1, Scopes: set}
+	if err := s.Bind(ctx, l, b); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-events; !e.Bound || e.Lease != "l-1" {
+		t.Fatalf("bind event %+v", e)
+	}
+	got, err := s.Lookup(ctx, "n1", addr)
+	if err != nil || got.Lease != "l-1" || got.Scopes[0].Host != "a.example" {
+		t.Fatalf("Lookup = %+v, %v", got, err)
+	}
+	// One token id binds one lease at a time.
+	l2 := l
+	l2.ID = "l-2"
+	if err := s.Bind(ctx, l2, b); !errors.Is(err, pool.ErrJTIInUse) {
+		t.Fatalf("second bind with the same jti = %v", err)
+	}
+	// Renewal moves the expiry.
+	l.Expires, b.Expires, b.Version = time.Now().Add(time.Hour), time.Now().Add(time.Hour), 2
+	if err := s.Rebind(ctx, l, b); err != nil {
+		t.Fatal(err)
+	}
+	<-events
+	if got, _ := s.GetLease(ctx, "l-1"); got.Expires.Before(time.Now().Add(59 * time.Minute)) {
+		t.Fatalf("expiry after rebind: %s", got.Expires)
+	}
+	if err := s.Unbind(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-events; e.Bound {
+		t.Fatalf("unbind event %+v", e)
+	}
+	if _, err := s.Lookup(ctx, "n1", addr); !errors.Is(err, binding.ErrUnknown) {
+		t.Fatalf("lookup after unbind = %v", err)
+	}
+	// A released lease cannot be renewed back to life.
+	if err := s.Rebind(ctx, l, b); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("rebind after release = %v", err)
+	}
+	// The token id is free again.
+	if err := s.Bind(ctx, l2, b); err != nil {
+		t.Fatalf("bind after release: %v", err)
+	}
+}
