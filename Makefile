@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns deps vault image clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault image clean
 
 all: build
 
@@ -50,7 +50,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 
 # Benchmarks: go benchmarks with allocations, then the side-by-side peer runs.
-bench: bench-gateway bench-dns
+bench: bench-gateway bench-dns bench-pool
 	$(GO) test -run XXX -bench . -benchmem ./gateway/... ./dnsfilter/...
 
 bench-gateway:
@@ -58,6 +58,9 @@ bench-gateway:
 
 bench-dns:
 	@scripts/bench-dns.sh
+
+bench-pool: deps image
+	@scripts/bench-pool.sh
 
 clean:
 	rm -rf bin

@@ -194,24 +194,14 @@ func (m *Manager) fill(ctx context.Context, name string) {
 				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 				return
 			}
-			m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID[:12], "addr", sb.Addr, "took", time.Since(start))
+			m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID, "addr", sb.Addr, "took", time.Since(start))
 		}()
 	}
 	wg.Wait()
 }
 
 func (m *Manager) leasedCount(ctx context.Context, template string) (int, error) {
-	ls, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, l := range ls {
-		if l.Template == template {
-			n++
-		}
-	}
-	return n, nil
+	return m.cfg.Store.LeasedCount(ctx, m.cfg.Node, template)
 }
 
 // LeaseRequest asks for a sandbox for a task.
@@ -317,17 +307,14 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 }
 
 func (m *Manager) reap(ctx context.Context) {
-	ls, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	ls, err := m.cfg.Store.Expired(ctx, m.cfg.Node, time.Now())
 	if err != nil {
 		m.log.Error("reaper", "err", err)
 		return
 	}
-	now := time.Now()
 	for _, l := range ls {
-		if !now.Before(l.Expires) {
-			if err := m.end(ctx, l, "expiry"); err != nil {
-				m.log.Error("reaping expired lease", "lease", l.ID, "err", err)
-			}
+		if err := m.end(ctx, l, "expiry"); err != nil {
+			m.log.Error("reaping expired lease", "lease", l.ID, "err", err)
 		}
 	}
 }

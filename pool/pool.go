@@ -101,6 +101,10 @@ type Store interface {
 	Rebind(ctx context.Context, l Lease, b binding.Binding) error
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
+	// Expired returns node's leases that expired at or before now; LeasedCount counts node's
+	// leases of a template. Both are cheap, since the reaper and the refiller call them often.
+	Expired(ctx context.Context, node string, now time.Time) ([]Lease, error)
+	LeasedCount(ctx context.Context, node, template string) (int, error)
 	// Unbind removes the binding first and announces it, then the lease record.
 	Unbind(ctx context.Context, l Lease) error
 	// Forget drops a sandbox from the warm set without touching the container.

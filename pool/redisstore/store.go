@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 //	warm:{node}:{template}   list of sandbox ids, claimed with LPOP (atomic)
 //	sandbox:{id}             the sandbox record (JSON)
 //	lease:{id}               the lease record (JSON), expiring with the lease
-//	leases:{node}            set of the node's lease ids
+//	leases:{node}            sorted set of the node's lease ids, scored by expiry (ms)
+//	tleases:{node}:{tmpl}    set of the node's lease ids of one template, for counting
 //	jti:{jti}                the lease a token id binds, expiring with it
 //	binding:{node}:{addr}    the binding (JSON), expiring with the lease
 //	bindings:{node}          channel of binding.Event
@@ -152,7 +154,8 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[5]) == false then
   return redis.error_reply('JTI_IN_USE ' .. redis.call('GET', KEYS[1]))
 end
 redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
-redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+redis.call('SADD', KEYS[7], ARGV[1])
 redis.call('SET', KEYS[4], ARGV[3], 'PXAT', ARGV[5])
 redis.call('DEL', KEYS[5])
 redis.call('PUBLISH', KEYS[6], ARGV[4])
@@ -180,6 +183,7 @@ func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error
 	keys := []string{
 		s.key("jti", l.JTI), s.key("lease", l.ID), s.key("leases", l.Node),
 		s.key("binding", l.Node, b.Addr.String()), s.key("sandbox", l.Sandbox.ID), s.key("bindings", l.Node),
+		s.key("tleases", l.Node, l.Template),
 	}
 	err = bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
 	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
@@ -197,6 +201,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[5])
 redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
 redis.call('SET', KEYS[3], ARGV[3], 'PXAT', ARGV[5])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('PUBLISH', KEYS[4], ARGV[4])
 return 1
 `)
@@ -207,7 +212,8 @@ func (s *Store) Rebind(ctx context.Context, l pool.Lease, b binding.Binding) err
 	if err != nil {
 		return err
 	}
-	keys := []string{s.key("jti", l.JTI), s.key("lease", l.ID), s.key("binding", l.Node, b.Addr.String()), s.key("bindings", l.Node)}
+	keys := []string{s.key("jti", l.JTI), s.key("lease", l.ID), s.key("binding", l.Node, b.Addr.String()),
+		s.key("bindings", l.Node), s.key("leases", l.Node)}
 	err = rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
 	if strings.HasPrefix(errText(err), "LEASE_GONE") {
 		return fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
@@ -230,7 +236,22 @@ func (s *Store) GetLease(ctx context.Context, id string) (pool.Lease, error) {
 
 // ListLeases returns node's leases, expired ones included until they are unbound.
 func (s *Store) ListLeases(ctx context.Context, node string) ([]pool.Lease, error) {
-	ids, err := s.rdb.SMembers(ctx, s.key("leases", node)).Result()
+	return s.leasesScored(ctx, node, "+inf")
+}
+
+// Expired returns node's leases whose expiry is at or before now, without reading the others.
+func (s *Store) Expired(ctx context.Context, node string, now time.Time) ([]pool.Lease, error) {
+	return s.leasesScored(ctx, node, strconv.FormatInt(now.UnixMilli(), 10))
+}
+
+// LeasedCount counts node's leases of template.
+func (s *Store) LeasedCount(ctx context.Context, node, template string) (int, error) {
+	n, err := s.rdb.SCard(ctx, s.key("tleases", node, template)).Result()
+	return int(n), wrap(err)
+}
+
+func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lease, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.key("leases", node), &redis.ZRangeBy{Min: "-inf", Max: upTo}).Result()
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -239,7 +260,7 @@ func (s *Store) ListLeases(ctx context.Context, node string) ([]pool.Lease, erro
 		l, err := s.GetLease(ctx, id)
 		if errors.Is(err, pool.ErrLeaseNotFound) {
 			// Its record outlived recordGrace: nothing is left to reap but the index entry.
-			s.rdb.SRem(ctx, s.key("leases", node), id)
+			s.rdb.ZRem(ctx, s.key("leases", node), id)
 			continue
 		}
 		if err != nil {
@@ -262,7 +283,10 @@ func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
 		if l.JTI != "" {
 			p.Del(ctx, s.key("jti", l.JTI))
 		}
-		p.SRem(ctx, s.key("leases", l.Node), l.ID)
+		p.ZRem(ctx, s.key("leases", l.Node), l.ID)
+		if l.Template != "" {
+			p.SRem(ctx, s.key("tleases", l.Node, l.Template), l.ID)
+		}
 		return nil
 	})
 	return wrap(err)

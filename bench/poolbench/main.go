@@ -1,0 +1,218 @@
+// Command poolbench measures the warm lease path (make bench-pool): the HTTP API, task token
+// verification, the atomic claim and the binding write and announcement in a real Redis, with
+// the binding visible to the node's cache before the lease returns. The lease path makes no
+// Docker call by design, so the sandboxes here are registered in Redis by a runtime that starts
+// nothing; cold start and memory per sandbox are measured against the real engine by
+// scripts/bench-pool.sh.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/pool/docker"
+	"github.com/airlock-dev/airlock/pool/redisstore"
+)
+
+// instantRuntime registers sandboxes without starting anything.
+type instantRuntime struct{ next atomic.Uint32 }
+
+func (r *instantRuntime) Create(_ context.Context, t pool.Template) (pool.Sandbox, error) {
+	n := r.next.Add(1)
+	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "bench",
+		Addr: netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), Created: time.Now()}, nil
+}
+func (r *instantRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
+	return 0, nil
+}
+func (r *instantRuntime) Destroy(context.Context, string) error         { return nil }
+func (r *instantRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
+
+func main() {
+	leases := flag.Int("n", 400, "leases per concurrency level")
+	cold := flag.Int("cold", 0, "also start this many real sandboxes on the local Docker engine, for cold start and memory")
+	image := flag.String("image", "airlock/default:latest", "sandbox image for -cold")
+	flag.Parse()
+	if *cold > 0 {
+		coldStarts(*cold, *image)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "poolbench")
+	defer os.RemoveAll(dir)
+	rs, err := devstack.StartRedis(ctx, dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rs.Stop()
+	opts, _ := redis.ParseURL(rs.URL)
+	rdb := redis.NewClient(opts)
+	store := redisstore.New(rdb, "bench:")
+	cache := binding.NewCache("bench", store, 0)
+	go cache.Run(ctx)
+	sink, err := audit.OpenFile(audit.FileConfig{Path: dir + "/audit.jsonl"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sink.Close()
+	iss, _ := token.NewDevIssuer("bench", "airlock-bench")
+	v := &token.Verifier{Audience: "airlock-bench", Issuers: map[string]token.Issuer{"bench": iss.Issuer(time.Hour)}}
+	tmpl := pool.Template{Name: "default", MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{tmpl}, Runtime: &instantRuntime{}, Store: store,
+		Binder: cache, Audit: sink, Verify: v.Verify, RefillParallel: 8, Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go mgr.Run(ctx)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	key := "bench-key"
+	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: map[string]string{api.HashKey(key): "bench"}, Logger: quiet})}
+	go srv.Serve(l)
+	c := &client.Client{Addr: "http://" + l.Addr().String(), Token: key,
+		HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	for {
+		ps, _ := c.Pools(ctx)
+		if len(ps) == 1 && ps[0].Warm >= *leases+50 && cache.Live() {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	scopes := []scope.Scope{{Host: "api.github.com", Methods: []string{"GET"}}, {Host: "*.pythonhosted.org"}}
+	fmt.Println("| concurrent clients | leases | p50 ms | p99 ms | leases/s |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, conc := range []int{1, 10, 50} {
+		toks := make(chan string, *leases)
+		for i := range *leases {
+			t, _ := iss.Mint(fmt.Sprintf("task-%d-%d", conc, i), "bench", scopes, 10*time.Minute)
+			toks <- t
+		}
+		close(toks)
+		var mu sync.Mutex
+		var lat []time.Duration
+		var ids []string
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range conc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for t := range toks {
+					s := time.Now()
+					lv, err := c.Lease(ctx, api.LeaseRequest{Template: "default", Token: t})
+					d := time.Since(s)
+					if err != nil {
+						log.Printf("lease: %v", err)
+						continue
+					}
+					mu.Lock()
+					lat, ids = append(lat, d), append(ids, lv.ID)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		total := time.Since(start)
+		slices.Sort(lat)
+		p := func(q float64) float64 { return float64(lat[int(float64(len(lat)-1)*q)].Microseconds()) / 1000 }
+		fmt.Printf("| %d | %d | %.2f | %.2f | %.0f |\n", conc, len(lat), p(0.5), p(0.99), float64(len(lat))/total.Seconds())
+		for _, id := range ids {
+			c.Release(ctx, id)
+		}
+		for {
+			ps, _ := c.Pools(ctx)
+			if ps[0].Warm >= *leases+50 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// coldStarts creates n hardened sandboxes one after another on the local engine, reporting the
+// time each Create took (container create, start and address) and the memory each idle sandbox
+// uses, then removes them and their network.
+func coldStarts(n int, image string) {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "poolbench-cold")
+	defer os.RemoveAll(dir)
+	bundle, resolv := dir+"/bundle.pem", dir+"/resolv.conf"
+	os.WriteFile(bundle, []byte{}, 0o644)
+	os.WriteFile(resolv, []byte("nameserver 10.216.0.1\n"), 0o644)
+	rt, err := docker.New(docker.Config{Node: "poolbench", Network: "airlock-poolbench", Bridge: "airlock-pb",
+		Subnet: netip.MustParsePrefix("10.216.0.0/24"), ProxyURL: "http://10.216.0.1:3128", CABundle: bundle, ResolvConf: resolv})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := rt.EnsureNetwork(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer rt.RemoveNetwork(ctx)
+	t := pool.Template{Name: "default", Image: image, User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
+		Pids: 256, WorkspaceMB: 256, TmpMB: 64, Runtime: "runc"}
+	var took []time.Duration
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			rt.Destroy(ctx, id)
+		}
+	}()
+	for range n {
+		s := time.Now()
+		sb, err := rt.Create(ctx, t)
+		if err != nil {
+			log.Fatal(err)
+		}
+		took = append(took, time.Since(s))
+		ids = append(ids, sb.ID)
+	}
+	time.Sleep(2 * time.Second) // let the idle sandboxes settle
+	var mem []float64
+	for _, id := range ids {
+		out, err := exec.Command("docker", "stats", "--no-stream", "--format", "{{.MemUsage}}", id).Output()
+		if err != nil {
+			continue
+		}
+		var v float64
+		var unit string
+		fmt.Sscanf(strings.Fields(string(out))[0], "%f%s", &v, &unit)
+		switch unit {
+		case "KiB":
+			v /= 1024
+		case "GiB":
+			v *= 1024
+		}
+		mem = append(mem, v)
+	}
+	slices.Sort(took)
+	slices.Sort(mem)
+	fmt.Printf("Cold start (create, start and address a hardened sandbox, %d in a row): p50 %d ms, max %d ms\n",
+		n, took[len(took)/2].Milliseconds(), took[len(took)-1].Milliseconds())
+	if len(mem) > 0 {
+		fmt.Printf("Memory per idle warm sandbox (docker stats): median %.2f MiB, max %.2f MiB\n\n", mem[len(mem)/2], mem[len(mem)-1])
+	}
+}
