@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return fmt.Errorf("api: %w", err)
 	}
 	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: deps.APIKeys, Minter: minter, Logger: log,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath}), ReadHeaderTimeout: 10 * time.Second}
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush}), ReadHeaderTimeout: 10 * time.Second}
 	go apiSrv.Serve(apiLn)
 	defer apiSrv.Close()
 

@@ -31,9 +31,10 @@ type FileConfig struct {
 // Crash bound: a record is written within FlushEvery of Write returning, so kill -9 loses at most
 // the records accepted in the last FlushEvery (and never more than Queue of them).
 type FileSink struct {
-	cfg   FileConfig
-	queue chan Record
-	done  chan struct{}
+	cfg     FileConfig
+	queue   chan Record
+	done    chan struct{}
+	flushes chan chan error
 
 	mu     sync.Mutex
 	err    error // sticky: once the file cannot be written, every Write fails
@@ -62,7 +63,8 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	s := &FileSink{cfg: cfg, queue: make(chan Record, cfg.Queue), done: make(chan struct{}), f: f, seq: seq, prev: prev}
+	s := &FileSink{cfg: cfg, queue: make(chan Record, cfg.Queue), done: make(chan struct{}), flushes: make(chan chan error),
+		f: f, seq: seq, prev: prev}
 	go s.run()
 	return s, nil
 }
@@ -109,7 +111,34 @@ func (s *FileSink) run() {
 				s.fail(w.Flush())
 				pending = false
 			}
+		case reply := <-s.flushes:
+			// Everything queued before the request is in the channel ahead of it.
+			for n := len(s.queue); n > 0; n-- {
+				s.fail(s.append(w, <-s.queue))
+			}
+			s.fail(w.Flush())
+			pending = false
+			reply <- s.Err()
 		}
+	}
+}
+
+// Flush writes every record accepted before the call to the file, so a reader that follows
+// sees them.
+func (s *FileSink) Flush(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case s.flushes <- reply:
+	case <-s.done:
+		return fmt.Errorf("%w: closed", ErrUnavailable)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

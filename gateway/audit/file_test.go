@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFileSinkChain(t *testing.T) {
@@ -65,5 +66,24 @@ func TestFileSinkFailsClosed(t *testing.T) {
 	s.Close()
 	if err := s.Write(context.Background(), Record{}); err == nil {
 		t.Fatal("closed sink accepted a record")
+	}
+}
+
+func TestFlushMakesRecordsReadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, err := OpenFile(FileConfig{Path: path, FlushEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 5 {
+		s.Write(context.Background(), Record{Kind: KindLease, Event: "bind"})
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := Read(path, func(Record) error { n++; return nil }); err != nil || n != 5 {
+		t.Fatalf("read %d records after Flush: %v", n, err)
 	}
 }

@@ -44,8 +44,10 @@ type Config struct {
 	Metrics http.Handler
 	// Explain answers POST /v1/explain: what the gateway would decide for a request.
 	Explain func(token, method, url string) (gateway.Explanation, error)
-	// AuditPath is the node's audit trail, served (per tenant) by GET /v1/audit.
-	AuditPath string
+	// AuditPath is the node's audit trail, served (per tenant) by GET /v1/audit; AuditFlush,
+	// when set, is called first so the answer includes every record accepted so far.
+	AuditPath  string
+	AuditFlush func(context.Context) error
 	Logger    *slog.Logger
 }
 
@@ -276,6 +278,12 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 			t = time.Now().Add(-d)
 		}
 		since = t
+	}
+	if s.cfg.AuditFlush != nil {
+		if err := s.cfg.AuditFlush(r.Context()); err != nil {
+			writeError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
+			return
+		}
 	}
 	limit := 10000
 	out := []audit.Record{}
