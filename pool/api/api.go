@@ -48,7 +48,7 @@ type Config struct {
 	// when set, is called first so the answer includes every record accepted so far.
 	AuditPath  string
 	AuditFlush func(context.Context) error
-	Logger    *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Server is the HTTP API. Safe for concurrent use.
