@@ -166,7 +166,7 @@ func DefaultTemplate() pool.Template {
 	return pool.Template{
 		Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace",
 		CPUs: 1, MemoryMB: 512, Pids: 256, WorkspaceMB: 256, TmpMB: 64, Runtime: "runc",
-		MinWarm: 2, MaxTotal: 16, DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
+		MinWarm: 2, MaxTotal: 16, OnEmpty: "wait", WaitFor: 10 * time.Second, DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
 	}
 }
 
@@ -326,6 +326,12 @@ func (c *Config) Validate() error {
 		}
 		if t.MinWarm < 0 || (t.MaxTotal > 0 && t.MinWarm > t.MaxTotal) {
 			bad(f+".min_warm", "must be between 0 and max_total")
+		}
+		if t.OnEmpty != "" && t.OnEmpty != "wait" && t.OnEmpty != "cold" {
+			bad(f+".on_empty", "%q is not wait or cold", t.OnEmpty)
+		}
+		if t.WaitFor < 0 || t.WaitFor > 5*time.Minute {
+			bad(f+".wait_for", "must be between 0 and 5m")
 		}
 		if t.DefaultTTL <= 0 || t.MaxTTL < t.DefaultTTL {
 			bad(f+".default_ttl", "must be > 0 and at most max_ttl")

@@ -229,6 +229,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return err
 	}
+	pool.NewMetrics(reg, mgr)
 	poolErr := make(chan error, 1)
 	pctx, stopPool := context.WithCancel(ctx)
 	go func() { poolErr <- mgr.Run(pctx) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,6 +50,7 @@ type Manager struct {
 	sem       chan struct{}
 	mu        sync.Mutex
 	creating  map[string]int
+	metrics   *Metrics // nil until NewMetrics
 }
 
 // New validates cfg and returns a Manager; Run must be called to warm and reap.
@@ -183,6 +185,7 @@ func (m *Manager) fill(ctx context.Context, name string) {
 			defer func() { <-m.sem }()
 			start := time.Now()
 			sb, err := m.cfg.Runtime.Create(ctx, t)
+			m.metrics.observeCreate(time.Since(start), err)
 			if err != nil {
 				if ctx.Err() == nil {
 					m.log.Error("sandbox create failed", "template", name, "err", err)
@@ -243,14 +246,13 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if task.Expires.Before(expires) {
 		expires = task.Expires // a lease never outlives its token
 	}
-	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	sb, start, err := m.claim(ctx, t)
 	if err != nil {
 		return Lease{}, err
 	}
-	m.kick(t.Name)
 	l := Lease{
 		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
-		Node: m.cfg.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token,
+		Node: m.cfg.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start,
 	}
 	b := binding.Binding{
 		Lease: l.ID, Node: l.Node, Addr: sb.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: sb.ID,
@@ -262,8 +264,60 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 		return Lease{}, err
 	}
 	m.cfg.Binder.Put(b)
-	m.event(ctx, l, "bind", "")
+	m.event(ctx, l, "bind", l.Start)
+	m.metrics.observeLease(time.Since(now))
 	return l, nil
+}
+
+// claim takes a warm sandbox; when there is none it waits for the refill or starts one, as the
+// template says, and reports which happened.
+func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error) {
+	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	m.kick(t.Name)
+	if err == nil {
+		return sb, "warm", nil
+	}
+	if !errors.Is(err, ErrNoWarm) {
+		return Sandbox{}, "", err
+	}
+	if t.OnEmpty == "cold" {
+		if t.MaxTotal > 0 {
+			warm, _ := m.cfg.Store.WarmCount(ctx, m.cfg.Node, t.Name)
+			leased, _ := m.leasedCount(ctx, t.Name)
+			if warm+leased >= t.MaxTotal {
+				return Sandbox{}, "", fmt.Errorf("%w: template %q is at its max_total of %d sandboxes", ErrNoWarm, t.Name, t.MaxTotal)
+			}
+		}
+		start := time.Now()
+		sb, err := m.cfg.Runtime.Create(ctx, t)
+		m.metrics.observeCreate(time.Since(start), err)
+		if err != nil {
+			return Sandbox{}, "", fmt.Errorf("cold start of template %q failed: %w", t.Name, err)
+		}
+		m.metrics.coldStart()
+		return sb, "cold", nil
+	}
+	wait := t.WaitFor
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return Sandbox{}, "", ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+		sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+		if err == nil {
+			return sb, "waited", nil
+		}
+		if !errors.Is(err, ErrNoWarm) {
+			return Sandbox{}, "", err
+		}
+	}
+	return Sandbox{}, "", fmt.Errorf("%w: template %q had no warm sandbox within %s (min_warm %d, max_total %d); "+
+		"set on_empty: cold to start one per lease instead", ErrNoWarm, t.Name, wait, t.MinWarm, t.MaxTotal)
 }
 
 func (m *Manager) kick(template string) {
@@ -313,6 +367,7 @@ func (m *Manager) reap(ctx context.Context) {
 		return
 	}
 	for _, l := range ls {
+		m.metrics.reaped()
 		if err := m.end(ctx, l, "expiry"); err != nil {
 			m.log.Error("reaping expired lease", "lease", l.ID, "err", err)
 		}

@@ -36,9 +36,13 @@ type Template struct {
 	Runtime     string            `yaml:"runtime"` // "runc" (default) or "runsc"
 	Env         map[string]string `yaml:"env"`     // non-secret environment
 	MinWarm     int               `yaml:"min_warm"`
-	MaxTotal    int               `yaml:"max_total"`
-	DefaultTTL  time.Duration     `yaml:"default_ttl"`
-	MaxTTL      time.Duration     `yaml:"max_ttl"`
+	// OnEmpty says what a lease does when no sandbox is warm: "wait" (default) up to WaitFor for
+	// the refill, or "cold" to start one for this lease.
+	OnEmpty    string        `yaml:"on_empty"`
+	WaitFor    time.Duration `yaml:"wait_for"`
+	MaxTotal   int           `yaml:"max_total"`
+	DefaultTTL time.Duration `yaml:"default_ttl"`
+	MaxTTL     time.Duration `yaml:"max_ttl"`
 }
 
 // Sandbox is a running container the pool manages.
@@ -61,6 +65,9 @@ type Lease struct {
 	Sandbox  Sandbox   `json:"sandbox"`
 	Created  time.Time `json:"created"`
 	Expires  time.Time `json:"expires"`
+	// Start says how the sandbox was had: "warm", "waited" (the pool was empty and refilled in
+	// time) or "cold" (started for this lease).
+	Start string `json:"start,omitempty"`
 	// Token is the task JWT. It stays in the store and is never handed to the sandbox.
 	Token string `json:"token,omitempty"`
 }

@@ -128,11 +128,13 @@ type LeaseView struct {
 	Address  string    `json:"address"`
 	Created  time.Time `json:"created"`
 	Expires  time.Time `json:"expires"`
+	// Start is "warm", "waited" or "cold" (see pool.Lease).
+	Start string `json:"start,omitempty"`
 }
 
 func view(l pool.Lease) LeaseView {
 	return LeaseView{ID: l.ID, Template: l.Template, Task: l.Task, Tenant: l.Tenant, Node: l.Node,
-		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires}
+		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires, Start: l.Start}
 }
 
 func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {

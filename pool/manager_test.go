@@ -1,0 +1,229 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/redisstore"
+)
+
+// fakeRuntime registers sandboxes without starting anything; create can be slowed or blocked.
+type fakeRuntime struct {
+	n         atomic.Uint32
+	mu        sync.Mutex
+	destroyed []string
+	gate      chan struct{} // when set, Create waits on it
+}
+
+var _ pool.Runtime = (*fakeRuntime)(nil)
+
+func (f *fakeRuntime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
+	if f.gate != nil {
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return pool.Sandbox{}, ctx.Err()
+		}
+	}
+	n := f.n.Add(1)
+	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "n1",
+		Addr: netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)})}, nil
+}
+func (f *fakeRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
+	return 0, nil
+}
+func (f *fakeRuntime) Destroy(_ context.Context, id string) error {
+	f.mu.Lock()
+	f.destroyed = append(f.destroyed, id)
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
+
+type env struct {
+	m     *pool.Manager
+	rt    *fakeRuntime
+	cache *binding.Cache
+	iss   *token.DevIssuer
+}
+
+func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := devstack.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		cancel()
+		t.Fatalf("redis-server: %v (make test installs it)", err)
+	}
+	opts, _ := redis.ParseURL(r.URL)
+	rdb := redis.NewClient(opts)
+	store := redisstore.New(rdb, "t:")
+	cache := binding.NewCache("n1", store, 0)
+	go cache.Run(ctx)
+	iss, _ := token.NewDevIssuer("dev", "aud")
+	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
+	rt := &fakeRuntime{gate: gate}
+	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{tmpl}, Runtime: rt, Store: store, Binder: cache,
+		Audit: audit.Discard{}, Verify: v.Verify, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; rdb.Close(); r.Stop() })
+	return &env{m: m, rt: rt, cache: cache, iss: iss}
+}
+
+func (e *env) token(t *testing.T, ttl time.Duration) string {
+	t.Helper()
+	tok, err := e.iss.Mint(fmt.Sprintf("task-%d", time.Now().UnixNano()), "acme", []scope.Scope{{Host: "a.example"}}, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func waitWarm(t *testing.T, m *pool.Manager, n int) {
+	t.Helper()
+	for range 200 {
+		if ps, _ := m.Pools(context.Background()); len(ps) == 1 && ps[0].Warm >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("pool never reached %d warm", n)
+}
+
+var base = pool.Template{Name: "default", MinWarm: 2, MaxTotal: 4, DefaultTTL: time.Minute, MaxTTL: time.Hour}
+
+func TestLeaseWarmReleaseAndRefill(t *testing.T) {
+	e := newEnv(t, base, nil)
+	waitWarm(t, e.m, 2)
+	ctx := context.Background()
+	l, err := e.m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, 10*time.Minute)})
+	if err != nil || l.Start != "warm" {
+		t.Fatalf("lease = %+v, %v", l, err)
+	}
+	// Visible to the gateway and resolver before Lease returned.
+	if b, err := e.cache.Lookup(ctx, l.Sandbox.Addr); err != nil || b.Lease != l.ID {
+		t.Fatalf("binding not visible: %v", err)
+	}
+	// The TTL is the template default, not the token's 10 minutes.
+	if d := time.Until(l.Expires); d > time.Minute || d < 50*time.Second {
+		t.Fatalf("expires in %s", d)
+	}
+	// Another tenant neither sees nor releases it.
+	if _, err := e.m.Get(ctx, "other", l.ID); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("other tenant Get = %v", err)
+	}
+	if err := e.m.Release(ctx, "other", l.ID); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("other tenant Release = %v", err)
+	}
+	if err := e.m.Release(ctx, "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cache.Lookup(ctx, l.Sandbox.Addr); !errors.Is(err, binding.ErrUnknown) {
+		t.Fatalf("binding after release = %v", err)
+	}
+	e.rt.mu.Lock()
+	destroyed := strings.Join(e.rt.destroyed, ",")
+	e.rt.mu.Unlock()
+	if !strings.Contains(destroyed, l.Sandbox.ID) {
+		t.Fatalf("sandbox %s not destroyed (%s)", l.Sandbox.ID, destroyed)
+	}
+	waitWarm(t, e.m, 2)
+}
+
+func TestTokenRules(t *testing.T) {
+	e := newEnv(t, base, nil)
+	waitWarm(t, e.m, 2)
+	ctx := context.Background()
+	tok := e.token(t, 20*time.Second)
+	l, err := e.m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Until(l.Expires) > 20*time.Second {
+		t.Fatalf("lease outlives its token: %s", time.Until(l.Expires))
+	}
+	if _, err := e.m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok}); !errors.Is(err, pool.ErrJTIInUse) {
+		t.Fatalf("second lease for one jti = %v", err)
+	}
+	if _, err := e.m.Lease(ctx, pool.LeaseRequest{Tenant: "globex", Template: "default", Token: e.token(t, time.Minute)}); !errors.Is(err, pool.ErrTokenRefused) {
+		t.Fatalf("token of another tenant = %v", err)
+	}
+	if _, err := e.m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: "garbage"}); !errors.Is(err, pool.ErrTokenRefused) {
+		t.Fatalf("garbage token = %v", err)
+	}
+}
+
+func TestEmptyPool(t *testing.T) {
+	t.Run("wait gives up with a reason", func(t *testing.T) {
+		tmpl := base
+		tmpl.OnEmpty, tmpl.WaitFor = "wait", 200*time.Millisecond
+		e := newEnv(t, tmpl, make(chan struct{})) // creations block: the pool stays empty
+		_, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
+		if !errors.Is(err, pool.ErrNoWarm) || !strings.Contains(err.Error(), "within 200ms") {
+			t.Fatalf("lease on an empty pool = %v", err)
+		}
+	})
+	t.Run("wait is served by the refill", func(t *testing.T) {
+		tmpl := base
+		tmpl.OnEmpty, tmpl.WaitFor = "wait", 5*time.Second
+		gate := make(chan struct{})
+		e := newEnv(t, tmpl, gate)
+		go func() { time.Sleep(100 * time.Millisecond); close(gate) }()
+		l, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
+		if err != nil || l.Start != "waited" {
+			t.Fatalf("lease = %+v, %v", l, err)
+		}
+	})
+	t.Run("cold start", func(t *testing.T) {
+		tmpl := base
+		tmpl.MinWarm, tmpl.OnEmpty = 0, "cold"
+		e := newEnv(t, tmpl, nil)
+		l, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
+		if err != nil || l.Start != "cold" {
+			t.Fatalf("lease = %+v, %v", l, err)
+		}
+	})
+}
+
+func TestReaperEndsExpiredLeases(t *testing.T) {
+	e := newEnv(t, base, nil)
+	waitWarm(t, e.m, 2)
+	ctx := context.Background()
+	l, err := e.m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute), TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 400 {
+		if _, err := e.m.Get(ctx, "acme", l.ID); errors.Is(err, pool.ErrLeaseNotFound) {
+			e.rt.mu.Lock()
+			defer e.rt.mu.Unlock()
+			if !strings.Contains(strings.Join(e.rt.destroyed, ","), l.Sandbox.ID) {
+				t.Fatal("expired lease's sandbox not destroyed")
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("expired lease not reaped within 4s")
+}
