@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // scanScript looks for two values everywhere a sandbox process can look: every process's
@@ -305,6 +307,19 @@ func TestNode(t *testing.T) {
 		// The same token (same jti) cannot bind a second lease.
 		if _, errs, code := n.cli(t, "lease", "--token", tok); code == 0 || !strings.Contains(errs, "jti") {
 			t.Fatalf("second lease with one jti: exit %d %s", code, errs)
+		}
+		// A token swap (same task) narrows the scopes at once; another task's token is refused.
+		cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+		narrow := mintToken(t, "task-jwt", []map[string]any{{"host": "other.example"}}, 10*time.Minute)
+		if _, err := cl.SwapToken(context.Background(), l.ID, narrow); err != nil {
+			t.Fatalf("token swap: %v", err)
+		}
+		out, _, _ = n.exec(t, l.ID, "curl", "-sS", "http://api.example.test/whoami")
+		if !strings.Contains(out, "scope-miss") {
+			t.Fatalf("after the swap the old scope still works: %s", out)
+		}
+		if _, err := cl.SwapToken(context.Background(), l.ID, mintToken(t, "another-task", nil, time.Minute)); err == nil || !strings.Contains(err.Error(), "is for task") {
+			t.Fatalf("swap to another task's token = %v", err)
 		}
 		// A token that names the credential for a host outside the catalog's list is refused
 		// at lease time.

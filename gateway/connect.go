@@ -38,6 +38,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		return
 	}
 	host, port := x.host, x.port
+	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
 	var sniErr error
 	tconn := tls.Server(conn, &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -138,6 +139,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	p.tunnels.Add(1)
 	defer p.tunnels.Add(-1)
+	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, tunnel: true, bearer: x.bearer, closer: conn})()
 	x.status = http.StatusOK
 	var wg sync.WaitGroup
 	wg.Add(1)

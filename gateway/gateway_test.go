@@ -140,6 +140,7 @@ func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 const testSecret = "s3cr3t-value-0123456789"
 
 type harness struct {
+	mu       sync.Mutex // guards scopes and bindErr once requests are in flight
 	proxy    *httptest.Server
 	upstream *httptest.Server
 	ca       *ca.Authority
@@ -189,6 +190,8 @@ func newHarness(t testing.TB) *harness {
 	p := New(Config{
 		Node: "n1",
 		Bindings: &fakeBindings{lookup: func(ctx context.Context, addr netip.Addr) (binding.Binding, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			if h.bindErr != nil {
 				return binding.Binding{}, h.bindErr
 			}

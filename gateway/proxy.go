@@ -70,6 +70,7 @@ type Proxy struct {
 	budgets *budgets
 	metrics *Metrics // nil until NewMetrics
 	dyn     atomic.Pointer[dynamic]
+	open    conns
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -141,6 +142,9 @@ func (p *Proxy) Serve(l net.Listener) error {
 	}
 	srv := p.srv
 	p.srvMu.Unlock()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go p.runRecheck(ctx)
 	err := srv.Serve(NewFramingListener(l, func(remote net.Addr, reason string) {
 		x := &exchange{start: time.Now()}
 		req := &http.Request{RemoteAddr: remote.String(), URL: &url.URL{}}

@@ -41,11 +41,53 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
 		Template: l.Template, Expires: l.Expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
 	}
-	if err := m.cfg.Store.Rebind(ctx, l, b); err != nil {
+	if err := m.cfg.Store.Rebind(ctx, l, l.JTI, b); err != nil {
 		return Lease{}, err
 	}
 	m.cfg.Binder.Put(b)
 	m.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
+	return l, nil
+}
+
+// SwapToken gives tenant's lease id a new task token for the same task (same sub): its scopes
+// replace the old ones at once on this node's gateway and resolver (requests are checked per
+// request, and tunnels the new scopes refuse are closed), and the lease's expiry is capped by
+// the new token's.
+func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return Lease{}, err
+	}
+	task, err := m.cfg.Verify(raw)
+	if err != nil {
+		return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+	}
+	if task.ID != l.Task {
+		return Lease{}, fmt.Errorf("%w: the new token is for task %q, the lease for %q", ErrTokenRefused, task.ID, l.Task)
+	}
+	if task.Tenant != "" && l.Tenant != "" && task.Tenant != l.Tenant {
+		return Lease{}, fmt.Errorf("%w: the new token is for tenant %q", ErrTokenRefused, task.Tenant)
+	}
+	if m.cfg.CheckTask != nil {
+		if err := m.cfg.CheckTask(task); err != nil {
+			return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+		}
+	}
+	oldJTI := l.JTI
+	now := time.Now()
+	l.Token, l.JTI = raw, task.JTI
+	if task.Expires.Before(l.Expires) {
+		l.Expires = task.Expires
+	}
+	b := binding.Binding{
+		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
+		Template: l.Template, Expires: l.Expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
+	}
+	if err := m.cfg.Store.Rebind(ctx, l, oldJTI, b); err != nil {
+		return Lease{}, err
+	}
+	m.cfg.Binder.Put(b)
+	m.event(ctx, l, "token-swap", fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI))
 	return l, nil
 }
 

@@ -103,9 +103,10 @@ type Store interface {
 	// Bind records the lease and its binding together and announces the binding; it fails with
 	// ErrJTIInUse when the token already binds another live lease.
 	Bind(ctx context.Context, l Lease, b binding.Binding) error
-	// Rebind replaces a live lease's record and binding (renewal, token swap) and announces
-	// the binding; it fails with ErrLeaseNotFound when the lease is gone.
-	Rebind(ctx context.Context, l Lease, b binding.Binding) error
+	// Rebind replaces a live lease's record and binding (renewal, token swap: oldJTI is the token
+	// id it held, freed when l carries a new one) and announces the binding; it fails with
+	// ErrLeaseNotFound when the lease is gone and ErrJTIInUse when the new token id is taken.
+	Rebind(ctx context.Context, l Lease, oldJTI string, b binding.Binding) error
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
 	// Expired returns node's leases that expired at or before now; LeasedCount counts node's

@@ -69,6 +69,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.releaseLease))
 	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.exec))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.renew))
+	s.mux.HandleFunc("PUT /v1/leases/{id}/token", s.auth(s.swapToken))
 	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.putFile))
 	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.getFile))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
@@ -228,6 +229,25 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l, err := s.cfg.Pool.Renew(r.Context(), tenantOf(r), r.PathValue("id"), ttl)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view(l))
+}
+
+// TokenRequest is the body of PUT /v1/leases/{id}/token.
+type TokenRequest struct {
+	Token string `json:"token"`
+}
+
+func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
+	var req TokenRequest
+	if err := decode(r, &req); err != nil || req.Token == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "body must be {\"token\": JWT}")
+		return
+	}
+	l, err := s.cfg.Pool.SwapToken(r.Context(), tenantOf(r), r.PathValue("id"), req.Token)
 	if err != nil {
 		writePoolError(w, err)
 		return

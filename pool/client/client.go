@@ -152,6 +152,13 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (api.L
 	return v, err
 }
 
+// SwapToken replaces a lease's task token with a new one for the same task.
+func (c *Client) SwapToken(ctx context.Context, id, token string) (api.LeaseView, error) {
+	var v api.LeaseView
+	_, err := c.do(ctx, http.MethodPut, "/v1/leases/"+id+"/token", api.TokenRequest{Token: token}, &v)
+	return v, err
+}
+
 // PutFile uploads r to path in the lease's workspace.
 func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (pool.FileInfo, error) {
 	var v pool.FileInfo

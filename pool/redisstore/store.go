@@ -192,13 +192,21 @@ func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error
 	return wrap(err)
 }
 
-// rebindScript renews a lease that still exists: new expiries for the token id, the record and
-// the binding, and the new binding announced.
+// rebindScript replaces a lease that still exists: its token id (moved when a token swap brings
+// a new one, which must be free), the record, the binding and their expiries, and announces the
+// new binding.
 var rebindScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return redis.error_reply('LEASE_GONE')
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[5])
+if KEYS[1] ~= KEYS[6] then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[5]) == false then
+    return redis.error_reply('JTI_IN_USE ' .. redis.call('GET', KEYS[1]))
+  end
+  redis.call('DEL', KEYS[6])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[5])
+end
 redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
 redis.call('SET', KEYS[3], ARGV[3], 'PXAT', ARGV[5])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
@@ -206,17 +214,21 @@ redis.call('PUBLISH', KEYS[4], ARGV[4])
 return 1
 `)
 
-// Rebind stores l's new expiry and binding b, if the lease still exists.
-func (s *Store) Rebind(ctx context.Context, l pool.Lease, b binding.Binding) error {
+// Rebind stores l's new token id, expiry and binding b, if the lease still exists. oldJTI is the
+// token id the lease held before (the same for a renewal).
+func (s *Store) Rebind(ctx context.Context, l pool.Lease, oldJTI string, b binding.Binding) error {
 	lb, bb, ev, err := encode(l, b)
 	if err != nil {
 		return err
 	}
 	keys := []string{s.key("jti", l.JTI), s.key("lease", l.ID), s.key("binding", l.Node, b.Addr.String()),
-		s.key("bindings", l.Node), s.key("leases", l.Node)}
+		s.key("bindings", l.Node), s.key("leases", l.Node), s.key("jti", oldJTI)}
 	err = rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
 	if strings.HasPrefix(errText(err), "LEASE_GONE") {
 		return fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
+	}
+	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
+		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, holder)
 	}
 	return wrap(err)
 }

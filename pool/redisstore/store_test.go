@@ -102,7 +102,7 @@ func TestBindRebindUnbindAndWatch(t *testing.T) {
 	}
 	// Renewal moves the expiry.
 	l.Expires, b.Expires, b.Version = time.Now().Add(time.Hour), time.Now().Add(time.Hour), 2
-	if err := s.Rebind(ctx, l, b); err != nil {
+	if err := s.Rebind(ctx, l, l.JTI, b); err != nil {
 		t.Fatal(err)
 	}
 	<-events
@@ -119,7 +119,7 @@ func TestBindRebindUnbindAndWatch(t *testing.T) {
 		t.Fatalf("lookup after unbind = %v", err)
 	}
 	// A released lease cannot be renewed back to life.
-	if err := s.Rebind(ctx, l, b); !errors.Is(err, pool.ErrLeaseNotFound) {
+	if err := s.Rebind(ctx, l, l.JTI, b); !errors.Is(err, pool.ErrLeaseNotFound) {
 		t.Fatalf("rebind after release = %v", err)
 	}
 	// The token id is free again.

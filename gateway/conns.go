@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// openConn is a long-lived connection from a sandbox: a raw tunnel or an intercepted session.
+type openConn struct {
+	src    netip.Addr
+	lease  string
+	host   string
+	port   int
+	tunnel bool
+	bearer string // the token a client outside the pool identified with
+	closer io.Closer
+}
+
+// conns tracks open connections so that a release, expiry or token swap closes the ones the
+// lease's current binding no longer allows, within recheckEvery.
+type conns struct {
+	mu sync.Mutex
+	m  map[*openConn]struct{}
+}
+
+const recheckEvery = 500 * time.Millisecond
+
+func (c *conns) add(oc *openConn) func() {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[*openConn]struct{}{}
+	}
+	c.m[oc] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.m, oc)
+		c.mu.Unlock()
+	}
+}
+
+func (c *conns) snapshot() []*openConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*openConn, 0, len(c.m))
+	for oc := range c.m {
+		out = append(out, oc)
+	}
+	return out
+}
+
+// recheck closes every open connection whose lease is gone, replaced, or whose scopes no longer
+// cover its destination (for a tunnel: with tunnel: true).
+func (p *Proxy) recheck(ctx context.Context) {
+	for _, oc := range p.open.snapshot() {
+		var allowed bool
+		b, err := p.cfg.Bindings.Lookup(ctx, oc.src)
+		if err != nil && oc.bearer != "" {
+			b, err = p.tokens.lookup(oc.bearer)
+		}
+		if err == nil && b.Lease == oc.lease {
+			s, ok := b.Scopes.Match(scope.Request{Host: oc.host, Port: oc.port})
+			allowed = ok && s.Tunnel == oc.tunnel
+		}
+		if !allowed {
+			oc.closer.Close()
+		}
+	}
+}
+
+// runRecheck rechecks open connections until ctx ends.
+func (p *Proxy) runRecheck(ctx context.Context) {
+	t := time.NewTicker(recheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.recheck(ctx)
+		}
+	}
+}
