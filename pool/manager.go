@@ -38,7 +38,9 @@ type Config struct {
 	CheckTask func(t token.Task) error
 	// RefillParallel bounds concurrent sandbox creations; zero means 2.
 	RefillParallel int
-	Logger         *slog.Logger
+	// HealthEvery is how often warm sandboxes are checked; zero means 30s.
+	HealthEvery time.Duration
+	Logger      *slog.Logger
 }
 
 // Manager runs one node's pool. Safe for concurrent use.
@@ -60,6 +62,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.RefillParallel == 0 {
 		cfg.RefillParallel = 2
+	}
+	if cfg.HealthEvery == 0 {
+		cfg.HealthEvery = 30 * time.Second
 	}
 	m := &Manager{cfg: cfg, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
 		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}}
@@ -93,6 +98,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	reap := time.NewTicker(time.Second)
 	defer reap.Stop()
+	health := time.NewTicker(m.cfg.HealthEvery)
+	defer health.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -102,6 +109,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		case name := <-m.refill:
 			wg.Add(1)
 			go func() { defer wg.Done(); m.fill(ctx, name) }()
+		case <-health.C:
+			wg.Add(1)
+			go func() { defer wg.Done(); m.checkWarm(ctx) }()
 		case <-reap.C:
 			m.reap(ctx)
 			for name := range m.templates {
@@ -192,6 +202,13 @@ func (m *Manager) fill(ctx context.Context, name string) {
 				}
 				return
 			}
+			// Checked before it is offered, so a lease never gets a sandbox that cannot work.
+			if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
+				m.log.Error("new sandbox failed its health check; destroyed", "template", name, "err", err)
+				m.metrics.observeCreate(0, err)
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+				return
+			}
 			if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
 				m.log.Error("sandbox registration failed", "template", name, "err", err)
 				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
@@ -205,6 +222,34 @@ func (m *Manager) fill(ctx context.Context, name string) {
 
 func (m *Manager) leasedCount(ctx context.Context, template string) (int, error) {
 	return m.cfg.Store.LeasedCount(ctx, m.cfg.Node, template)
+}
+
+// checkWarm checks every warm sandbox and replaces those that fail: each is taken out of the
+// warm set first (so no lease can claim it meanwhile), checked, and put back only if healthy.
+func (m *Manager) checkWarm(ctx context.Context) {
+	for name, t := range m.templates {
+		warm, err := m.cfg.Store.WarmCount(ctx, m.cfg.Node, name)
+		if err != nil {
+			return
+		}
+		for range warm {
+			sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+			if err != nil {
+				break
+			}
+			if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
+				m.log.Error("warm sandbox failed its health check; replacing it", "template", name, "sandbox", sb.ID, "err", err)
+				m.cfg.Store.Forget(ctx, sb)
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+				m.metrics.unhealthy()
+				continue
+			}
+			if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			}
+		}
+		m.kick(name)
+	}
 }
 
 // LeaseRequest asks for a sandbox for a task.

@@ -30,6 +30,7 @@ type fakeRuntime struct {
 	mu        sync.Mutex
 	destroyed []string
 	gate      chan struct{} // when set, Create waits on it
+	sick      sync.Map      // sandbox id -> true: fails its health check
 }
 
 var _ pool.Runtime = (*fakeRuntime)(nil)
@@ -49,6 +50,13 @@ func (f *fakeRuntime) Create(ctx context.Context, t pool.Template) (pool.Sandbox
 func (f *fakeRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
 	return 0, nil
 }
+func (f *fakeRuntime) Check(_ context.Context, sb pool.Sandbox) error {
+	if _, sick := f.sick.Load(sb.ID); sick {
+		return errors.New("probe failed")
+	}
+	return nil
+}
+
 func (f *fakeRuntime) Destroy(_ context.Context, id string) error {
 	f.mu.Lock()
 	f.destroyed = append(f.destroyed, id)
@@ -81,7 +89,7 @@ func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	rt := &fakeRuntime{gate: gate}
 	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{tmpl}, Runtime: rt, Store: store, Binder: cache,
-		Audit: audit.Discard{}, Verify: v.Verify, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Audit: audit.Discard{}, Verify: v.Verify, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +234,28 @@ func TestReaperEndsExpiredLeases(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("expired lease not reaped within 4s")
+}
+
+func TestUnhealthyWarmSandboxIsReplaced(t *testing.T) {
+	e := newEnv(t, base, nil)
+	waitWarm(t, e.m, 2)
+	e.rt.sick.Store("sb-1", true)
+	for range 300 {
+		e.rt.mu.Lock()
+		gone := strings.Contains(strings.Join(e.rt.destroyed, ","), "sb-1")
+		e.rt.mu.Unlock()
+		if gone {
+			waitWarm(t, e.m, 2)
+			// Every lease now gets a healthy sandbox.
+			for range 2 {
+				l, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
+				if err != nil || l.Sandbox.ID == "sb-1" {
+					t.Fatalf("lease = %+v, %v", l, err)
+				}
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the unhealthy sandbox was never replaced")
 }

@@ -14,6 +14,7 @@ type Metrics struct {
 	refill       prometheus.Histogram
 	reaps        prometheus.Counter
 	createFails  prometheus.Counter
+	unhealthies  prometheus.Counter
 }
 
 // NewMetrics registers the pool's metrics on reg and attaches them to m. Pool sizes are read
@@ -37,11 +38,14 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) *Metrics {
 		createFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_pool_create_failures_total", Help: "Sandbox creations that failed.",
 		}),
+		unhealthies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_pool_unhealthy_total", Help: "Warm sandboxes replaced because they failed a health check.",
+		}),
 	}
 	sizes := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "airlock_pool_sandboxes", Help: "Sandboxes by template and state (warm, leased).",
 	}, []string{"template", "state"})
-	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, poolCollector{m: m, desc: sizes})
+	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, mt.unhealthies, poolCollector{m: m, desc: sizes})
 	m.metrics = mt
 	return mt
 }
@@ -95,5 +99,11 @@ func (mt *Metrics) coldStart() {
 func (mt *Metrics) reaped() {
 	if mt != nil {
 		mt.reaps.Inc()
+	}
+}
+
+func (mt *Metrics) unhealthy() {
+	if mt != nil {
+		mt.unhealthies.Inc()
 	}
 }

@@ -87,6 +87,9 @@ type Runtime interface {
 	Create(ctx context.Context, t Template) (Sandbox, error)
 	// Exec runs req in sb, streaming output as it comes, and returns the exit code.
 	Exec(ctx context.Context, sb Sandbox, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+	// Check reports whether a warm sandbox is fit to lease: alive, and reaching the gateway and
+	// the resolver from inside.
+	Check(ctx context.Context, sb Sandbox) error
 	// Destroy removes the sandbox; removing one already gone is not an error.
 	Destroy(ctx context.Context, id string) error
 	// List returns the sandboxes this node owns.

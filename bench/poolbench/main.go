@@ -49,6 +49,7 @@ func (r *instantRuntime) Create(_ context.Context, t pool.Template) (pool.Sandbo
 func (r *instantRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
 	return 0, nil
 }
+func (r *instantRuntime) Check(context.Context, pool.Sandbox) error    { return nil }
 func (r *instantRuntime) Destroy(context.Context, string) error        { return nil }
 func (r *instantRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -208,6 +209,25 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		return pool.Sandbox{}, fmt.Errorf("docker: sandbox address %q: %w", ep.IPAddress, err)
 	}
 	return pool.Sandbox{ID: created.ID, Template: t.Name, Node: r.cfg.Node, Addr: addr, Created: time.Now()}, nil
+}
+
+// Check runs a probe inside sb, as the sandbox user: TCP connections to the gateway and to the
+// resolver (which serves TCP too) from the sandbox's own namespace. It needs bash in the image.
+func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
+	u, err := url.Parse(r.cfg.ProxyURL)
+	if err != nil {
+		return err
+	}
+	probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && exec 4<>/dev/tcp/%s/53", u.Hostname(), u.Port(), r.gw)
+	var stderr strings.Builder
+	code, err := r.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"bash", "-c", probe}, Timeout: 5 * time.Second}, nil, io.Discard, &stderr)
+	if err != nil {
+		return fmt.Errorf("docker: health probe in %s: %w", short(sb.ID), err)
+	}
+	if code != 0 {
+		return fmt.Errorf("docker: sandbox %s cannot reach the gateway and resolver: %s", short(sb.ID), strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }
 
 // bundlePath is where the CA bundle is mounted inside every sandbox.
