@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,17 @@ type Config struct {
 // API is the pool API listener.
 type API struct {
 	Listen string `yaml:"listen"` // loopback only unless TLS is configured (not yet supported)
+	// Keys are the API keys, stored as the hex SHA-256 of the key, each belonging to a tenant.
+	Keys []APIKey `yaml:"keys"`
+	// RatePerKey and BurstPerKey limit requests per API key (429 past them); 0 disables.
+	RatePerKey  int `yaml:"rate_per_key"`
+	BurstPerKey int `yaml:"burst_per_key"`
+}
+
+// APIKey is one API key, by its hash.
+type APIKey struct {
+	Tenant string `yaml:"tenant"`
+	SHA256 string `yaml:"sha256"`
 }
 
 // Redis is the shared store.
@@ -143,7 +155,7 @@ func Default() Config {
 	return Config{
 		Node:       "node-1",
 		Deployment: "airlock-dev",
-		API:        API{Listen: "127.0.0.1:7070"},
+		API:        API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200},
 		Redis:      Redis{Grace: 10 * time.Second},
 		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
 		Gateway:    Gateway{Port: 3128},
@@ -223,6 +235,17 @@ func (c *Config) Validate() error {
 		bad("api.listen", "%q is not ADDRESS:PORT", c.API.Listen)
 	} else if !ap.Addr().IsLoopback() {
 		bad("api.listen", "%s is not a loopback address; the API may listen beyond loopback only with TLS, which this version does not serve", ap.Addr())
+	}
+	for i, k := range c.API.Keys {
+		if k.Tenant == "" {
+			bad(fmt.Sprintf("api.keys[%d].tenant", i), "required")
+		}
+		if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
+			bad(fmt.Sprintf("api.keys[%d].sha256", i), "must be the 64 hex digits of the key's SHA-256 (never the key itself)")
+		}
+	}
+	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
+		bad("api.rate_per_key", "must be >= 0")
 	}
 	if c.Redis.Grace < 0 || c.Redis.Grace > time.Minute {
 		bad("redis.grace", "must be between 0 and 1m")

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/ratelimit"
 )
 
 // Rule names, shared vocabulary with the gateway's audit records.
@@ -78,7 +79,7 @@ type Resolver struct {
 	cache    *answerCache
 	tunnel   TunnelLimits
 	distinct *distinctNames
-	rate     *rateLimiter
+	rate     *ratelimit.Limiter[netip.Addr]
 }
 
 // New returns a Resolver.
@@ -107,9 +108,7 @@ func New(cfg Config) *Resolver {
 		tunnel:   t,
 		distinct: newDistinctNames(t.MaxDistinct, t.Window),
 	}
-	if cfg.RateQPS > 0 {
-		r.rate = newRateLimiter(cfg.RateQPS, max(cfg.RateBurst, cfg.RateQPS))
-	}
+	r.rate = ratelimit.New[netip.Addr](cfg.RateQPS, cfg.RateBurst)
 	r.SetPins(cfg.Pins)
 	return r
 }
@@ -196,7 +195,7 @@ func (r *Resolver) answer(req *dns.Msg, rec *audit.Record) *dns.Msg {
 	if err != nil {
 		return deny(RuleMalformed, "unreadable source address", dns.ExtendedErrorCodeProhibited)
 	}
-	if !r.rate.allow(src) {
+	if !r.rate.Allow(src) {
 		return deny(RuleRate, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited)
 	}
 	b, err := r.cfg.Bindings.Lookup(context.Background(), src)

@@ -240,7 +240,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: deps.APIKeys, Minter: minter, Logger: log,
+	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: minter, Logger: log,
+		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush}), ReadHeaderTimeout: 10 * time.Second}
 	go apiSrv.Serve(apiLn)
 	defer apiSrv.Close()
@@ -269,6 +270,18 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		poolErr <- err
 		return fmt.Errorf("pool stopped: %w", err)
 	}
+}
+
+// apiKeys merges the configured keys with the ones the caller made (the dev key).
+func apiKeys(cfg config.Config, deps Deps) map[string]string {
+	keys := map[string]string{}
+	for _, k := range cfg.API.Keys {
+		keys[strings.ToLower(k.SHA256)] = k.Tenant
+	}
+	for h, t := range deps.APIKeys {
+		keys[h] = t
+	}
+	return keys
 }
 
 // reload applies the reloadable part of nc.

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/ratelimit"
 )
 
 // Frame stream ids.
@@ -38,8 +39,10 @@ type Minter interface {
 type Config struct {
 	Pool *pool.Manager
 	// Keys maps the hex SHA-256 of each API key to its tenant; keys are never stored in clear.
-	Keys   map[string]string
-	Minter Minter // nil: leases need a token
+	Keys map[string]string
+	// RatePerKey and BurstPerKey limit requests per key; 0 disables.
+	RatePerKey, BurstPerKey int
+	Minter                  Minter // nil: leases need a token
 	// Metrics serves /metrics when set.
 	Metrics http.Handler
 	// Explain answers POST /v1/explain: what the gateway would decide for a request.
@@ -53,8 +56,9 @@ type Config struct {
 
 // Server is the HTTP API. Safe for concurrent use.
 type Server struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg  Config
+	mux  *http.ServeMux
+	rate *ratelimit.Limiter[string]
 }
 
 // New returns the API handler.
@@ -62,7 +66,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey)}
 	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
 	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.getLease))
@@ -99,9 +103,15 @@ type tenantKey struct{}
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		tenant, known := s.cfg.Keys[HashKey(strings.TrimSpace(key))]
+		hash := HashKey(strings.TrimSpace(key))
+		tenant, known := s.cfg.Keys[hash]
 		if !ok || !known {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid API key is required as 'Authorization: Bearer KEY'")
+			return
+		}
+		if !s.rate.Allow(hash) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("more than %d requests a second with this API key", s.cfg.RatePerKey))
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))

@@ -1,0 +1,138 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/redisstore"
+)
+
+type nopRuntime struct{ n atomic.Uint32 }
+
+func (r *nopRuntime) Create(_ context.Context, t pool.Template) (pool.Sandbox, error) {
+	n := r.n.Add(1)
+	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "n1", Addr: netip.AddrFrom4([4]byte{10, 9, 0, byte(n)})}, nil
+}
+func (r *nopRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
+	return 0, nil
+}
+func (r *nopRuntime) Check(context.Context, pool.Sandbox) error    { return nil }
+func (r *nopRuntime) Destroy(context.Context, string) error        { return nil }
+func (r *nopRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
+
+func TestAPI(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rs, err := devstack.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatalf("redis-server: %v (make test installs it)", err)
+	}
+	defer rs.Stop()
+	opts, _ := redis.ParseURL(rs.URL)
+	store := redisstore.New(redis.NewClient(opts), "api:")
+	cache := binding.NewCache("n1", store, 0)
+	go cache.Run(ctx)
+	iss, _ := token.NewDevIssuer("dev", "aud")
+	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &nopRuntime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.Verify,
+		Templates: []pool.Template{{Name: "default", MinWarm: 3, MaxTotal: 10, DefaultTTL: time.Minute, MaxTTL: time.Hour}}, Logger: quiet})
+	go m.Run(ctx)
+	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, RatePerKey: 5, BurstPerKey: 20,
+		Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}}))
+	defer srv.Close()
+	for range 200 {
+		if ps, _ := m.Pools(ctx); ps[0].Warm == 3 && cache.Live() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	call := func(key, method, path, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	errCode := func(out map[string]any) string {
+		e, _ := out["error"].(map[string]any)
+		c, _ := e["code"].(string)
+		return c
+	}
+
+	if st, out := call("", "GET", "/v1/leases", ""); st != 401 || errCode(out) != "unauthorized" {
+		t.Fatalf("no key: %d %v", st, out)
+	}
+	if st, out := call("wrong", "GET", "/v1/pools", ""); st != 401 || errCode(out) != "unauthorized" {
+		t.Fatalf("wrong key: %d %v", st, out)
+	}
+	if st, out := call("key-acme", "POST", "/v1/leases", `{"template": "default", "tokn": "x"}`); st != 400 || !strings.Contains(fmt.Sprint(out), "tokn") {
+		t.Fatalf("unknown field: %d %v", st, out)
+	}
+	tok, _ := iss.Mint("task-1", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	if st, out := call("key-acme", "POST", "/v1/leases", `{"template": "nope", "token": "`+tok+`"}`); st != 404 || errCode(out) != "unknown_template" {
+		t.Fatalf("unknown template: %d %v", st, out)
+	}
+	st, lease := call("key-acme", "POST", "/v1/leases", `{"template": "default", "token": "`+tok+`"}`)
+	if st != 201 || lease["start"] != "warm" {
+		t.Fatalf("lease: %d %v", st, lease)
+	}
+	id := lease["id"].(string)
+	if _, has := lease["token"]; has {
+		t.Fatal("the API returned the task token")
+	}
+	// Another tenant's key neither sees nor releases it.
+	if st, out := call("key-globex", "GET", "/v1/leases/"+id, ""); st != 404 || errCode(out) != "lease_not_found" {
+		t.Fatalf("other tenant GET: %d %v", st, out)
+	}
+	if st, _ := call("key-globex", "DELETE", "/v1/leases/"+id, ""); st != 404 {
+		t.Fatalf("other tenant DELETE: %d", st)
+	}
+	if st, _ := call("key-acme", "DELETE", "/v1/leases/"+id, ""); st != 204 {
+		t.Fatalf("own DELETE: %d", st)
+	}
+	// Per-key rate limit: the burst passes, then 429; another key is unaffected.
+	limited := 0
+	for range 40 {
+		if st, out := call("key-acme", "GET", "/v1/pools", ""); st == 429 {
+			limited++
+			if errCode(out) != "rate_limited" {
+				t.Fatalf("429 body %v", out)
+			}
+		}
+	}
+	if limited == 0 {
+		t.Fatal("40 requests at once were never limited")
+	}
+	if st, _ := call("key-globex", "GET", "/v1/pools", ""); st != 200 {
+		t.Fatalf("other key limited: %d", st)
+	}
+}
