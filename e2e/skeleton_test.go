@@ -393,6 +393,13 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("airlock verify passes every check", func(t *testing.T) {
+		out, errs, code := n.cli(t, "verify")
+		if code != 0 || !strings.Contains(out, "checks passed") || strings.Contains(out, "FAIL") {
+			t.Fatalf("verify: exit %d\n%s%s", code, out, errs)
+		}
+	})
+
 	t.Run("release destroys the sandbox and the pool refills", func(t *testing.T) {
 		if _, errs, code := n.cli(t, "release", a.ID); code != 0 {
 			t.Fatalf("release: %s", errs)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
+)
+
+// probe is one invariant checked from inside a sandbox: a shell command and what its output
+// must show.
+type probe struct {
+	name string
+	cmd  string
+	ok   func(out string, code int) bool
+}
+
+// probes never send traffic past the node: refusals by the resolver and the gateway are
+// decided there, and direct connections target the node's own bridge address.
+var probes = []probe{
+	{"runs as a non-root user", "id -u", func(o string, c int) bool { return c == 0 && strings.TrimSpace(o) != "0" }},
+	{"holds no capabilities", "grep CapEff /proc/self/status", func(o string, c int) bool { return c == 0 && strings.HasSuffix(strings.TrimSpace(o), "0000000000000000") }},
+	{"cannot gain privileges (no_new_privs)", "grep NoNewPrivs /proc/self/status", func(o string, c int) bool { return strings.HasSuffix(strings.TrimSpace(o), "1") }},
+	{"root filesystem is read-only", "touch /airlock-verify 2>&1; echo rc=$?", func(o string, c int) bool { return !strings.Contains(o, "rc=0") }},
+	{"workspace is writable", `touch "$HOME/.airlock-verify" && rm "$HOME/.airlock-verify" && echo ok`, func(o string, c int) bool { return strings.Contains(o, "ok") }},
+	{"no Docker socket", "test -e /var/run/docker.sock || test -e /run/docker.sock; echo rc=$?", func(o string, c int) bool { return strings.Contains(o, "rc=1") }},
+	{"no credential-like environment variables", `env | grep -iE '^[^=]*(token|secret|password|passwd|api_?key|credential|vault|aws_)[^=]*=' || echo none`,
+		func(o string, c int) bool { return strings.TrimSpace(o) == "none" }},
+	{"resolver refuses a name outside the scopes", "getent hosts airlock-verify.example.com; echo rc=$?", func(o string, c int) bool { return !strings.Contains(o, "rc=0") }},
+	{"gateway refuses a host outside the scopes", "curl -sS -o /dev/null -w '%{http_code}' http://airlock-verify.example.com/ 2>&1", func(o string, c int) bool { return strings.Contains(o, "403") }},
+	{"gateway refuses the cloud metadata address", "curl -sS -o /dev/null -w '%{http_code}' http://169.254.169.254/latest/meta-data/ 2>&1", func(o string, c int) bool { return strings.Contains(o, "403") }},
+	{"host ports other than gateway and resolver are closed", `gw=$(echo "$HTTPS_PROXY" | sed -E 's#.*//([^:/]+).*#\1#'); for p in 22 80 443 6379 7070 8200; do (exec 3<>/dev/tcp/$gw/$p) 2>/dev/null && echo "open $p"; done; echo done`,
+		func(o string, c int) bool { return strings.TrimSpace(o) == "done" }},
+	{"the deployment CA is trusted and the gateway is the proxy", `test -s "$SSL_CERT_FILE" && test -n "$HTTPS_PROXY" && echo ok`, func(o string, c int) bool { return strings.Contains(o, "ok") }},
+}
+
+// cmdVerify leases a sandbox and checks the invariants from inside it.
+func cmdVerify(args []string) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	template := fs.String("template", "default", "sandbox template")
+	tok := fs.String("token", "", "a task token to lease with (default: a dev token with no scopes)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	req := api.LeaseRequest{Template: *template, Token: *tok, TTL: "5m"}
+	if *tok == "" {
+		req.Allow = []string{} // the dev issuer mints a token with no scopes at all
+	}
+	l, err := c.Lease(ctx, req)
+	if err != nil {
+		return fail(fmt.Errorf("leasing a sandbox to verify: %w", err))
+	}
+	defer c.Release(context.Background(), l.ID)
+	fmt.Printf("verifying lease %s (sandbox %.12s at %s, template %s)\n", l.ID, l.Sandbox, l.Address, l.Template)
+	failed := 0
+	for _, p := range probes {
+		out, code, err := run(ctx, c, l.ID, p.cmd)
+		status := "PASS"
+		if err != nil || !p.ok(out, code) {
+			status, failed = "FAIL", failed+1
+		}
+		fmt.Printf("  %s  %s\n", status, p.name)
+		if status == "FAIL" {
+			fmt.Printf("        %s\n", strings.ReplaceAll(strings.TrimSpace(out+errString(err)), "\n", "\n        "))
+		}
+	}
+	if failed > 0 {
+		fmt.Printf("%d of %d checks failed\n", failed, len(probes))
+		return 1
+	}
+	fmt.Printf("all %d checks passed\n", len(probes))
+	return 0
+}
+
+func run(ctx context.Context, c *client.Client, id, script string) (string, int, error) {
+	var out bytes.Buffer
+	code, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", script}, Timeout: "30s"}, &out, &out)
+	return out.String(), code, err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " " + err.Error()
+}
+
