@@ -24,7 +24,9 @@ type probe struct {
 // decided there, and direct connections target the node's own bridge address.
 var probes = []probe{
 	{"runs as a non-root user", "id -u", func(o string, c int) bool { return c == 0 && strings.TrimSpace(o) != "0" }},
-	{"holds no capabilities", "grep CapEff /proc/self/status", func(o string, c int) bool { return c == 0 && strings.HasSuffix(strings.TrimSpace(o), "0000000000000000") }},
+	{"holds no capabilities", "grep CapEff /proc/self/status", func(o string, c int) bool {
+		return c == 0 && strings.HasSuffix(strings.TrimSpace(o), "0000000000000000")
+	}},
 	{"cannot gain privileges (no_new_privs)", "grep NoNewPrivs /proc/self/status", func(o string, c int) bool { return strings.HasSuffix(strings.TrimSpace(o), "1") }},
 	{"root filesystem is read-only", "touch /airlock-verify 2>&1; echo rc=$?", func(o string, c int) bool { return !strings.Contains(o, "rc=0") }},
 	{"workspace is writable", `touch "$HOME/.airlock-verify" && rm "$HOME/.airlock-verify" && echo ok`, func(o string, c int) bool { return strings.Contains(o, "ok") }},
@@ -95,4 +97,3 @@ func errString(err error) string {
 	}
 	return " " + err.Error()
 }
-
