@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -251,9 +252,16 @@ func (n *nodeProc) kill() {
 // cli runs the airlock CLI against the node and returns stdout, stderr and the exit code.
 func (n *nodeProc) cli(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return n.cliStdin(t, nil, args...)
+}
+
+// cliStdin is cli with stdin.
+func (n *nodeProc) cliStdin(t *testing.T, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, airlockBin, args...)
+	cmd.Stdin = stdin
 	cmd.Env = append(os.Environ(), "AIRLOCK_STATE_DIR="+n.state, "AIRLOCK_ADDR=", "AIRLOCK_TOKEN=")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -330,6 +330,31 @@ func TestNode(t *testing.T) {
 		n.cli(t, "release", l.ID)
 	})
 
+	t.Run("exec streams stdin, exit codes and timeouts", func(t *testing.T) {
+		out, _, code := n.cliStdin(t, strings.NewReader("hello\n"), "exec", a.ID, "-i", "--", "tr", "a-z", "A-Z")
+		if code != 0 || out != "HELLO\n" {
+			t.Fatalf("stdin: exit %d %q", code, out)
+		}
+		big := strings.Repeat("x", 3<<20)
+		out, _, code = n.cliStdin(t, strings.NewReader(big), "exec", a.ID, "-i", "--", "wc", "-c")
+		if code != 0 || strings.TrimSpace(out) != strconv.Itoa(len(big)) {
+			t.Fatalf("3 MiB of stdin: exit %d %q", code, out)
+		}
+		if _, _, code := n.exec(t, a.ID, "sh", "-c", "exit 7"); code != 7 {
+			t.Fatalf("exit code %d, want 7", code)
+		}
+		// A timeout kills the command and everything it started.
+		start := time.Now()
+		_, errs, code := n.cli(t, "exec", a.ID, "--timeout", "1s", "--", "sh", "-c", "sleep 300 & sleep 300")
+		if code == 0 || !strings.Contains(errs, "timed out") || time.Since(start) > 20*time.Second {
+			t.Fatalf("timeout: exit %d after %s: %s", code, time.Since(start), errs)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if out, _, _ := n.exec(t, a.ID, "ps", "-eo", "stat,args"); strings.Contains(out, "sleep 300") || strings.Contains(out, "defunct") {
+			t.Fatalf("processes left (or unreaped) after the timeout:\n%s", out)
+		}
+	})
+
 	t.Run("files, renew and logs", func(t *testing.T) {
 		src := t.TempDir() + "/in.bin"
 		data := make([]byte, 3<<20)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,17 +15,18 @@ import (
 
 func cmdExec(args []string) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "usage: airlock exec LEASE [--timeout D] -- CMD ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: airlock exec LEASE [-i] [--timeout D] -- CMD ARGS...")
 		return 2
 	}
 	id := args[0]
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "kill the command (and all it started) after this long")
+	interactive := fs.Bool("i", false, "stream this terminal's stdin to the command")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: airlock exec LEASE [--timeout D] -- CMD ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: airlock exec LEASE [-i] [--timeout D] -- CMD ARGS...")
 		return 2
 	}
 	c, err := newClient()
@@ -37,7 +39,11 @@ func cmdExec(args []string) int {
 	if *timeout > 0 {
 		req.Timeout = timeout.String()
 	}
-	code, err := c.Exec(ctx, id, req, os.Stdout, os.Stderr)
+	var stdin io.Reader
+	if *interactive {
+		stdin = os.Stdin
+	}
+	code, err := c.ExecStdin(ctx, id, req, stdin, os.Stdout, os.Stderr)
 	if err != nil {
 		return fail(err)
 	}

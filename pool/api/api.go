@@ -351,9 +351,26 @@ type ExitStatus struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// ExecHeader carries the exec request (JSON) when the request body is the command's stdin.
+const ExecHeader = "X-Airlock-Exec"
+
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req ExecRequest
-	if err := decode(r, &req); err != nil {
+	var stdin io.Reader
+	if h := r.Header.Get(ExecHeader); h != "" {
+		dec := json.NewDecoder(strings.NewReader(h))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", ExecHeader+": "+err.Error())
+			return
+		}
+		// The body streams in as stdin while output streams out.
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			writeError(w, http.StatusInternalServerError, "internal", err.Error())
+			return
+		}
+		stdin = r.Body
+	} else if err := decode(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
@@ -375,7 +392,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/vnd.airlock.exec-stream")
 	w.WriteHeader(http.StatusOK)
 	fw := &frameWriter{w: w, rc: http.NewResponseController(w)}
-	code, err := s.cfg.Pool.Exec(r.Context(), tenant, id, pr, nil, fw.stream(StreamStdout), fw.stream(StreamStderr))
+	code, err := s.cfg.Pool.Exec(r.Context(), tenant, id, pr, stdin, fw.stream(StreamStdout), fw.stream(StreamStderr))
 	st := ExitStatus{ExitCode: code}
 	if err != nil {
 		st.Error = err.Error()

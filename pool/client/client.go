@@ -48,7 +48,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (*htt
 		}
 		body = bytes.NewReader(b)
 	}
-	resp, err := c.raw(ctx, method, path, body)
+	resp, err := c.raw(ctx, method, path, body, nil)
 	if err != nil || out == nil {
 		return resp, err
 	}
@@ -100,7 +100,22 @@ func (c *Client) Pools(ctx context.Context) ([]pool.PoolStatus, error) {
 // Exec runs a command in a lease, copying its output to stdout and stderr as it arrives, and
 // returns its exit code.
 func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (int, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", req, nil)
+	return c.ExecStdin(ctx, id, req, nil, stdout, stderr)
+}
+
+// ExecStdin is Exec with stdin streamed to the command (nil: none).
+func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	var resp *http.Response
+	var err error
+	if stdin == nil {
+		resp, err = c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", req, nil)
+	} else {
+		h, merr := json.Marshal(req)
+		if merr != nil {
+			return -1, merr
+		}
+		resp, err = c.raw(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", io.NopCloser(stdin), http.Header{api.ExecHeader: {string(h)}})
+	}
 	if err != nil {
 		return -1, err
 	}
@@ -162,7 +177,7 @@ func (c *Client) SwapToken(ctx context.Context, id, token string) (api.LeaseView
 // PutFile uploads r to path in the lease's workspace.
 func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (pool.FileInfo, error) {
 	var v pool.FileInfo
-	resp, err := c.raw(ctx, http.MethodPut, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), r)
+	resp, err := c.raw(ctx, http.MethodPut, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), r, nil)
 	if err != nil {
 		return v, err
 	}
@@ -173,7 +188,7 @@ func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (poo
 // GetFile downloads path from the lease's workspace to w and returns the SHA-256 the node
 // computed, which it checks against what arrived.
 func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer) (string, error) {
-	resp, err := c.raw(ctx, http.MethodGet, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), nil)
+	resp, err := c.raw(ctx, http.MethodGet, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), nil, nil)
 	if err != nil {
 		return "", err
 	}
@@ -209,11 +224,14 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error
 	return out, err
 }
 
-// raw sends body as is and returns the response for the caller to read.
-func (c *Client) raw(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+// raw sends body as is, with extra headers, and returns the response for the caller to read.
+func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.Addr, "/")+path, body)
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	hc := c.HTTP

@@ -151,7 +151,9 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		runtime = "runc"
 	}
 	pids := t.Pids
+	init := true // an init (Docker's tini) as PID 1 reaps what killed commands leave behind
 	hc := &container.HostConfig{
+		Init:           &init,
 		NetworkMode:    container.NetworkMode(r.cfg.Network),
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
