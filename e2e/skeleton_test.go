@@ -7,7 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -93,6 +97,7 @@ func TestNode(t *testing.T) {
 	})
 	secret := vaultSecret(t, n.client)
 	a := n.lease(t, "api.example.test=demo")
+	var portURL string // set by the port test, checked after release
 
 	t.Run("credential injected through the gateway", func(t *testing.T) {
 		out, errs, code := n.exec(t, a.ID, "curl", "-sS", "-H", "Authorization: Bearer forged-by-sandbox", "https://api.example.test/whoami")
@@ -355,6 +360,44 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("a reviewed port is served on its own listener", func(t *testing.T) {
+		if _, errs, code := n.exec(t, a.ID, "sh", "-c",
+			"mkdir -p /workspace/site && echo review-me > /workspace/site/index.html && cd /workspace/site && "+
+				"nohup python3 -m http.server 8000 >/tmp/site.log 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do curl --noproxy '*' -s -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.3; done; exit 1"); code != 0 {
+			t.Fatalf("starting the site: %s", errs)
+		}
+		out, errs, code := n.cli(t, "port", a.ID, "8000")
+		if code != 0 {
+			t.Fatalf("airlock port: %s", errs)
+		}
+		u := strings.TrimSpace(out)
+		portURL = u
+		if strings.Contains(u, strings.TrimPrefix(n.client.Addr, "http://")) {
+			t.Fatalf("the port shares the API's origin: %s", u)
+		}
+		jar, _ := cookiejar.New(nil)
+		hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "review-me\n" {
+			t.Fatalf("through the port URL: %d %q", resp.StatusCode, body)
+		}
+		base, _ := url.Parse(u)
+		base.RawQuery = ""
+		if resp, err := http.Get(base.String()); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("without the capability: %v %v", resp, err)
+		}
+		forged := *base
+		forged.RawQuery = "airlock_port=" + strings.Repeat("0", 48)
+		if resp, err := http.Get(forged.String()); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("with a forged capability: %v %v", resp, err)
+		}
+	})
+
 	t.Run("files, renew and logs", func(t *testing.T) {
 		src := t.TempDir() + "/in.bin"
 		data := make([]byte, 3<<20)
@@ -434,6 +477,12 @@ func TestNode(t *testing.T) {
 		}
 		if _, errs, code := n.exec(t, a.ID, "true"); code == 0 || !strings.Contains(errs, "lease_not_found") {
 			t.Fatalf("exec on a released lease: exit %d, %s", code, errs)
+		}
+		if portURL != "" {
+			if resp, err := http.Get(portURL); err == nil {
+				resp.Body.Close()
+				t.Fatalf("the reviewed port still answers after release: %d", resp.StatusCode)
+			}
 		}
 		deadline := time.Now().Add(90 * time.Second)
 		for {

@@ -241,7 +241,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return fmt.Errorf("api: %w", err)
 	}
 	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: minter, Logger: log,
-		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey,
+		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush}), ReadHeaderTimeout: 10 * time.Second}
 	go apiSrv.Serve(apiLn)
 	defer apiSrv.Close()
@@ -270,6 +270,11 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		poolErr <- err
 		return fmt.Errorf("pool stopped: %w", err)
 	}
+}
+
+func apiHost(listen string) string {
+	h, _, _ := net.SplitHostPort(listen)
+	return h
 }
 
 // apiKeys merges the configured keys with the ones the caller made (the dev key).

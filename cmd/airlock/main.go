@@ -20,6 +20,7 @@ usage:
   airlock release LEASE
   airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json]
   airlock explain --token JWT [--method M] [--json] URL
+  airlock port LEASE PORT         a URL (on its own listener) that reaches that port of the sandbox
   airlock verify [--template T] [--token JWT]   leases a sandbox and checks the invariants from inside
   airlock pools [--json]
   airlock version
@@ -35,6 +36,7 @@ func main() {
 	cmds := map[string]func([]string) int{
 		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
 		"explain": cmdExplain, "cp": cmdCp, "renew": cmdRenew, "logs": cmdLogs, "verify": cmdVerify,
+		"port":    cmdPort,
 		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
 	}
 	run, ok := cmds[os.Args[1]]

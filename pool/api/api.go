@@ -47,6 +47,9 @@ type Config struct {
 	Metrics http.Handler
 	// Explain answers POST /v1/explain: what the gateway would decide for a request.
 	Explain func(token, method, url string) (gateway.Explanation, error)
+	// PortHost is the address exposed sandbox ports listen on (the API's host); empty disables
+	// POST /v1/leases/{id}/ports.
+	PortHost string
 	// AuditPath is the node's audit trail, served (per tenant) by GET /v1/audit; AuditFlush,
 	// when set, is called first so the answer includes every record accepted so far.
 	AuditPath  string
@@ -56,9 +59,10 @@ type Config struct {
 
 // Server is the HTTP API. Safe for concurrent use.
 type Server struct {
-	cfg  Config
-	mux  *http.ServeMux
-	rate *ratelimit.Limiter[string]
+	cfg   Config
+	mux   *http.ServeMux
+	rate  *ratelimit.Limiter[string]
+	ports *ports
 }
 
 // New returns the API handler.
@@ -66,7 +70,8 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey)}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey),
+		ports: &ports{host: cfg.PortHost, pool: cfg.Pool}}
 	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
 	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.getLease))
@@ -74,6 +79,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.exec))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.renew))
 	s.mux.HandleFunc("PUT /v1/leases/{id}/token", s.auth(s.swapToken))
+	s.mux.HandleFunc("POST /v1/leases/{id}/ports", s.auth(s.exposePort))
 	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.putFile))
 	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.getFile))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
@@ -219,7 +225,26 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
 		writePoolError(w, err)
 		return
 	}
+	s.ports.closeLease(r.PathValue("id"))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.PortHost == "" {
+		writeError(w, http.StatusNotFound, "not_found", "this node exposes no ports")
+		return
+	}
+	var req PortRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	v, err := s.ports.expose(r.Context(), tenantOf(r), r.PathValue("id"), req.Port)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, v)
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew.

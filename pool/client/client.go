@@ -174,6 +174,13 @@ func (c *Client) SwapToken(ctx context.Context, id, token string) (api.LeaseView
 	return v, err
 }
 
+// Port exposes a sandbox port on a listener of its own and returns its capability URL.
+func (c *Client) Port(ctx context.Context, id string, port int) (api.PortView, error) {
+	var v api.PortView
+	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/ports", api.PortRequest{Port: port}, &v)
+	return v, err
+}
+
 // PutFile uploads r to path in the lease's workspace.
 func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (pool.FileInfo, error) {
 	var v pool.FileInfo

@@ -23,6 +23,9 @@ type Firewall struct {
 func (f *Firewall) rules() [][]string {
 	h := f.Host.String() + "/32"
 	return [][]string{
+		// Replies to connections the host opened (an exposed port under review). Conntrack
+		// decides: a sandbox cannot open a new connection through this rule.
+		{"-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"},
 		{"-p", "tcp", "-d", h, "--dport", strconv.Itoa(f.Gateway), "-j", "ACCEPT"},
 		{"-p", "udp", "-d", h, "--dport", strconv.Itoa(f.DNS), "-j", "ACCEPT"},
 		{"-p", "tcp", "-d", h, "--dport", strconv.Itoa(f.DNS), "-j", "ACCEPT"},

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// cmdPort exposes one port of a lease's sandbox for review and prints its URL.
+func cmdPort(args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: airlock port LEASE PORT")
+		return 2
+	}
+	port, err := strconv.Atoi(args[1])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock port: %q is not a port number\n", args[1])
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	v, err := c.Port(context.Background(), args[0], port)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Println(v.URL)
+	fmt.Fprintf(os.Stderr, "port %d of %s, on a listener of its own; the URL is the credential, and closes with the lease\n", v.Port, v.Lease)
+	return 0
+}
