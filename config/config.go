@@ -36,6 +36,7 @@ type Config struct {
 	Audit     Audit           `yaml:"audit"`
 	Tokens    Tokens          `yaml:"tokens"`
 	Dev       Dev             `yaml:"dev"`
+	Pool      Pool            `yaml:"pool"`
 	Creds     []broker.Entry  `yaml:"credentials"`
 	Templates []pool.Template `yaml:"templates"`
 }
@@ -136,6 +137,16 @@ type Issuer struct {
 	Name   string            `yaml:"name"`
 	Keys   map[string]string `yaml:"keys"` // kid -> PEM public key file
 	MaxTTL time.Duration     `yaml:"max_ttl"`
+}
+
+// Pool holds node-wide pool settings.
+type Pool struct {
+	// KeepOnStop keeps sandboxes, leases, the sandbox network and its firewall rules when the
+	// node stops, and adopts them when it starts again: a production node restarts without
+	// ending leases. Off (the dev default), a stop removes everything it made.
+	KeepOnStop bool `yaml:"keep_on_stop"`
+	// HealthEvery is how often warm sandboxes are probed.
+	HealthEvery time.Duration `yaml:"health_every"`
 }
 
 // Dev holds what only the all-in-one dev node does.
@@ -246,6 +257,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
 		bad("api.rate_per_key", "must be >= 0")
+	}
+	if c.Pool.HealthEvery < 0 {
+		bad("pool.health_every", "must be >= 0")
 	}
 	if c.Redis.Grace < 0 || c.Redis.Grace > time.Minute {
 		bad("redis.grace", "must be between 0 and 1m")

@@ -125,27 +125,33 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err := rt.Ping(ctx); err != nil {
 		return err
 	}
-	// Containers of an earlier run go first: the network cannot be replaced while they use it.
-	if err := destroyAll(ctx, rt); err != nil {
-		return err
+	keep := cfg.Pool.KeepOnStop
+	if !keep {
+		// Containers of an earlier run go first: the network cannot be replaced while they use
+		// it. A node that keeps its sandboxes adopts them instead (pool.Manager.Reconcile).
+		if err := destroyAll(ctx, rt); err != nil {
+			return err
+		}
 	}
 	if err := rt.EnsureNetwork(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		if err := rt.RemoveNetwork(context.WithoutCancel(ctx)); err != nil {
-			log.Error("removing sandbox network", "err", err)
-		}
-	}()
 	fw := &docker.Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Network.Bridge, Host: hostIP, Gateway: cfg.Gateway.Port, DNS: cfg.Resolver.Port}
 	if err := fw.Apply(); err != nil {
 		return fmt.Errorf("host firewall: %w", err)
 	}
-	defer func() {
-		if err := fw.Remove(); err != nil {
-			log.Error("removing host firewall rules", "err", err)
-		}
-	}()
+	if !keep {
+		// Kept sandboxes keep their network and stay confined by the firewall while the node
+		// is down; otherwise both go.
+		defer func() {
+			if err := rt.RemoveNetwork(context.WithoutCancel(ctx)); err != nil {
+				log.Error("removing sandbox network", "err", err)
+			}
+			if err := fw.Remove(); err != nil {
+				log.Error("removing host firewall rules", "err", err)
+			}
+		}()
+	}
 
 	catalog, err := broker.NewCatalog(cfg.Creds)
 	if err != nil {
@@ -224,7 +230,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	mgr, err := pool.New(pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.Verify, CheckTask: func(t token.Task) error { return checkCredentials(catalog, t) },
-		Logger: log,
+		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Logger: log,
 	})
 	if err != nil {
 		return err

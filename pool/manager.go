@@ -40,7 +40,11 @@ type Config struct {
 	RefillParallel int
 	// HealthEvery is how often warm sandboxes are checked; zero means 30s.
 	HealthEvery time.Duration
-	Logger      *slog.Logger
+	// KeepOnStop keeps the node's sandboxes and records when Run ends, and makes Run adopt them
+	// at start (Reconcile) instead of clearing everything (Cleanup): a production node restarts
+	// without ending its leases.
+	KeepOnStop bool
+	Logger     *slog.Logger
 }
 
 // Manager runs one node's pool. Safe for concurrent use.
@@ -80,19 +84,26 @@ func (m *Manager) Template(name string) (Template, bool) {
 	return t, ok
 }
 
-// Run clears what an earlier run of this node left behind, warms every template and keeps the
-// pools full and expired leases reaped until ctx ends; then it destroys this node's sandboxes.
+// Run settles what an earlier run of this node left behind (Reconcile with KeepOnStop, else
+// Cleanup), warms every template and keeps the pools full, healthy and reaped until ctx ends;
+// then, without KeepOnStop, it destroys this node's sandboxes.
 func (m *Manager) Run(ctx context.Context) error {
-	if err := m.Cleanup(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := m.Cleanup(cctx); err != nil {
-			m.log.Error("cleanup at stop", "err", err)
+	if m.cfg.KeepOnStop {
+		if err := m.Reconcile(ctx); err != nil {
+			return err
 		}
-	}()
+	} else {
+		if err := m.Cleanup(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := m.Cleanup(cctx); err != nil {
+				m.log.Error("cleanup at stop", "err", err)
+			}
+		}()
+	}
 	for name := range m.templates {
 		m.refill <- name
 	}
@@ -122,6 +133,66 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// Reconcile makes the runtime and the store agree after a restart: warm sandboxes that still run
+// are adopted, leases that are live and whose sandbox runs are kept, expired leases are ended,
+// records whose sandbox is gone are dropped, and sandboxes nothing refers to are destroyed.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	sbs, err := m.cfg.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	running := map[string]Sandbox{}
+	for _, sb := range sbs {
+		running[sb.ID] = sb
+	}
+	keep := map[string]bool{}
+	warm, err := m.cfg.Store.ListWarm(ctx, m.cfg.Node)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	for _, sb := range warm {
+		if _, ok := running[sb.ID]; ok {
+			keep[sb.ID] = true
+			continue
+		}
+		if err := m.cfg.Store.Forget(ctx, sb); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+	}
+	leases, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	now := time.Now()
+	for _, l := range leases {
+		_, ok := running[l.Sandbox.ID]
+		switch {
+		case ok && now.Before(l.Expires):
+			keep[l.Sandbox.ID] = true
+		case ok:
+			keep[l.Sandbox.ID] = true // end destroys it
+			if err := m.end(ctx, l, "expiry"); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+		default:
+			m.cfg.Binder.Delete(l.Sandbox.Addr)
+			if err := m.cfg.Store.Unbind(ctx, l); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+			m.event(ctx, l, "reap", "its sandbox was gone when the node restarted")
+		}
+	}
+	for id := range running {
+		if !keep[id] {
+			m.log.Info("destroying a sandbox no record refers to", "sandbox", id)
+			if err := m.cfg.Runtime.Destroy(ctx, id); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // Cleanup destroys every sandbox of this node and drops its pool records.

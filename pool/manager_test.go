@@ -31,6 +31,7 @@ type fakeRuntime struct {
 	destroyed []string
 	gate      chan struct{} // when set, Create waits on it
 	sick      sync.Map      // sandbox id -> true: fails its health check
+	running   []pool.Sandbox
 }
 
 var _ pool.Runtime = (*fakeRuntime)(nil)
@@ -63,7 +64,7 @@ func (f *fakeRuntime) Destroy(_ context.Context, id string) error {
 	f.mu.Unlock()
 	return nil
 }
-func (f *fakeRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
+func (f *fakeRuntime) List(context.Context) ([]pool.Sandbox, error) { return f.running, nil }
 
 type env struct {
 	m     *pool.Manager
@@ -258,4 +259,61 @@ func TestUnhealthyWarmSandboxIsReplaced(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("the unhealthy sandbox was never replaced")
+}
+
+func TestReconcileAdoptsAndCleans(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := devstack.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatalf("redis-server: %v", err)
+	}
+	defer r.Stop()
+	opts, _ := redis.ParseURL(r.URL)
+	store := redisstore.New(redis.NewClient(opts), "rc:")
+	cache := binding.NewCache("n1", store, 0)
+	sb := func(id string, last byte) pool.Sandbox {
+		return pool.Sandbox{ID: id, Template: "default", Node: "n1", Addr: netip.AddrFrom4([4]byte{10, 1, 0, last})}
+	}
+	warmKept, warmGone := sb("warm-kept", 2), sb("warm-gone", 3)
+	leased, vanished, expired, orphan := sb("leased", 4), sb("vanished", 5), sb("expired", 6), sb("orphan", 7)
+	store.AddWarm(ctx, warmKept)
+	store.AddWarm(ctx, warmGone)
+	bind := func(id string, s pool.Sandbox, expires time.Time) {
+		l := pool.Lease{ID: id, JTI: "j-" + id, Node: "n1", Template: "default", Sandbox: s, Expires: expires, Tenant: "acme"}
+		if err := store.Bind(ctx, l, binding.Binding{Lease: id, Node: "n1", Addr: s.Addr, Expires: expires, Version: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("l-live", leased, time.Now().Add(time.Hour))
+	bind("l-vanished", vanished, time.Now().Add(time.Hour))
+	bind("l-expired", expired, time.Now().Add(50*time.Millisecond))
+	time.Sleep(100 * time.Millisecond)
+	rt := &fakeRuntime{running: []pool.Sandbox{warmKept, leased, expired, orphan}}
+	m, _ := pool.New(pool.Config{Node: "n1", Runtime: rt, Store: store, Binder: cache, Audit: audit.Discard{},
+		Templates: []pool.Template{base}, KeepOnStop: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	destroyed := strings.Join(rt.destroyed, ",")
+	rt.mu.Unlock()
+	for _, id := range []string{"orphan", "expired"} {
+		if !strings.Contains(destroyed, id) {
+			t.Errorf("%s not destroyed (%s)", id, destroyed)
+		}
+	}
+	for _, id := range []string{"warm-kept", "leased"} {
+		if strings.Contains(destroyed, id) {
+			t.Errorf("%s destroyed", id)
+		}
+	}
+	warm, _ := store.ListWarm(ctx, "n1")
+	if len(warm) != 1 || warm[0].ID != "warm-kept" {
+		t.Errorf("warm after reconcile: %v", warm)
+	}
+	leases, _ := store.ListLeases(ctx, "n1")
+	if len(leases) != 1 || leases[0].ID != "l-live" {
+		t.Errorf("leases after reconcile: %v", leases)
+	}
 }
