@@ -21,8 +21,8 @@ deps:
 vault:
 	@scripts/vault.sh
 
-image: deps
-	@scripts/sandbox-image.sh
+image: deps build
+	@bin/airlock image build
 
 up: deps vault image build
 	bin/airlock up $(if $(CONFIG),--config $(CONFIG))
@@ -59,7 +59,7 @@ bench-gateway:
 bench-dns:
 	@scripts/bench-dns.sh
 
-bench-pool: deps image
+bench-pool: image
 	@scripts/bench-pool.sh
 
 clean:

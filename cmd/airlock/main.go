@@ -22,6 +22,7 @@ usage:
   airlock explain --token JWT [--method M] [--json] URL
   airlock port LEASE PORT         a URL (on its own listener) that reaches that port of the sandbox
   airlock verify [--template T] [--token JWT]   leases a sandbox and checks the invariants from inside
+  airlock image build [default]   builds the default sandbox image locally (debootstrap, docker import)
   airlock pools [--json]
   airlock version
 
