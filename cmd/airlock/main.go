@@ -14,7 +14,7 @@ const usage = `airlock: secret-free sandboxes for AI coding agents, with one gua
 usage:
   airlock up [--config FILE]      all-in-one node on the local Docker engine
   airlock lease --template T (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
-  airlock exec LEASE [--timeout D] -- CMD ARGS...
+  airlock exec LEASE [-i] [--timeout D] -- CMD ARGS...
   airlock cp SRC DST              one side LEASE:PATH (in the workspace); '-' is stdin/stdout
   airlock renew LEASE [--ttl D]
   airlock release LEASE
