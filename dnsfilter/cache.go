@@ -120,10 +120,3 @@ func (c *answerCache) put(k cacheKey, m *dns.Msg) {
 	}
 	c.entries[k] = &cacheEntry{msg: stored, stored: now, expires: now.Add(ttl)}
 }
-
-// len reports the number of entries.
-func (c *answerCache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.entries)
-}

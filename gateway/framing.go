@@ -22,13 +22,12 @@ type framingConn struct {
 	net.Conn
 	onRefuse func(reason string)
 
-	mu      sync.Mutex
-	state   framingState
-	head    []byte // head bytes seen so far
-	remain  int64  // body bytes left (stateBody) or chunk bytes left (stateChunkData)
-	line    []byte // partial chunk-size or trailer line
-	err     error
-	pending []byte // bytes checked but not yet handed to the reader
+	mu     sync.Mutex
+	state  framingState
+	head   []byte // head bytes seen so far
+	remain int64  // body bytes left (stateBody) or chunk bytes left (stateChunkData)
+	line   []byte // partial chunk-size or trailer line
+	err    error
 }
 
 type framingState int

@@ -263,7 +263,7 @@ func (s *Store) LeasedCount(ctx context.Context, node, template string) (int, er
 }
 
 func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lease, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, s.key("leases", node), &redis.ZRangeBy{Min: "-inf", Max: upTo}).Result()
+	ids, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.key("leases", node), Start: "-inf", Stop: upTo, ByScore: true}).Result()
 	if err != nil {
 		return nil, wrap(err)
 	}
