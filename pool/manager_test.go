@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,54 +19,13 @@ import (
 	"github.com/airlock-dev/airlock/gateway/scope"
 	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 )
 
-// fakeRuntime registers sandboxes without starting anything; create can be slowed or blocked.
-type fakeRuntime struct {
-	n         atomic.Uint32
-	mu        sync.Mutex
-	destroyed []string
-	gate      chan struct{} // when set, Create waits on it
-	sick      sync.Map      // sandbox id -> true: fails its health check
-	running   []pool.Sandbox
-}
-
-var _ pool.Runtime = (*fakeRuntime)(nil)
-
-func (f *fakeRuntime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
-	if f.gate != nil {
-		select {
-		case <-f.gate:
-		case <-ctx.Done():
-			return pool.Sandbox{}, ctx.Err()
-		}
-	}
-	n := f.n.Add(1)
-	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "n1",
-		Addr: netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)})}, nil
-}
-func (f *fakeRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
-	return 0, nil
-}
-func (f *fakeRuntime) Check(_ context.Context, sb pool.Sandbox) error {
-	if _, sick := f.sick.Load(sb.ID); sick {
-		return errors.New("probe failed")
-	}
-	return nil
-}
-
-func (f *fakeRuntime) Destroy(_ context.Context, id string) error {
-	f.mu.Lock()
-	f.destroyed = append(f.destroyed, id)
-	f.mu.Unlock()
-	return nil
-}
-func (f *fakeRuntime) List(context.Context) ([]pool.Sandbox, error) { return f.running, nil }
-
 type env struct {
 	m     *pool.Manager
-	rt    *fakeRuntime
+	rt    *pooltest.Runtime
 	cache *binding.Cache
 	iss   *token.DevIssuer
 }
@@ -88,7 +45,7 @@ func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
 	go cache.Run(ctx)
 	iss, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
-	rt := &fakeRuntime{gate: gate}
+	rt := &pooltest.Runtime{Gate: gate}
 	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{tmpl}, Runtime: rt, Store: store, Binder: cache,
 		Audit: audit.Discard{}, Verify: v.Verify, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -151,11 +108,8 @@ func TestLeaseWarmReleaseAndRefill(t *testing.T) {
 	if _, err := e.cache.Lookup(ctx, l.Sandbox.Addr); !errors.Is(err, binding.ErrUnknown) {
 		t.Fatalf("binding after release = %v", err)
 	}
-	e.rt.mu.Lock()
-	destroyed := strings.Join(e.rt.destroyed, ",")
-	e.rt.mu.Unlock()
-	if !strings.Contains(destroyed, l.Sandbox.ID) {
-		t.Fatalf("sandbox %s not destroyed (%s)", l.Sandbox.ID, destroyed)
+	if !e.rt.Destroyed(l.Sandbox.ID) {
+		t.Fatalf("sandbox %s not destroyed", l.Sandbox.ID)
 	}
 	waitWarm(t, e.m, 2)
 }
@@ -225,9 +179,7 @@ func TestReaperEndsExpiredLeases(t *testing.T) {
 	}
 	for range 400 {
 		if _, err := e.m.Get(ctx, "acme", l.ID); errors.Is(err, pool.ErrLeaseNotFound) {
-			e.rt.mu.Lock()
-			defer e.rt.mu.Unlock()
-			if !strings.Contains(strings.Join(e.rt.destroyed, ","), l.Sandbox.ID) {
+			if !e.rt.Destroyed(l.Sandbox.ID) {
 				t.Fatal("expired lease's sandbox not destroyed")
 			}
 			return
@@ -240,12 +192,9 @@ func TestReaperEndsExpiredLeases(t *testing.T) {
 func TestUnhealthyWarmSandboxIsReplaced(t *testing.T) {
 	e := newEnv(t, base, nil)
 	waitWarm(t, e.m, 2)
-	e.rt.sick.Store("sb-1", true)
+	e.rt.SetSick("sb-1")
 	for range 300 {
-		e.rt.mu.Lock()
-		gone := strings.Contains(strings.Join(e.rt.destroyed, ","), "sb-1")
-		e.rt.mu.Unlock()
-		if gone {
+		if e.rt.Destroyed("sb-1") {
 			waitWarm(t, e.m, 2)
 			// Every lease now gets a healthy sandbox.
 			for range 2 {
@@ -289,22 +238,19 @@ func TestReconcileAdoptsAndCleans(t *testing.T) {
 	bind("l-vanished", vanished, time.Now().Add(time.Hour))
 	bind("l-expired", expired, time.Now().Add(50*time.Millisecond))
 	time.Sleep(100 * time.Millisecond)
-	rt := &fakeRuntime{running: []pool.Sandbox{warmKept, leased, expired, orphan}}
+	rt := &pooltest.Runtime{Running: []pool.Sandbox{warmKept, leased, expired, orphan}}
 	m, _ := pool.New(pool.Config{Node: "n1", Runtime: rt, Store: store, Binder: cache, Audit: audit.Discard{},
 		Templates: []pool.Template{base}, KeepOnStop: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt.mu.Lock()
-	destroyed := strings.Join(rt.destroyed, ",")
-	rt.mu.Unlock()
 	for _, id := range []string{"orphan", "expired"} {
-		if !strings.Contains(destroyed, id) {
-			t.Errorf("%s not destroyed (%s)", id, destroyed)
+		if !rt.Destroyed(id) {
+			t.Errorf("%s not destroyed", id)
 		}
 	}
 	for _, id := range []string{"warm-kept", "leased"} {
-		if strings.Contains(destroyed, id) {
+		if rt.Destroyed(id) {
 			t.Errorf("%s destroyed", id)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"log"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -71,14 +70,6 @@ func runUpstream(ctx context.Context, args []string) error {
 	return srv.ListenAndServe()
 }
 
-type staticBindings struct{ b binding.Binding }
-
-func (s staticBindings) Lookup(_ context.Context, a netip.Addr) (binding.Binding, error) {
-	b := s.b
-	b.Addr = a
-	return b, nil
-}
-
 func runResolver(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("resolver", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:15353", "listen address")
@@ -112,7 +103,7 @@ func runResolver(ctx context.Context, args []string) error {
 		// One source stands for all sandboxes here, so the per-lease distinct-name limit is
 		// raised past the benchmark's name count; the shape checks stay on.
 		Tunnel: dnsfilter.TunnelLimits{MaxDistinct: 1 << 20},
-		Bindings: staticBindings{binding.Binding{Lease: "l-bench", Task: "bench", Scopes: set,
+		Bindings: binding.Static{Binding: binding.Binding{Lease: "l-bench", Task: "bench", Scopes: set,
 			Expires: time.Now().Add(24 * time.Hour)}},
 	})
 	return r.Serve(ctx, *listen, nil)

@@ -92,15 +92,6 @@ func runUpstream(ctx context.Context, args []string) error {
 	return nil
 }
 
-// staticBindings gives every source address one lease allowed to reach the benchmark upstream.
-type staticBindings struct{ b binding.Binding }
-
-func (s staticBindings) Lookup(_ context.Context, a netip.Addr) (binding.Binding, error) {
-	b := s.b
-	b.Addr = a
-	return b, nil
-}
-
 func runGateway(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:18080", "gateway listen address")
@@ -139,7 +130,7 @@ func runGateway(ctx context.Context, args []string) error {
 	_, sp, _ := net.SplitHostPort(*httpsUp)
 	p := gateway.New(gateway.Config{
 		Node:     "bench",
-		Bindings: staticBindings{binding.Binding{Lease: "l-bench", Task: "bench", Expires: time.Now().Add(24 * time.Hour), Scopes: set}},
+		Bindings: binding.Static{Binding: binding.Binding{Lease: "l-bench", Task: "bench", Expires: time.Now().Add(24 * time.Hour), Scopes: set}},
 		CA:       auth, Catalog: catalog, Audit: sink, UpstreamRoots: auth.Pool(),
 		PrivateUpstreams: map[string]netip.AddrPort{
 			BenchHost + ":" + hp: netip.MustParseAddrPort(*httpUp),

@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,23 +34,9 @@ import (
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/pool/docker"
+	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 )
-
-// instantRuntime registers sandboxes without starting anything.
-type instantRuntime struct{ next atomic.Uint32 }
-
-func (r *instantRuntime) Create(_ context.Context, t pool.Template) (pool.Sandbox, error) {
-	n := r.next.Add(1)
-	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "bench",
-		Addr: netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), Created: time.Now()}, nil
-}
-func (r *instantRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
-	return 0, nil
-}
-func (r *instantRuntime) Check(context.Context, pool.Sandbox) error    { return nil }
-func (r *instantRuntime) Destroy(context.Context, string) error        { return nil }
-func (r *instantRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
 
 func main() {
 	leases := flag.Int("n", 400, "leases per concurrency level")
@@ -84,7 +69,7 @@ func main() {
 	v := &token.Verifier{Audience: "airlock-bench", Issuers: map[string]token.Issuer{"bench": iss.Issuer(time.Hour)}}
 	tmpl := pool.Template{Name: "default", MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{tmpl}, Runtime: &instantRuntime{}, Store: store,
+	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{tmpl}, Runtime: &pooltest.Runtime{}, Store: store,
 		Binder: cache, Audit: sink, Verify: v.Verify, RefillParallel: 8, Logger: quiet})
 	if err != nil {
 		log.Fatal(err)

@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,21 +21,9 @@ import (
 	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 )
-
-type nopRuntime struct{ n atomic.Uint32 }
-
-func (r *nopRuntime) Create(_ context.Context, t pool.Template) (pool.Sandbox, error) {
-	n := r.n.Add(1)
-	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "n1", Addr: netip.AddrFrom4([4]byte{10, 9, 0, byte(n)})}, nil
-}
-func (r *nopRuntime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
-	return 0, nil
-}
-func (r *nopRuntime) Check(context.Context, pool.Sandbox) error    { return nil }
-func (r *nopRuntime) Destroy(context.Context, string) error        { return nil }
-func (r *nopRuntime) List(context.Context) ([]pool.Sandbox, error) { return nil, nil }
 
 func TestAPI(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -54,7 +40,7 @@ func TestAPI(t *testing.T) {
 	iss, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &nopRuntime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.Verify,
+	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.Verify,
 		Templates: []pool.Template{{Name: "default", MinWarm: 3, MaxTotal: 10, DefaultTTL: time.Minute, MaxTTL: time.Hour}}, Logger: quiet})
 	go m.Run(ctx)
 	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, RatePerKey: 5, BurstPerKey: 20,

@@ -1,0 +1,86 @@
+// Package pooltest provides a pool.Runtime that starts nothing, for tests and benchmarks of the
+// pool, its API and its store: the lease path never touches the runtime, so it can be exercised
+// without a container engine.
+package pooltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// Runtime registers sandboxes with unique 10.x addresses and records what is destroyed. The
+// zero value is ready. Safe for concurrent use.
+type Runtime struct {
+	// Gate, when set before use, holds every Create until it is closed (an empty pool).
+	Gate chan struct{}
+	// Running is what List reports (sandboxes left by an earlier run).
+	Running []pool.Sandbox
+
+	n         atomic.Uint32
+	sick      sync.Map
+	mu        sync.Mutex
+	destroyed []string
+}
+
+var _ pool.Runtime = (*Runtime)(nil)
+
+// Create returns a new sandbox at once (or when Gate opens).
+func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
+	if r.Gate != nil {
+		select {
+		case <-r.Gate:
+		case <-ctx.Done():
+			return pool.Sandbox{}, ctx.Err()
+		}
+	}
+	n := r.n.Add(1)
+	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "n1",
+		Addr: netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), Created: time.Now()}, nil
+}
+
+// Exec runs nothing and exits 0.
+func (r *Runtime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
+	return 0, nil
+}
+
+// Check fails for sandboxes marked with SetSick.
+func (r *Runtime) Check(_ context.Context, sb pool.Sandbox) error {
+	if _, sick := r.sick.Load(sb.ID); sick {
+		return errors.New("probe failed")
+	}
+	return nil
+}
+
+// SetSick makes id fail its health checks.
+func (r *Runtime) SetSick(id string) { r.sick.Store(id, true) }
+
+// Destroy records id.
+func (r *Runtime) Destroy(_ context.Context, id string) error {
+	r.mu.Lock()
+	r.destroyed = append(r.destroyed, id)
+	r.mu.Unlock()
+	return nil
+}
+
+// Destroyed reports whether id was destroyed.
+func (r *Runtime) Destroyed(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.destroyed {
+		if d == id {
+			return true
+		}
+	}
+	return false
+}
+
+// List reports Running.
+func (r *Runtime) List(context.Context) ([]pool.Sandbox, error) { return r.Running, nil }
