@@ -70,7 +70,18 @@ type Vault struct {
 	Address   string `yaml:"address"`
 	TokenFile string `yaml:"token_file"`
 	// Binary is the vault executable for the dev server; empty looks beside airlock, then PATH.
-	Binary string `yaml:"binary"`
+	Binary string    `yaml:"binary"`
+	Auth   VaultAuth `yaml:"auth"`
+}
+
+// VaultAuth is how the gateway logs in to an external Vault.
+type VaultAuth struct {
+	// Method is "token" (token_file or VAULT_TOKEN) or "approle".
+	Method          string `yaml:"method"`
+	RoleIDFile      string `yaml:"role_id_file"`
+	SecretIDFile    string `yaml:"secret_id_file"`
+	SecretIDWrapped bool   `yaml:"secret_id_wrapped"` // the file holds a response-wrapping token
+	Mount           string `yaml:"mount"`             // the AppRole mount; default approle
 }
 
 // Network is the sandbox network.
@@ -257,6 +268,15 @@ func (c *Config) Validate() error {
 	}
 	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
 		bad("api.rate_per_key", "must be >= 0")
+	}
+	switch c.Vault.Auth.Method {
+	case "", "token":
+	case "approle":
+		if c.Vault.Auth.RoleIDFile == "" || c.Vault.Auth.SecretIDFile == "" {
+			bad("vault.auth", "approle needs role_id_file and secret_id_file")
+		}
+	default:
+		bad("vault.auth.method", "%q is not token or approle", c.Vault.Auth.Method)
 	}
 	if c.Pool.HealthEvery < 0 {
 		bad("pool.health_every", "must be >= 0")

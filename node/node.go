@@ -157,9 +157,19 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	if err != nil {
 		return err
 	}
-	vb, err := vaultbroker.New(vaultbroker.Config{Address: deps.VaultAddr, Token: deps.VaultToken})
+	va := cfg.Vault.Auth
+	vb, err := vaultbroker.New(vaultbroker.Config{Address: deps.VaultAddr, Token: deps.VaultToken, Auth: vaultbroker.Auth{
+		Method: va.Method, RoleIDFile: va.RoleIDFile, SecretIDFile: va.SecretIDFile, SecretIDWrapped: va.SecretIDWrapped, Mount: va.Mount}})
 	if err != nil {
 		return err
+	}
+	if err := vb.Login(ctx); err != nil {
+		return err
+	}
+	go vb.Run(ctx, log)
+	for name, err := range vb.CheckCatalog(ctx, catalog) {
+		// Reported by name; requests needing it get 503, everything else keeps working.
+		log.Error("credential cannot be served", "credential", name, "err", err)
 	}
 	pins, dnsPins, err := privateUpstreams(cfg.Gateway.PrivateUpstreams)
 	if err != nil {

@@ -99,8 +99,8 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 			}
 			deps.VaultToken = strings.TrimSpace(string(b))
 		}
-		if deps.VaultToken == "" {
-			return errors.New("vault: VAULT_ADDR is set but no token (VAULT_TOKEN or vault.token_file)")
+		if deps.VaultToken == "" && cfg.Vault.Auth.Method != "approle" {
+			return errors.New("vault: VAULT_ADDR is set but no token (VAULT_TOKEN, vault.token_file, or vault.auth approle)")
 		}
 	}
 

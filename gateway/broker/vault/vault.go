@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vaultapi "github.com/hashicorp/vault/api"
@@ -11,10 +12,11 @@ import (
 	"github.com/airlock-dev/airlock/gateway/broker"
 )
 
-// Config says how to reach Vault.
+// Config says how to reach Vault and log in.
 type Config struct {
 	Address string
-	Token   string
+	Token   string // for the token method
+	Auth    Auth
 }
 
 // Broker reads credentials from Vault. Static KV values are cached for their entry's TTL and
@@ -22,6 +24,12 @@ type Config struct {
 type Broker struct {
 	client *vaultapi.Client
 	now    func() time.Time
+	token  string
+	auth   Auth
+
+	authSecret atomic.Value // *vaultapi.Secret: the current login, nil when it must be redone
+	renewals   atomic.Int64
+	unwrapped  string // the AppRole secret id once unwrapped; guarded by mu
 
 	mu    sync.Mutex
 	cache map[string]*kvEntry
@@ -46,7 +54,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
 	c.SetToken(cfg.Token)
-	return &Broker{client: c, now: time.Now, cache: map[string]*kvEntry{}}, nil
+	return &Broker{client: c, now: time.Now, token: cfg.Token, auth: cfg.Auth, cache: map[string]*kvEntry{}}, nil
 }
 
 // Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,

@@ -3,11 +3,15 @@ package vault
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/broker"
@@ -73,5 +77,85 @@ func TestKVReadCacheAndOutage(t *testing.T) {
 	_, err = b.Get(ctx, "l-1", e)
 	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), `"gh"`) || strings.Contains(err.Error(), "second-value") {
 		t.Fatalf("past TTL with Vault down = %v, want ErrUnavailable naming the credential, not its value", err)
+	}
+}
+
+func TestAppRoleLoginRenewalAndCatalogCheck(t *testing.T) {
+	v := startVault(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	if err := root.Sys().EnableAuthWithOptions("approle", &vaultapi.EnableAuthOptions{Type: "approle"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Sys().PutPolicy("airlock-gw", `path "secret/data/airlock/*" { capabilities = ["read"] }`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("auth/approle/role/gw", map[string]any{
+		"token_policies": "airlock-gw", "token_ttl": "2s", "token_max_ttl": "10m",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rid, err := root.Logical().Read("auth/approle/role/gw/role-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapping, _ := root.Clone()
+	wrapping.SetToken(v.Token)
+	wrapping.SetWrappingLookupFunc(func(string, string) string { return "60s" })
+	wrapped, err := wrapping.Logical().Write("auth/approle/role/gw/secret-id", nil)
+	if err != nil || wrapped.WrapInfo == nil {
+		t.Fatalf("wrapped secret id: %v", err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(dir+"/role-id", []byte(rid.Data["role_id"].(string)+"\n"), 0o600)
+	os.WriteFile(dir+"/secret-id", []byte(wrapped.WrapInfo.Token), 0o600)
+	for _, p := range []string{"airlock/a", "airlock/b", "other/x"} {
+		if err := v.SeedKV(ctx, p, map[string]any{"token": "value-of-" + p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b, err := New(Config{Address: v.Addr, Auth: Auth{Method: "approle", RoleIDFile: dir + "/role-id", SecretIDFile: dir + "/secret-id", SecretIDWrapped: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	entry := func(name, path string) *broker.Entry {
+		cat, err := broker.NewCatalog([]broker.Entry{{Name: name, Source: broker.Source{Kind: broker.SourceKV, Path: path, TTL: time.Millisecond},
+			Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "{{.token}}"}, Hosts: []string{"a.example"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cat[name]
+	}
+	if s, err := b.Get(ctx, "l", entry("a", "airlock/a")); err != nil || s["token"] != "value-of-airlock/a" {
+		t.Fatalf("read after approle login: %v %v", s, err)
+	}
+	// The token lives 2s; past several lifetimes it still reads, because it is renewed.
+	time.Sleep(5 * time.Second)
+	if s, err := b.Get(ctx, "l", entry("b", "airlock/b")); err != nil || s["token"] != "value-of-airlock/b" {
+		t.Fatalf("read after the token's first TTL: %v %v", s, err)
+	}
+	if b.renewals.Load() == 0 {
+		t.Fatal("the token was never renewed")
+	}
+	// The catalog check names the entry the gateway's policy cannot read; the rest work.
+	cat, _ := broker.NewCatalog([]broker.Entry{
+		{Name: "ok", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/a"}, Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}},
+		{Name: "forbidden", Source: broker.Source{Kind: broker.SourceKV, Path: "other/x"}, Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}},
+	})
+	bad := b.CheckCatalog(ctx, cat)
+	if len(bad) != 1 || bad["forbidden"] == nil || !strings.Contains(bad["forbidden"].Error(), `"forbidden"`) {
+		t.Fatalf("catalog check: %v", bad)
+	}
+	// A wrapping token works once: a second broker with the same file cannot log in.
+	b2, _ := New(Config{Address: v.Addr, Auth: Auth{Method: "approle", RoleIDFile: dir + "/role-id", SecretIDFile: dir + "/secret-id", SecretIDWrapped: true}})
+	if err := b2.Login(ctx); err == nil || !strings.Contains(err.Error(), "unwrapping") {
+		t.Fatalf("reused wrapping token: %v", err)
 	}
 }
