@@ -190,6 +190,13 @@ func Default() Config {
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
 			Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "Bearer {{.token}}"},
 			Hosts:  []string{DemoHost},
+		}, {
+			// A Vault token minted for each lease on first use and revoked when it ends; the
+			// dev Vault of airlock up has the role and policy.
+			Name:   "vault-task",
+			Source: broker.Source{Kind: broker.SourceToken, Role: "airlock-task", Policies: []string{"airlock-task-read"}, TTL: 30 * time.Minute},
+			Inject: broker.Injection{Kind: broker.InjectHeader, Header: "X-Vault-Token", Template: "{{.token}}"},
+			Hosts:  []string{DemoHost},
 		}},
 		Templates: []pool.Template{DefaultTemplate()},
 	}

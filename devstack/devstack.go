@@ -171,6 +171,31 @@ func (v *Vault) SeedKV(ctx context.Context, path string, fields map[string]any) 
 	return err
 }
 
+// TaskRole and TaskPolicy are what the dev Vault offers for per-task tokens: an orphan token
+// role whose tokens may carry TaskPolicy (read under secret/airlock/tasks/).
+const (
+	TaskRole   = "airlock-task"
+	TaskPolicy = "airlock-task-read"
+)
+
+// SeedTaskRole creates TaskPolicy and the orphan token role TaskRole in the dev server.
+func (v *Vault) SeedTaskRole(ctx context.Context) error {
+	cfg := vaultapi.DefaultConfig()
+	cfg.Address = v.Addr
+	c, err := vaultapi.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	c.SetToken(v.Token)
+	if err := c.Sys().PutPolicyWithContext(ctx, TaskPolicy, `path "secret/data/airlock/tasks/*" { capabilities = ["read"] }`); err != nil {
+		return err
+	}
+	_, err = c.Logical().WriteWithContext(ctx, "auth/token/roles/"+TaskRole, map[string]any{
+		"allowed_policies": TaskPolicy, "orphan": true, "token_explicit_max_ttl": "4h",
+	})
+	return err
+}
+
 // FindVault returns the vault binary to run: configured, beside the running executable, or on
 // PATH.
 func FindVault(configured string) (string, error) {

@@ -48,9 +48,10 @@ var airlockBin = func() string { p, _ := filepath.Abs("../bin/airlock"); return 
 
 // upstream is the test's own HTTPS server behind the pinned name api.example.test.
 type upstream struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	auth []string
+	srv        *httptest.Server
+	mu         sync.Mutex
+	auth       []string
+	vaultToken []string
 }
 
 func (u *upstream) seen() []string {
@@ -66,6 +67,7 @@ func startUpstream(t *testing.T) *upstream {
 	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.auth = append(u.auth, r.Header.Get("Authorization"))
+		u.vaultToken = append(u.vaultToken, r.Header.Get("X-Vault-Token"))
 		u.mu.Unlock()
 		fmt.Fprintln(w, "upstream: whoami ok")
 	})
@@ -331,7 +333,8 @@ func docker(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-func vaultSecret(t *testing.T, f node.ClientFile) string {
+// vaultClient talks to the node's dev Vault with its root token.
+func vaultClient(t *testing.T, f node.ClientFile) *vaultapi.Client {
 	t.Helper()
 	cfg := vaultapi.DefaultConfig()
 	cfg.Address = f.VaultAddr
@@ -340,6 +343,12 @@ func vaultSecret(t *testing.T, f node.ClientFile) string {
 		t.Fatal(err)
 	}
 	c.SetToken(f.VaultToken)
+	return c
+}
+
+func vaultSecret(t *testing.T, f node.ClientFile) string {
+	t.Helper()
+	c := vaultClient(t, f)
 	s, err := c.KVv2("secret").Get(context.Background(), "airlock/demo")
 	if err != nil {
 		t.Fatalf("reading the demo secret from the node's Vault: %v", err)

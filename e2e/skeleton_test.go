@@ -110,6 +110,30 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("a per-task Vault token is minted on first use and revoked at release", func(t *testing.T) {
+		l := n.lease(t, "api.example.test=vault-task")
+		if _, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 {
+			t.Fatalf("curl: %s", errs)
+		}
+		up.mu.Lock()
+		tok := up.vaultToken[len(up.vaultToken)-1]
+		up.mu.Unlock()
+		root := vaultClient(t, n.client)
+		info, err := root.Auth().Token().Lookup(tok)
+		if err != nil {
+			t.Fatalf("the injected token is not a live Vault token: %v", err)
+		}
+		if md, _ := info.TokenMetadata(); md["airlock_lease"] != l.ID {
+			t.Fatalf("token metadata %v, want lease %s", md, l.ID)
+		}
+		if _, errs, code := n.cli(t, "release", l.ID); code != 0 {
+			t.Fatalf("release: %s", errs)
+		}
+		if _, err := root.Auth().Token().Lookup(tok); err == nil {
+			t.Fatal("the task's Vault token survived the release")
+		}
+	})
+
 	t.Run("injected value scrubbed from responses", func(t *testing.T) {
 		out, errs, code := n.exec(t, a.ID, "curl", "-sS", "-D", "-", "https://api.example.test/echo")
 		if code != 0 {

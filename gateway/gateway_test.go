@@ -46,6 +46,8 @@ func (f *fakeBroker) Get(ctx context.Context, lease string, e *broker.Entry) (br
 	return f.get(ctx, lease, e)
 }
 
+func (f *fakeBroker) Release(context.Context, string) error { return nil }
+
 // memSink keeps records in memory.
 type memSink struct {
 	mu   sync.Mutex

@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	mgr, err := pool.New(pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.Verify, CheckTask: func(t token.Task) error { return checkCredentials(catalog, t) },
-		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Logger: log,
+		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Revoke: vb.Release, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -87,7 +87,11 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 		return Lease{}, err
 	}
 	m.cfg.Binder.Put(b)
-	m.event(ctx, l, "token-swap", fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI))
+	reason := fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI)
+	if r := m.revoke(ctx, l); r != "" {
+		reason += "; " + r
+	}
+	m.event(ctx, l, "token-swap", reason)
 	return l, nil
 }
 

@@ -40,6 +40,10 @@ type Config struct {
 	RefillParallel int
 	// HealthEvery is how often warm sandboxes are checked; zero means 30s.
 	HealthEvery time.Duration
+	// Revoke, when set, revokes what was minted for a lease's task (per-task Vault material);
+	// it is called when the lease ends, between unbinding and destroying the sandbox, and on a
+	// token swap (material is minted again on next use, under the new scopes).
+	Revoke func(ctx context.Context, lease string) error
 	// KeepOnStop keeps the node's sandboxes and records when Run ends, and makes Run adopt them
 	// at start (Reconcile) instead of clearing everything (Cleanup): a production node restarts
 	// without ending its leases.
@@ -470,10 +474,24 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 	if err := m.cfg.Store.Unbind(ctx, l); err != nil {
 		return err
 	}
+	reason := m.revoke(ctx, l)
 	err := m.cfg.Runtime.Destroy(ctx, l.Sandbox.ID)
-	m.event(ctx, l, event, "")
+	m.event(ctx, l, event, reason)
 	m.kick(l.Template)
 	return err
+}
+
+// revoke revokes l's per-task material, returning a reason for the audit record when it fails
+// (the lease ends regardless; what could not be revoked still expires with its TTL).
+func (m *Manager) revoke(ctx context.Context, l Lease) string {
+	if m.cfg.Revoke == nil {
+		return ""
+	}
+	if err := m.cfg.Revoke(ctx, l.ID); err != nil {
+		m.log.Error("revoking per-task credentials", "lease", l.ID, "err", err)
+		return "revocation failed: " + err.Error()
+	}
+	return ""
 }
 
 func (m *Manager) reap(ctx context.Context) {

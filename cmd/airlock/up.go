@@ -89,6 +89,9 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 		if err := v.SeedKV(ctx, "airlock/demo", map[string]any{"token": demoSecret}); err != nil {
 			return fmt.Errorf("seeding the dev vault: %w", err)
 		}
+		if err := v.SeedTaskRole(ctx); err != nil {
+			return fmt.Errorf("seeding the dev vault: %w", err)
+		}
 		deps.VaultAddr, deps.VaultToken = v.Addr, v.Token
 	} else {
 		deps.VaultToken = os.Getenv("VAULT_TOKEN")

@@ -30,6 +30,9 @@ type SourceKind string
 // Source kinds.
 const (
 	SourceKV SourceKind = "kv" // a KV v2 secret, cached with a TTL
+	// SourceToken is a Vault token minted per lease from a token role, with the entry's
+	// policies and a TTL no longer than the lease, revoked when the lease ends.
+	SourceToken SourceKind = "token"
 )
 
 // Source says where a credential's value lives.
@@ -37,7 +40,12 @@ type Source struct {
 	Kind  SourceKind    `yaml:"kind"`
 	Mount string        `yaml:"mount"` // KV v2 mount; empty means "secret"
 	Path  string        `yaml:"path"`  // secret path under the mount
-	TTL   time.Duration `yaml:"ttl"`   // cache lifetime; zero means 5m
+	TTL   time.Duration `yaml:"ttl"`   // kv: cache lifetime (default 5m); token: lifetime cap (default 1h)
+	// Role and Policies are for the token source: the token role minted from (the operator
+	// makes it orphan, so a task's token does not die with the gateway's own) and the policies
+	// the task's token gets (within the role's allowed policies).
+	Role     string   `yaml:"role"`
+	Policies []string `yaml:"policies"`
 }
 
 // InjectKind names how a credential is put into a request.
@@ -90,7 +98,11 @@ func (s Secret) Values() []string {
 
 // Broker fetches credential values. Implementations must be safe for concurrent use.
 type Broker interface {
+	// Get returns e's value for lease: shared for static sources, minted for the lease (on
+	// first use) for per-task ones.
 	Get(ctx context.Context, lease string, e *Entry) (Secret, error)
+	// Release revokes everything minted for lease; the pool calls it when the lease ends.
+	Release(ctx context.Context, lease string) error
 }
 
 // Catalog is the operator's set of credentials, by name.
@@ -109,17 +121,29 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 		if _, dup := c[e.Name]; dup {
 			return nil, fmt.Errorf("%s.name: duplicate", where)
 		}
-		if e.Source.Kind != SourceKV {
-			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv)", where, e.Source.Kind)
-		}
-		if e.Source.Path == "" {
-			return nil, fmt.Errorf("%s.source.path: required", where)
-		}
-		if e.Source.Mount == "" {
-			e.Source.Mount = "secret"
-		}
-		if e.Source.TTL == 0 {
-			e.Source.TTL = 5 * time.Minute
+		switch e.Source.Kind {
+		case SourceKV:
+			if e.Source.Path == "" {
+				return nil, fmt.Errorf("%s.source.path: required", where)
+			}
+			if e.Source.Mount == "" {
+				e.Source.Mount = "secret"
+			}
+			if e.Source.TTL == 0 {
+				e.Source.TTL = 5 * time.Minute
+			}
+		case SourceToken:
+			if e.Source.Role == "" {
+				return nil, fmt.Errorf("%s.source.role: required (an orphan token role)", where)
+			}
+			if len(e.Source.Policies) == 0 {
+				return nil, fmt.Errorf("%s.source.policies: at least one policy is required", where)
+			}
+			if e.Source.TTL == 0 {
+				e.Source.TTL = time.Hour
+			}
+		default:
+			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, token)", where, e.Source.Kind)
 		}
 		switch e.Inject.Kind {
 		case InjectHeader:

@@ -189,7 +189,21 @@ func (b *Broker) Run(ctx context.Context, log *slog.Logger) {
 func (b *Broker) CheckCatalog(ctx context.Context, c broker.Catalog) map[string]error {
 	out := map[string]error{}
 	for name, e := range c {
-		if _, err := b.Get(ctx, "", e); err != nil {
+		var err error
+		switch e.Source.Kind {
+		case broker.SourceToken:
+			// Minted per lease: check that the role exists and is readable.
+			var s *vaultapi.Secret
+			if s, err = b.client.Logical().ReadWithContext(ctx, "auth/token/roles/"+e.Source.Role); err == nil && s == nil {
+				err = fmt.Errorf("token role %q does not exist", e.Source.Role)
+			}
+			if err != nil {
+				err = fmt.Errorf("%w: credential %q: %v", broker.ErrUnavailable, name, err)
+			}
+		default:
+			_, err = b.Get(ctx, "", e)
+		}
+		if err != nil {
 			out[name] = err
 		}
 	}

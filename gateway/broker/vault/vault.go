@@ -31,8 +31,11 @@ type Broker struct {
 	renewals   atomic.Int64
 	unwrapped  string // the AppRole secret id once unwrapped; guarded by mu
 
-	mu    sync.Mutex
-	cache map[string]*kvEntry
+	mu     sync.Mutex
+	cache  map[string]*kvEntry
+	leases map[string]*leaseMaterial
+	ended  map[string]time.Time // leases released in the last hour
+	minted atomic.Int64
 }
 
 type kvEntry struct {
@@ -54,12 +57,16 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
 	c.SetToken(cfg.Token)
-	return &Broker{client: c, now: time.Now, token: cfg.Token, auth: cfg.Auth, cache: map[string]*kvEntry{}}, nil
+	return &Broker{client: c, now: time.Now, token: cfg.Token, auth: cfg.Auth, cache: map[string]*kvEntry{},
+		leases: map[string]*leaseMaterial{}, ended: map[string]time.Time{}}, nil
 }
 
 // Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,
 // whether or not Vault is reachable.
-func (b *Broker) Get(ctx context.Context, _ string, e *broker.Entry) (broker.Secret, error) {
+func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
+	if e.Source.Kind == broker.SourceToken {
+		return b.taskToken(ctx, lease, e)
+	}
 	key := e.Source.Mount + "\x00" + e.Source.Path
 	b.mu.Lock()
 	ent, ok := b.cache[key]

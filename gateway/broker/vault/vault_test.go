@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,87 @@ func TestAppRoleLoginRenewalAndCatalogCheck(t *testing.T) {
 	b2, _ := New(Config{Address: v.Addr, Auth: Auth{Method: "approle", RoleIDFile: dir + "/role-id", SecretIDFile: dir + "/secret-id", SecretIDWrapped: true}})
 	if err := b2.Login(ctx); err == nil || !strings.Contains(err.Error(), "unwrapping") {
 		t.Fatalf("reused wrapping token: %v", err)
+	}
+}
+
+func TestPerTaskTokens(t *testing.T) {
+	v := startVault(t)
+	ctx := context.Background()
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	root.Sys().PutPolicy("task-read", `path "secret/data/tasks/*" { capabilities = ["read"] }`)
+	if _, err := root.Logical().Write("auth/token/roles/airlock-task", map[string]any{
+		"allowed_policies": "task-read", "orphan": true, "token_explicit_max_ttl": "1h",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := New(Config{Address: v.Addr, Token: v.Token})
+	if err := b.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := broker.NewCatalog([]broker.Entry{{Name: "task", Source: broker.Source{Kind: broker.SourceToken, Role: "airlock-task",
+		Policies: []string{"task-read"}, TTL: 10 * time.Minute}, Inject: broker.Injection{Kind: broker.InjectHeader, Header: "X-Vault-Token", Template: "{{.token}}"},
+		Hosts: []string{"vault.example"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cat["task"]
+	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
+		t.Fatalf("catalog check: %v", bad)
+	}
+	// 100 concurrent first requests of one lease mint one token.
+	var wg sync.WaitGroup
+	tokens := make(chan string, 100)
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := b.Get(ctx, "l-1", e)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tokens <- s["token"]
+		}()
+	}
+	wg.Wait()
+	close(tokens)
+	first := <-tokens
+	for tok := range tokens {
+		if tok != first {
+			t.Fatal("one lease got two tokens")
+		}
+	}
+	if n := b.minted.Load(); n != 1 {
+		t.Fatalf("minted %d tokens for 100 concurrent first requests", n)
+	}
+	other, err := b.Get(ctx, "l-2", e)
+	if err != nil || other["token"] == first {
+		t.Fatalf("a second lease shares the first lease's token: %v", err)
+	}
+	// Asked with the root token: a task token has no default policy, so not even lookup-self.
+	lookup := func(tok string) (*vaultapi.Secret, error) { return root.Auth().Token().Lookup(tok) }
+	info, err := lookup(first)
+	if err != nil {
+		t.Fatalf("the task token does not work: %v", err)
+	}
+	if ttl, _ := info.TokenTTL(); ttl > 10*time.Minute {
+		t.Fatalf("task token TTL %s exceeds the entry's 10m", ttl)
+	}
+	if pols, _ := info.TokenPolicies(); len(pols) != 1 || pols[0] != "task-read" {
+		t.Fatalf("task token policies %v", pols)
+	}
+	// Release revokes: Vault itself no longer knows the token; the other lease's still works.
+	if err := b.Release(ctx, "l-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lookup(first); err == nil {
+		t.Fatal("the released lease's token still works")
+	}
+	if _, err := lookup(other["token"]); err != nil {
+		t.Fatalf("releasing one lease revoked another's token: %v", err)
+	}
+	if _, err := b.Get(ctx, "l-1", e); err == nil {
+		t.Fatal("a released lease got a new token")
 	}
 }
