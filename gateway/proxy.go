@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -367,13 +369,32 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		}
 		return nil
 	}
-	if isText(resp.Header.Get("Content-Type")) {
-		resp.Body = newScrubReader(resp.Body, forms)
-		resp.ContentLength = -1
-		resp.Header.Del("Content-Length")
+	if !isText(resp.Header.Get("Content-Type")) {
+		return nil
 	}
+	if resp.ContentLength >= 0 && resp.ContentLength <= smallBody {
+		// A small body of known length is scrubbed whole and keeps an exact Content-Length,
+		// so it still goes out in one write (no chunking, no flush per write).
+		b, err := io.ReadAll(io.LimitReader(resp.Body, smallBody+1))
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		b = scrubBytes(b, forms)
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	resp.Body = newScrubReader(resp.Body, forms)
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
 	return nil
 }
+
+// smallBody is the largest response body scrubbed in one piece; larger ones stream through the
+// scrubbing reader.
+const smallBody = 16 << 10
 
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	x := r.Context().Value(exchangeKey{}).(*exchange)

@@ -62,6 +62,16 @@ func isText(contentType string) bool {
 		strings.Contains(mt, "javascript") || mt == "application/x-www-form-urlencoded"
 }
 
+// scrubBytes replaces every form in b.
+func scrubBytes(b []byte, forms [][]byte) []byte {
+	for _, f := range forms {
+		if bytes.Contains(b, f) {
+			b = bytes.ReplaceAll(b, f, []byte(redacted))
+		}
+	}
+	return b
+}
+
 // scrubReader replaces secret forms in a stream, holding back just enough bytes at each chunk's
 // end that a value split across reads is still caught.
 type scrubReader struct {
@@ -90,11 +100,7 @@ func (s *scrubReader) Read(p []byte) (int, error) {
 		n, err := s.src.Read(chunk)
 		s.buf = append(s.buf, chunk[:n]...)
 		copyBuffers.Put(chunk)
-		for _, f := range s.forms {
-			if bytes.Contains(s.buf, f) {
-				s.buf = bytes.ReplaceAll(s.buf, f, []byte(redacted))
-			}
-		}
+		s.buf = scrubBytes(s.buf, s.forms)
 		if err != nil {
 			if err != io.EOF {
 				return 0, err
