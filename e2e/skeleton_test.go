@@ -522,9 +522,39 @@ func TestNode(t *testing.T) {
 	})
 
 	t.Run("stop removes everything", func(t *testing.T) {
+		resp, err := http.Get(n.client.Addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
 		n.stop(t)
 		stopped = true
 		checkClean(t, state)
+
+		// No secret value anywhere the run wrote: the node's own output, the audit trail, the
+		// metrics. (The values are the demo credential, every per-task Vault token the
+		// upstream received, and the dev Vault's root token.)
+		trail, err := os.ReadFile(n.client.Audit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up.mu.Lock()
+		values := append([]string{secret, n.client.VaultToken}, up.vaultToken...)
+		up.mu.Unlock()
+		for _, v := range values {
+			if len(v) < 8 {
+				continue
+			}
+			for name, text := range map[string]string{"node output": n.log.String(), "audit trail": string(trail), "metrics": string(metrics)} {
+				if strings.Contains(text, v) {
+					t.Errorf("a secret value (%.6s...) appears in the %s", v, name)
+				}
+			}
+		}
+		if !strings.Contains(string(metrics), "airlock_gateway_requests_total") || !strings.Contains(string(metrics), "airlock_pool_sandboxes") {
+			t.Errorf("metrics lack the gateway or pool series")
+		}
 	})
 
 	t.Run("restart after kill -9 cleans up", func(t *testing.T) {
