@@ -156,13 +156,11 @@ func view(l pool.Lease) LeaseView {
 
 func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 	var req LeaseRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if !readJSON(w, r, &req) {
 		return
 	}
-	ttl, err := parseDuration("ttl", req.TTL)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	ttl, ok := readDuration(w, "ttl", req.TTL)
+	if !ok {
 		return
 	}
 	tenant := tenantOf(r)
@@ -235,8 +233,7 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req PortRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if !readJSON(w, r, &req) {
 		return
 	}
 	v, err := s.ports.expose(r.Context(), tenantOf(r), r.PathValue("id"), req.Port)
@@ -254,13 +251,11 @@ type RenewRequest struct {
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	var req RenewRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if !readJSON(w, r, &req) {
 		return
 	}
-	ttl, err := parseDuration("ttl", req.TTL)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	ttl, ok := readDuration(w, "ttl", req.TTL)
+	if !ok {
 		return
 	}
 	l, err := s.cfg.Pool.Renew(r.Context(), tenantOf(r), r.PathValue("id"), ttl)
@@ -399,9 +394,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	timeout, err := parseDuration("timeout", req.Timeout)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	timeout, ok := readDuration(w, "timeout", req.Timeout)
+	if !ok {
 		return
 	}
 	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout}
@@ -435,8 +429,7 @@ type ExplainRequest struct {
 
 func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	var req ExplainRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if !readJSON(w, r, &req) {
 		return
 	}
 	if s.cfg.Explain == nil {
@@ -523,6 +516,25 @@ func parseDuration(field, v string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s %q is not a positive duration", field, v)
 	}
 	return d, nil
+}
+
+// readJSON decodes the request body into v, answering 400 naming the problem when it cannot.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := decode(r, v); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return false
+	}
+	return true
+}
+
+// readDuration parses an optional duration field, answering 400 when it is not one.
+func readDuration(w http.ResponseWriter, field, v string) (time.Duration, bool) {
+	d, err := parseDuration(field, v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return 0, false
+	}
+	return d, true
 }
 
 func decode(r *http.Request, v any) error {
