@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -441,6 +443,50 @@ func TestNode(t *testing.T) {
 		if got, _ := os.ReadFile(dst); string(got) != string(data) {
 			t.Fatal("downloaded file differs")
 		}
+		// A directory as a tar archive, in and out; an archive with a ../ member is refused.
+		mkTar := func(files map[string]string) string {
+			var tb bytes.Buffer
+			tw := tar.NewWriter(&tb)
+			for name, body := range files {
+				tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+				tw.Write([]byte(body))
+			}
+			tw.Close()
+			path := t.TempDir() + "/in.tar"
+			os.WriteFile(path, tb.Bytes(), 0o600)
+			return path
+		}
+		if _, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"a.txt": "alpha", "sub/b.txt": "beta"}), a.ID+":/workspace/proj"); code != 0 {
+			t.Fatalf("tar upload: %s", errs)
+		}
+		if out, _, _ := n.exec(t, a.ID, "cat", "/workspace/proj/sub/b.txt"); out != "beta" {
+			t.Fatalf("unpacked file: %q", out)
+		}
+		_, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"../escape.txt": "nope"}), a.ID+":/workspace/proj")
+		if code == 0 || !strings.Contains(errs, "..") {
+			t.Fatalf("an archive with a ../ member: exit %d %s", code, errs)
+		}
+		if _, _, code := n.exec(t, a.ID, "test", "-e", "/workspace/escape.txt"); code == 0 {
+			t.Fatal("a ../ member escaped the target directory")
+		}
+		tarOut := t.TempDir() + "/out.tar"
+		if _, errs, code := n.cli(t, "cp", "--tar", a.ID+":/workspace/proj", tarOut); code != 0 {
+			t.Fatalf("tar download: %s", errs)
+		}
+		f, _ := os.Open(tarOut)
+		names := map[string]bool{}
+		tr := tar.NewReader(f)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names[strings.TrimPrefix(h.Name, "./")] = true
+		}
+		f.Close()
+		if !names["a.txt"] || !names["sub/b.txt"] {
+			t.Fatalf("downloaded archive holds %v", names)
+		}
 		for _, bad := range []string{a.ID + ":/etc/passwd", a.ID + ":../../etc/passwd", a.ID + ":/workspace/../etc/shadow"} {
 			if _, errs, code := n.cli(t, "cp", bad, t.TempDir()+"/x"); code == 0 || !strings.Contains(errs, "outside the workspace") {
 				t.Errorf("download of %s: exit %d %s", bad, code, errs)
@@ -463,7 +509,7 @@ func TestNode(t *testing.T) {
 		if exp := renew("1h"); time.Until(exp) > 10*time.Minute {
 			t.Fatalf("renew 1h outlived the token: expires in %s", time.Until(exp))
 		}
-		out, errs, code := n.cli(t, "logs", "--lease", a.ID, "--json")
+		out, errs, code = n.cli(t, "logs", "--lease", a.ID, "--json")
 		if code != 0 {
 			t.Fatalf("logs: %s", errs)
 		}
@@ -474,7 +520,7 @@ func TestNode(t *testing.T) {
 				kinds[string(r.Kind)+"/"+r.Event] = true
 			}
 		}
-		for _, k := range []string{"lease/bind", "lease/renew", "file/upload", "file/download", "http/", "dns/", "exec/"} {
+		for _, k := range []string{"lease/bind", "lease/renew", "file/upload", "file/download", "file/upload-tar", "file/download-tar", "http/", "dns/", "exec/"} {
 			if !kinds[k] {
 				t.Errorf("logs --lease lacks a %s record (have %v)", k, kinds)
 			}
@@ -531,6 +577,9 @@ func TestNode(t *testing.T) {
 		n.stop(t)
 		stopped = true
 		checkClean(t, state)
+		if t.Failed() {
+			t.Logf("node output:\n%s", n.log)
+		}
 
 		// No secret value anywhere the run wrote: the node's own output, the audit trail, the
 		// metrics. (The values are the demo credential, every per-task Vault token the

@@ -121,7 +121,8 @@ type FileInfo struct {
 }
 
 // PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
-func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader) (FileInfo, error) {
+// With archive, r is a tar stream unpacked into the directory p.
+func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader, archive bool) (FileInfo, error) {
 	l, p, err := m.leaseFile(ctx, tenant, id, p)
 	if err != nil {
 		return FileInfo{}, err
@@ -129,19 +130,22 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	h := sha256.New()
 	cr := &countReader{r: io.TeeReader(r, h)}
 	var stderr strings.Builder
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{
-		Cmd: []string{"sh", "-c", `umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`, "airlock-put", p},
-	}, cr, io.Discard, &stderr)
+	script, event := `umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`, "upload"
+	if archive {
+		// As the sandbox user: tar drops leading / and ../ from member names.
+		script, event = `umask 077 && mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"`, "upload-tar"
+	}
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"sh", "-c", script, "airlock-put", p}}, cr, io.Discard, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: writing %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
 	}
 	info := FileInfo{Path: p, Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))}
-	m.fileEvent(ctx, l, "upload", info, err)
+	m.fileEvent(ctx, l, event, info, err)
 	return info, err
 }
 
-// GetFile streams p from tenant's lease id to w.
-func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer) (FileInfo, error) {
+// GetFile streams p from tenant's lease id to w; with archive, the directory p as a tar stream.
+func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer, archive bool) (FileInfo, error) {
 	l, p, err := m.leaseFile(ctx, tenant, id, p)
 	if err != nil {
 		return FileInfo{}, err
@@ -149,28 +153,36 @@ func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(w, h)}
 	var stderr strings.Builder
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"cat", "--", p}}, nil, cw, &stderr)
+	cmd, event := []string{"cat", "--", p}, "download"
+	if archive {
+		cmd, event = []string{"tar", "-c", "-C", p, "."}, "download-tar"
+	}
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd}, nil, cw, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: reading %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
 	}
 	info := FileInfo{Path: p, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}
-	m.fileEvent(ctx, l, "download", info, err)
+	m.fileEvent(ctx, l, event, info, err)
 	return info, err
 }
 
-// StatFile reports whether p is a regular file in the lease's workspace, so a download can fail
-// with a status before any byte is sent.
-func (m *Manager) StatFile(ctx context.Context, tenant, id, p string) error {
+// StatFile reports whether p is a regular file (a directory, with archive) in the lease's
+// workspace, so a download can fail with a status before any byte is sent.
+func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bool) error {
 	l, p, err := m.leaseFile(ctx, tenant, id, p)
 	if err != nil {
 		return err
 	}
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"test", "-f", p}}, nil, io.Discard, io.Discard)
+	test, what := "-f", "file"
+	if archive {
+		test, what = "-d", "directory"
+	}
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"test", test, p}}, nil, io.Discard, io.Discard)
 	if err != nil {
 		return err
 	}
 	if code != 0 {
-		return fmt.Errorf("%w: %s is not a file in the workspace", ErrBadRequest, p)
+		return fmt.Errorf("%w: %s is not a %s in the workspace", ErrBadRequest, p, what)
 	}
 	return nil
 }

@@ -23,10 +23,18 @@ func leasePath(s string) (lease, path string, ok bool) {
 	return lease, path, true
 }
 
-// cmdCp copies a file into or out of a lease's workspace; "-" is stdin or stdout.
+// cmdCp copies a file into or out of a lease's workspace; "-" is stdin or stdout. With --tar the
+// local side is a tar archive and the remote side a directory.
 func cmdCp(args []string) int {
+	fs := flag.NewFlagSet("cp", flag.ContinueOnError)
+	tarMode := fs.Bool("tar", false, "the local side is a tar archive (or '-'), the remote side a directory")
+	asJSON := fs.Bool("json", false, "print the transfer as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	args = fs.Args()
 	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: airlock cp SRC DST   (one side LEASE:PATH; '-' is stdin or stdout)")
+		fmt.Fprintln(os.Stderr, "usage: airlock cp [--tar] SRC DST   (one side LEASE:PATH; '-' is stdin or stdout)")
 		return 2
 	}
 	c, err := newClient()
@@ -50,11 +58,15 @@ func cmdCp(args []string) int {
 			defer f.Close()
 			in = f
 		}
-		info, err := c.PutFile(ctx, dstLease, dstPath, in)
+		info, err := c.PutFile(ctx, dstLease, dstPath, in, *tarMode)
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(os.Stderr, "%s:%s  %d bytes  sha256 %s\n", dstLease, info.Path, info.Size, info.SHA256)
+		if *asJSON {
+			json.NewEncoder(os.Stdout).Encode(info)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s:%s  %d bytes  sha256 %s\n", dstLease, info.Path, info.Size, info.SHA256)
+		}
 	default:
 		var out io.Writer = os.Stdout
 		var f *os.File
@@ -64,7 +76,7 @@ func cmdCp(args []string) int {
 			}
 			out = f
 		}
-		sum, err := c.GetFile(ctx, srcLease, srcPath, out)
+		sum, err := c.GetFile(ctx, srcLease, srcPath, out, *tarMode)
 		if f != nil {
 			if cerr := f.Close(); err == nil {
 				err = cerr
@@ -73,7 +85,11 @@ func cmdCp(args []string) int {
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(os.Stderr, "%s  sha256 %s\n", args[1], sum)
+		if *asJSON && dstPath != "-" {
+			json.NewEncoder(os.Stdout).Encode(map[string]string{"path": dstPath, "sha256": sum})
+		} else {
+			fmt.Fprintf(os.Stderr, "%s  sha256 %s\n", args[1], sum)
+		}
 	}
 	return 0
 }

@@ -286,7 +286,7 @@ func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
-	info, err := s.cfg.Pool.PutFile(r.Context(), tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
+	info, err := s.cfg.Pool.PutFile(r.Context(), tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path"), r.Body, isTar(r))
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -296,7 +296,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path")
-	if err := s.cfg.Pool.StatFile(r.Context(), tenant, id, p); err != nil {
+	if err := s.cfg.Pool.StatFile(r.Context(), tenant, id, p, isTar(r)); err != nil {
 		writePoolError(w, err)
 		return
 	}
@@ -304,11 +304,14 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	// The body streams as it is read; a failure part-way can only cut it short, which the
 	// client sees as a missing trailer.
 	w.Header().Set("Trailer", "X-Airlock-Sha256")
-	info, err := s.cfg.Pool.GetFile(r.Context(), tenant, id, p, w)
+	info, err := s.cfg.Pool.GetFile(r.Context(), tenant, id, p, w, isTar(r))
 	if err == nil {
 		w.Header().Set("X-Airlock-Sha256", info.SHA256)
 	}
 }
+
+// isTar reports whether a files request moves a tar archive of a directory (?archive=tar).
+func isTar(r *http.Request) bool { return r.URL.Query().Get("archive") == "tar" }
 
 // audit serves the tenant's own audit records, oldest first, filtered by lease, decision and age.
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) {

@@ -181,10 +181,19 @@ func (c *Client) Port(ctx context.Context, id string, port int) (api.PortView, e
 	return v, err
 }
 
-// PutFile uploads r to path in the lease's workspace.
-func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (pool.FileInfo, error) {
+func filesPath(id, path string, archive bool) string {
+	p := "/v1/leases/" + id + "/files?path=" + url.QueryEscape(path)
+	if archive {
+		p += "&archive=tar"
+	}
+	return p
+}
+
+// PutFile uploads r to path in the lease's workspace; with archive, r is a tar stream unpacked
+// into the directory path.
+func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader, archive bool) (pool.FileInfo, error) {
 	var v pool.FileInfo
-	resp, err := c.raw(ctx, http.MethodPut, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), r, nil)
+	resp, err := c.raw(ctx, http.MethodPut, filesPath(id, path, archive), r, nil)
 	if err != nil {
 		return v, err
 	}
@@ -192,10 +201,10 @@ func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader) (poo
 	return v, json.NewDecoder(resp.Body).Decode(&v)
 }
 
-// GetFile downloads path from the lease's workspace to w and returns the SHA-256 the node
-// computed, which it checks against what arrived.
-func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer) (string, error) {
-	resp, err := c.raw(ctx, http.MethodGet, "/v1/leases/"+id+"/files?path="+url.QueryEscape(path), nil, nil)
+// GetFile downloads path from the lease's workspace to w (with archive, the directory path as a
+// tar stream) and returns the SHA-256 the node computed, which it checks against what arrived.
+func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer, archive bool) (string, error) {
+	resp, err := c.raw(ctx, http.MethodGet, filesPath(id, path, archive), nil, nil)
 	if err != nil {
 		return "", err
 	}

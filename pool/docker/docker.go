@@ -186,11 +186,20 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		Labels:          map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node, LabelTemplate: t.Name},
 		NetworkDisabled: false,
 	}
-	created, err := r.cli.ContainerCreate(ctx, cc, hc, nil, nil, "")
+	// Created without the caller's cancellation: a create the engine carries out after the
+	// caller gave up would leave a container nobody knows about. Once its id is known it is
+	// destroyed if the caller is gone.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	created, err := r.cli.ContainerCreate(cctx, cc, hc, nil, nil, "")
 	if err != nil {
 		return pool.Sandbox{}, fmt.Errorf("docker: create %s: %w", t.Name, err)
 	}
 	destroy := func() { r.Destroy(context.WithoutCancel(ctx), created.ID) }
+	if ctx.Err() != nil {
+		destroy()
+		return pool.Sandbox{}, ctx.Err()
+	}
 	if err := r.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		destroy()
 		return pool.Sandbox{}, fmt.Errorf("docker: start %s: %w", t.Name, err)
