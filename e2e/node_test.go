@@ -200,11 +200,11 @@ templates:
 	return path
 }
 
-func startNode(t *testing.T, state, cfgPath string) *nodeProc {
+func startNode(t *testing.T, state, cfgPath string, env ...string) *nodeProc {
 	t.Helper()
 	n := &nodeProc{state: state, log: &bytes.Buffer{}, done: make(chan struct{})}
 	n.cmd = exec.Command(airlockBin, "up", "--config", cfgPath)
-	n.cmd.Env = append(os.Environ(), "AIRLOCK_STATE_DIR="+state, "REDIS_URL=", "VAULT_ADDR=")
+	n.cmd.Env = append(append(os.Environ(), "AIRLOCK_STATE_DIR="+state, "REDIS_URL=", "VAULT_ADDR="), env...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {

@@ -536,6 +536,14 @@ func TestNode(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "checks passed") || strings.Contains(out, "FAIL") {
 			t.Fatalf("verify: exit %d\n%s%s", code, out, errs)
 		}
+		out, _, code = n.cli(t, "verify", "--json")
+		var v struct {
+			Failed int
+			Checks []struct{ Passed bool }
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Failed != 0 || len(v.Checks) < 12 {
+			t.Fatalf("verify --json: exit %d %s", code, out)
+		}
 	})
 
 	t.Run("release destroys the sandbox and the pool refills", func(t *testing.T) {

@@ -237,10 +237,15 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 
+	apiLn, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
 	mgr, err := pool.New(pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.Verify, CheckTask: func(t token.Task) error { return checkCredentials(catalog, t) },
 		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Revoke: vb.Release, Logger: log,
+		API: "http://" + apiLn.Addr().String(),
 	})
 	if err != nil {
 		return err
@@ -252,10 +257,6 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	// Stop the pool (destroying its sandboxes) before the network and firewall go.
 	defer func() { stopPool(); <-poolErr }()
 
-	apiLn, err := net.Listen("tcp", cfg.API.Listen)
-	if err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
 	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush}), ReadHeaderTimeout: 10 * time.Second}

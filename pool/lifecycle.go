@@ -44,7 +44,7 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 	if err := m.cfg.Store.Rebind(ctx, l, l.JTI, b); err != nil {
 		return Lease{}, err
 	}
-	m.cfg.Binder.Put(b)
+	m.bindLocal(b)
 	m.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
 	return l, nil
 }
@@ -86,7 +86,7 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	if err := m.cfg.Store.Rebind(ctx, l, oldJTI, b); err != nil {
 		return Lease{}, err
 	}
-	m.cfg.Binder.Put(b)
+	m.bindLocal(b)
 	reason := fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI)
 	if r := m.revoke(ctx, l); r != "" {
 		reason += "; " + r

@@ -44,6 +44,9 @@ type Config struct {
 	// it is called when the lease ends, between unbinding and destroying the sandbox, and on a
 	// token swap (material is minted again on next use, under the new scopes).
 	Revoke func(ctx context.Context, lease string) error
+	// API is this node's API address as other nodes reach it; with it the node heartbeats, and
+	// leases may take other live nodes' warm sandboxes when its own pool is empty.
+	API string
 	// KeepOnStop keeps the node's sandboxes and records when Run ends, and makes Run adopt them
 	// at start (Reconcile) instead of clearing everything (Cleanup): a production node restarts
 	// without ending its leases.
@@ -115,6 +118,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer reap.Stop()
 	health := time.NewTicker(m.cfg.HealthEvery)
 	defer health.Stop()
+	beat := time.NewTicker(heartbeatEvery)
+	defer beat.Stop()
+	m.heartbeat(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -124,6 +130,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		case name := <-m.refill:
 			wg.Add(1)
 			go func() { defer wg.Done(); m.fill(ctx, name) }()
+		case <-beat.C:
+			m.heartbeat(ctx)
 		case <-health.C:
 			wg.Add(1)
 			go func() { defer wg.Done(); m.checkWarm(ctx) }()
@@ -181,7 +189,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 		default:
-			m.cfg.Binder.Delete(l.Sandbox.Addr)
+			m.unbindLocal(l)
 			if err := m.cfg.Store.Unbind(ctx, l); err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
@@ -206,7 +214,7 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 		return fmt.Errorf("pool cleanup: %w", err)
 	}
 	for _, l := range leases {
-		m.cfg.Binder.Delete(l.Sandbox.Addr)
+		m.unbindLocal(l)
 		if err := m.cfg.Store.Unbind(ctx, l); err != nil {
 			return fmt.Errorf("pool cleanup: %w", err)
 		}
@@ -372,7 +380,7 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	l := Lease{
 		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
-		Node: m.cfg.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start,
+		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start,
 	}
 	b := binding.Binding{
 		Lease: l.ID, Node: l.Node, Addr: sb.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: sb.ID,
@@ -383,16 +391,80 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 		return Lease{}, err
 	}
-	m.cfg.Binder.Put(b)
+	m.bindLocal(b)
 	m.event(ctx, l, "bind", l.Start)
 	m.metrics.observeLease(time.Since(now))
 	return l, nil
 }
 
+const heartbeatEvery = 5 * time.Second
+
+// bindLocal makes b visible at once to this node's gateway and resolver. A binding of another
+// node's sandbox is not: its address means something else here, and that node's cache finds
+// the binding in the store on its first lookup.
+func (m *Manager) bindLocal(b binding.Binding) {
+	if b.Node == m.cfg.Node {
+		m.cfg.Binder.Put(b)
+	}
+}
+
+func (m *Manager) unbindLocal(l Lease) {
+	if l.Node == m.cfg.Node {
+		m.cfg.Binder.Delete(l.Sandbox.Addr)
+	}
+}
+
+// Node is the name of this node.
+func (m *Manager) Node() string { return m.cfg.Node }
+
+// NodeAPI returns the API address of a live node.
+func (m *Manager) NodeAPI(ctx context.Context, node string) (string, error) {
+	nodes, err := m.cfg.Store.Nodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	api, ok := nodes[node]
+	if !ok {
+		return "", fmt.Errorf("node %s, which holds this lease, is not running", node)
+	}
+	return api, nil
+}
+
+func (m *Manager) heartbeat(ctx context.Context) {
+	if m.cfg.API == "" {
+		return
+	}
+	if err := m.cfg.Store.Heartbeat(ctx, m.cfg.Node, m.cfg.API, 3*heartbeatEvery); err != nil {
+		m.log.Error("heartbeat", "err", err)
+	}
+}
+
+// claimAnywhere takes a warm sandbox of t from this node, else from another live node (whose
+// gateway and resolver then serve it: the binding goes to that node).
+func (m *Manager) claimAnywhere(ctx context.Context, t Template) (Sandbox, error) {
+	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	if err == nil || !errors.Is(err, ErrNoWarm) || m.cfg.API == "" {
+		return sb, err
+	}
+	nodes, nerr := m.cfg.Store.Nodes(ctx)
+	if nerr != nil {
+		return Sandbox{}, err
+	}
+	for node := range nodes {
+		if node == m.cfg.Node {
+			continue
+		}
+		if sb, oerr := m.cfg.Store.Claim(ctx, node, t.Name); oerr == nil {
+			return sb, nil
+		}
+	}
+	return Sandbox{}, err
+}
+
 // claim takes a warm sandbox; when there is none it waits for the refill or starts one, as the
 // template says, and reports which happened.
 func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error) {
-	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	sb, err := m.claimAnywhere(ctx, t)
 	m.kick(t.Name)
 	if err == nil {
 		return sb, "warm", nil
@@ -428,7 +500,7 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 			return Sandbox{}, "", ctx.Err()
 		case <-time.After(25 * time.Millisecond):
 		}
-		sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+		sb, err := m.claimAnywhere(ctx, t)
 		if err == nil {
 			return sb, "waited", nil
 		}
@@ -470,7 +542,7 @@ func (m *Manager) Release(ctx context.Context, tenant, id string) error {
 }
 
 func (m *Manager) end(ctx context.Context, l Lease, event string) error {
-	m.cfg.Binder.Delete(l.Sandbox.Addr)
+	m.unbindLocal(l)
 	if err := m.cfg.Store.Unbind(ctx, l); err != nil {
 		return err
 	}
@@ -593,16 +665,23 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// List returns tenant's leases on this node.
+// List returns tenant's leases on this node and every other live one.
 func (m *Manager) List(ctx context.Context, tenant string) ([]Lease, error) {
-	ls, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	nodes, err := m.cfg.Store.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := ls[:0]
-	for _, l := range ls {
-		if l.Tenant == tenant {
-			out = append(out, l)
+	nodes[m.cfg.Node] = ""
+	var out []Lease
+	for node := range nodes {
+		ls, err := m.cfg.Store.ListLeases(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range ls {
+			if l.Tenant == tenant {
+				out = append(out, l)
+			}
 		}
 	}
 	return out, nil

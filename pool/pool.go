@@ -118,6 +118,10 @@ type Store interface {
 	LeasedCount(ctx context.Context, node, template string) (int, error)
 	// Unbind removes the binding first and announces it, then the lease record.
 	Unbind(ctx context.Context, l Lease) error
+	// Heartbeat records that node is alive with its API at api, for ttl; Nodes lists the live
+	// nodes and their APIs, so any node can claim another's warm sandbox and route to it.
+	Heartbeat(ctx context.Context, node, api string, ttl time.Duration) error
+	Nodes(ctx context.Context) (map[string]string, error)
 	// Forget drops a sandbox from the warm set without touching the container.
 	Forget(ctx context.Context, sb Sandbox) error
 	ListWarm(ctx context.Context, node string) ([]Sandbox, error)

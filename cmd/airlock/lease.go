@@ -50,18 +50,27 @@ func cmdLease(args []string) int {
 }
 
 func cmdRelease(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: airlock release LEASE")
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: airlock release [--json] LEASE")
 		return 2
 	}
 	c, err := newClient()
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.Release(context.Background(), args[0]); err != nil {
+	if err := c.Release(context.Background(), fs.Arg(0)); err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(os.Stderr, "released %s\n", args[0])
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"id": fs.Arg(0), "released": true})
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "released %s\n", fs.Arg(0))
 	return 0
 }
 

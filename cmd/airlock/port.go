@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,8 +11,14 @@ import (
 
 // cmdPort exposes one port of a lease's sandbox for review and prints its URL.
 func cmdPort(args []string) int {
+	fs := flag.NewFlagSet("port", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the port as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	args = fs.Args()
 	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: airlock port LEASE PORT")
+		fmt.Fprintln(os.Stderr, "usage: airlock port [--json] LEASE PORT")
 		return 2
 	}
 	port, err := strconv.Atoi(args[1])
@@ -25,6 +33,10 @@ func cmdPort(args []string) int {
 	v, err := c.Port(context.Background(), args[0], port)
 	if err != nil {
 		return fail(err)
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(v)
+		return 0
 	}
 	fmt.Println(v.URL)
 	fmt.Fprintf(os.Stderr, "port %d of %s, on a listener of its own; the URL is the credential, and closes with the lease\n", v.Port, v.Lease)

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -46,6 +48,7 @@ func cmdVerify(args []string) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	template := fs.String("template", "default", "sandbox template")
 	tok := fs.String("token", "", "a task token to lease with (default: a dev token with no scopes)")
+	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -64,18 +67,42 @@ func cmdVerify(args []string) int {
 		return fail(fmt.Errorf("leasing a sandbox to verify: %w", err))
 	}
 	defer c.Release(context.Background(), l.ID)
-	fmt.Printf("verifying lease %s (sandbox %.12s at %s, template %s)\n", l.ID, l.Sandbox, l.Address, l.Template)
+	type result struct {
+		Check  string `json:"check"`
+		Passed bool   `json:"passed"`
+		Output string `json:"output,omitempty"`
+	}
+	var results []result
+	if !*asJSON {
+		fmt.Printf("verifying lease %s (sandbox %.12s at %s, template %s)\n", l.ID, l.Sandbox, l.Address, l.Template)
+	}
 	failed := 0
 	for _, p := range probes {
 		out, code, err := run(ctx, c, l.ID, p.cmd)
+		r := result{Check: p.name, Passed: err == nil && p.ok(out, code)}
+		if !r.Passed {
+			failed++
+			r.Output = strings.TrimSpace(out + errString(err))
+		}
+		results = append(results, r)
+		if *asJSON {
+			continue
+		}
 		status := "PASS"
-		if err != nil || !p.ok(out, code) {
-			status, failed = "FAIL", failed+1
+		if !r.Passed {
+			status = "FAIL"
 		}
 		fmt.Printf("  %s  %s\n", status, p.name)
-		if status == "FAIL" {
-			fmt.Printf("        %s\n", strings.ReplaceAll(strings.TrimSpace(out+errString(err)), "\n", "\n        "))
+		if !r.Passed {
+			fmt.Printf("        %s\n", strings.ReplaceAll(r.Output, "\n", "\n        "))
 		}
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"lease": l.ID, "checks": results, "failed": failed})
+		if failed > 0 {
+			return 1
+		}
+		return 0
 	}
 	if failed > 0 {
 		fmt.Printf("%d of %d checks failed\n", failed, len(probes))

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -74,14 +76,14 @@ func New(cfg Config) *Server {
 		ports: &ports{host: cfg.PortHost, pool: cfg.Pool}}
 	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
 	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
-	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.getLease))
-	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.releaseLease))
-	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.exec))
-	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.renew))
-	s.mux.HandleFunc("PUT /v1/leases/{id}/token", s.auth(s.swapToken))
-	s.mux.HandleFunc("POST /v1/leases/{id}/ports", s.auth(s.exposePort))
-	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.putFile))
-	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.getFile))
+	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.owned(s.getLease)))
+	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.owned(s.releaseLease)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.owned(s.exec)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.owned(s.renew)))
+	s.mux.HandleFunc("PUT /v1/leases/{id}/token", s.auth(s.owned(s.swapToken)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/ports", s.auth(s.owned(s.exposePort)))
+	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.owned(s.putFile)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.owned(s.getFile)))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
@@ -125,6 +127,50 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey{}).(string) }
+
+// RoutedHeader marks a request one node forwarded to the node that holds the lease.
+const RoutedHeader = "X-Airlock-Routed-By"
+
+// owned serves a request about one lease here when this node holds it, and otherwise forwards it
+// to the node that does (whose engine runs the sandbox and whose broker minted its credentials),
+// with the caller's own API key: every node knows the deployment's keys.
+func (s *Server) owned(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(RoutedHeader) != "" {
+			h(w, r) // already routed once: never bounce
+			return
+		}
+		l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), r.PathValue("id"))
+		if err != nil || l.Node == s.cfg.Pool.Node() {
+			h(w, r)
+			return
+		}
+		api, err := s.cfg.Pool.NodeAPI(r.Context(), l.Node)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "node_down", err.Error())
+			return
+		}
+		target, err := url.Parse(api)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "node_down", err.Error())
+			return
+		}
+		if r.Header.Get(ExecHeader) != "" {
+			http.NewResponseController(w).EnableFullDuplex()
+		}
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(target)
+				pr.Out.Header.Set(RoutedHeader, s.cfg.Pool.Node())
+			},
+			FlushInterval: -1, // exec output streams as it comes
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				writeError(w, http.StatusBadGateway, "node_unreachable", fmt.Sprintf("node %s: %v", l.Node, err))
+			},
+		}
+		rp.ServeHTTP(w, r)
+	}
+}
 
 // LeaseRequest is the body of POST /v1/leases.
 type LeaseRequest struct {

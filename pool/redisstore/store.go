@@ -28,6 +28,7 @@ import (
 //	jti:{jti}                the lease a token id binds, expiring with it
 //	binding:{node}:{addr}    the binding (JSON), expiring with the lease
 //	bindings:{node}          channel of binding.Event
+//	node:{node}              the node's API address, expiring unless the node heartbeats
 type Store struct {
 	rdb    *redis.Client
 	prefix string
@@ -367,4 +368,29 @@ func wrap(err error) error {
 		return nil
 	}
 	return fmt.Errorf("redis: %w", err)
+}
+
+// Heartbeat records that node is alive and where its API is, for ttl.
+func (s *Store) Heartbeat(ctx context.Context, node, api string, ttl time.Duration) error {
+	return wrap(s.rdb.Set(ctx, s.key("node", node), api, ttl).Err())
+}
+
+// Nodes returns the live nodes and their API addresses.
+func (s *Store) Nodes(ctx context.Context) (map[string]string, error) {
+	keys, err := s.scan(ctx, s.key("node", "*"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, k := range keys {
+		api, err := s.rdb.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, wrap(err)
+		}
+		out[strings.TrimPrefix(k, s.key("node", ""))] = api
+	}
+	return out, nil
 }

@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
+)
+
+// TestTwoNodesShareRedis runs two nodes on one Redis: node A has no warm sandbox, so a lease
+// through A's API takes one of B's, and exec, files and release through A are carried out by B,
+// whose gateway serves the sandbox.
+func TestTwoNodesShareRedis(t *testing.T) {
+	dir := t.TempDir()
+	up := startUpstream(t)
+	base, _ := os.ReadFile(writeConfig(t, dir, up))
+	const key = "e2e-shared-api-key"
+	nodeConfig := func(node, network, bridge, subnet string, minWarm int, extra string) string {
+		cfg := strings.NewReplacer(
+			"node: "+testNode+"\n", "node: "+node+"\n",
+			"name: airlock-e2e\n", "name: "+network+"\n",
+			"bridge: "+testBridge+"\n", "bridge: "+bridge+"\n",
+			testSubnet, subnet,
+			"    min_warm: 2\n", fmt.Sprintf("    min_warm: %d\n", minWarm),
+			"api:\n", "api:\n  keys: [{tenant: dev, sha256: "+api.HashKey(key)+"}]\n",
+		).Replace(string(base)) + extra
+		// Each node its own API port.
+		cfg = regexp.MustCompile(`listen: 127\.0\.0\.1:\d+`).ReplaceAllString(cfg, fmt.Sprintf("listen: 127.0.0.1:%d", freePort(t)))
+		path := dir + "/" + node + ".yaml"
+		os.WriteFile(path, []byte(cfg), 0o600)
+		return path
+	}
+	a := startNode(t, dir+"/a", nodeConfig("e2e-a", "airlock-e2ea", "airlock-e2ea", "10.218.0.0/24", 0, ""))
+	defer a.stop(t)
+	// B uses A's Redis and Vault.
+	b := startNode(t, dir+"/b", nodeConfig("e2e-b", "airlock-e2eb", "airlock-e2eb", "10.219.0.0/24", 2, ""),
+		"REDIS_URL=unix://"+dir+"/a/redis/redis.sock", "VAULT_ADDR="+a.client.VaultAddr, "VAULT_TOKEN="+a.client.VaultToken)
+	defer b.stop(t)
+
+	ctx := context.Background()
+	ca := &client.Client{Addr: a.client.Addr, Token: key}
+	l, err := ca.Lease(ctx, api.LeaseRequest{Template: "default", Allow: []string{"api.example.test=demo"}})
+	if err != nil {
+		t.Fatalf("lease through A: %v", err)
+	}
+	if l.Node != "e2e-b" {
+		t.Fatalf("lease through A is on %s, want B's warm sandbox", l.Node)
+	}
+	var out, errb bytes.Buffer
+	code, err := ca.Exec(ctx, l.ID, api.ExecRequest{Cmd: []string{"curl", "-sS", "https://api.example.test/whoami"}}, &out, &errb)
+	if err != nil || code != 0 || !strings.Contains(out.String(), "whoami ok") {
+		t.Fatalf("exec through A on B's sandbox: %d %v %q %q", code, err, out.String(), errb.String())
+	}
+	if seen := up.seen(); len(seen) == 0 || !strings.HasPrefix(seen[len(seen)-1], "Bearer demo-") {
+		t.Fatalf("B's gateway did not inject the credential: %v", seen)
+	}
+	if _, err := ca.PutFile(ctx, l.ID, "hello.txt", strings.NewReader("from A"), false); err != nil {
+		t.Fatalf("upload through A: %v", err)
+	}
+	var got bytes.Buffer
+	if _, err := ca.GetFile(ctx, l.ID, "hello.txt", &got, false); err != nil || got.String() != "from A" {
+		t.Fatalf("download through A: %v %q", err, got.String())
+	}
+	if err := ca.Release(ctx, l.ID); err != nil {
+		t.Fatalf("release through A: %v", err)
+	}
+	if out, err := docker(t, "inspect", l.Sandbox); err == nil {
+		t.Fatalf("B's container survived a release through A: %s", out[:80])
+	}
+	// B, the owner, did the work: its trail has the exec, the transfers and the release; A's
+	// has only the bind.
+	events := func(n *nodeProc) map[string]bool {
+		got := map[string]bool{}
+		for _, r := range n.auditRecords(t) {
+			if r.Lease == l.ID {
+				got[string(r.Kind)+"/"+r.Event] = true
+			}
+		}
+		return got
+	}
+	onB, onA := events(b), events(a)
+	for _, k := range []string{"exec/", "file/upload", "file/download", "lease/release", "http/"} {
+		if !onB[k] {
+			t.Errorf("B's trail lacks %s (has %v)", k, onB)
+		}
+		if k != "http/" && onA[k] {
+			t.Errorf("A did %s itself instead of routing it to B", k)
+		}
+	}
+	if !onA["lease/bind"] {
+		t.Errorf("A's trail lacks the bind it made (has %v)", onA)
+	}
+}
