@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 )
 
@@ -373,6 +374,15 @@ func TestNode(t *testing.T) {
 		}
 		if _, _, code := n.exec(t, a.ID, "sh", "-c", "exit 7"); code != 7 {
 			t.Fatalf("exit code %d, want 7", code)
+		}
+		// Env and workdir per command, through the Go client.
+		cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+		var stdout, stderr bytes.Buffer
+		n.exec(t, a.ID, "mkdir", "-p", "/workspace/wd")
+		code, err := cl.Exec(context.Background(), a.ID, api.ExecRequest{Cmd: []string{"sh", "-c", `echo "$GREETING from $(pwd)" >&2`},
+			Env: map[string]string{"GREETING": "hi"}, Workdir: "/workspace/wd"}, &stdout, &stderr)
+		if err != nil || code != 0 || stderr.String() != "hi from /workspace/wd\n" || stdout.Len() != 0 {
+			t.Fatalf("env/workdir/stderr: %d %v out=%q err=%q", code, err, stdout.String(), stderr.String())
 		}
 		// A timeout kills the command and everything it started.
 		start := time.Now()
