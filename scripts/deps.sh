@@ -10,6 +10,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v iptables >/dev/null || need+=(iptables)
 command -v curl >/dev/null || need+=(curl)
+command -v git >/dev/null || need+=(git)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
