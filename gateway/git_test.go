@@ -77,4 +77,3 @@ func TestGitSmartHTTPThroughTheGateway(t *testing.T) {
 		t.Fatalf("only %d git requests recorded through the gateway", n)
 	}
 }
-
