@@ -83,6 +83,18 @@ func (p *Proxy) runRecheck(ctx context.Context) {
 			return
 		case <-t.C:
 			p.recheck(ctx)
+			p.transports.prune(ctx, func(lease string) bool { return p.leaseLive(ctx, lease) })
 		}
 	}
+}
+
+// leaseLive reports whether some open connection still belongs to lease: mTLS transports are
+// kept while their lease has connections, and rebuilt on demand after.
+func (p *Proxy) leaseLive(_ context.Context, lease string) bool {
+	for _, oc := range p.open.snapshot() {
+		if oc.lease == lease {
+			return true
+		}
+	}
+	return false
 }

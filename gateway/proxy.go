@@ -74,6 +74,8 @@ type Proxy struct {
 	dyn     atomic.Pointer[dynamic]
 	open    conns
 
+	transports *transports
+
 	srvMu sync.Mutex
 	srv   *http.Server
 }
@@ -105,9 +107,10 @@ func New(cfg Config) *Proxy {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 60 * time.Second,
 	}
+	p.transports = &transports{base: transport}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
-		Transport:      transport,
+		Transport:      p.transports,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.proxyError,
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -33,6 +34,9 @@ const (
 	// SourceToken is a Vault token minted per lease from a token role, with the entry's
 	// policies and a TTL no longer than the lease, revoked when the lease ends.
 	SourceToken SourceKind = "token"
+	// SourcePKI is a client certificate issued per lease from a PKI role (for mTLS upstreams),
+	// revoked when the lease ends.
+	SourcePKI SourceKind = "pki"
 )
 
 // Source says where a credential's value lives.
@@ -56,6 +60,9 @@ const (
 	InjectHeader InjectKind = "header" // Header: Template rendered with the secret's fields
 	InjectBasic  InjectKind = "basic"  // basic auth from the fields "username" and "password"
 	InjectQuery  InjectKind = "query"  // query parameter Param: Template
+	// InjectClientCert presents the secret's "certificate" and "private_key" as the client
+	// certificate of the TLS connection to the upstream.
+	InjectClientCert InjectKind = "client-cert"
 )
 
 // Injection says how a credential is put into a request.
@@ -132,6 +139,16 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 			if e.Source.TTL == 0 {
 				e.Source.TTL = 5 * time.Minute
 			}
+		case SourcePKI:
+			if e.Source.Role == "" {
+				return nil, fmt.Errorf("%s.source.role: required (a PKI role)", where)
+			}
+			if e.Source.Mount == "" {
+				e.Source.Mount = "pki"
+			}
+			if e.Source.TTL == 0 {
+				e.Source.TTL = time.Hour
+			}
 		case SourceToken:
 			if e.Source.Role == "" {
 				return nil, fmt.Errorf("%s.source.role: required (an orphan token role)", where)
@@ -143,7 +160,7 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 				e.Source.TTL = time.Hour
 			}
 		default:
-			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, token)", where, e.Source.Kind)
+			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, token, pki)", where, e.Source.Kind)
 		}
 		switch e.Inject.Kind {
 		case InjectHeader:
@@ -154,11 +171,14 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 			if e.Inject.Param == "" {
 				return nil, fmt.Errorf("%s.inject.param: required", where)
 			}
-		case InjectBasic:
+		case InjectBasic, InjectClientCert:
 		default:
-			return nil, fmt.Errorf("%s.inject.kind: %q is not one of header, basic, query", where, e.Inject.Kind)
+			return nil, fmt.Errorf("%s.inject.kind: %q is not one of header, basic, query, client-cert", where, e.Inject.Kind)
 		}
-		if e.Inject.Kind != InjectBasic {
+		if (e.Source.Kind == SourcePKI) != (e.Inject.Kind == InjectClientCert) {
+			return nil, fmt.Errorf("%s.inject.kind: client-cert goes with source kind pki, and only with it", where)
+		}
+		if e.Inject.Kind != InjectBasic && e.Inject.Kind != InjectClientCert {
 			if e.Inject.Template == "" {
 				return nil, fmt.Errorf("%s.inject.template: required", where)
 			}
@@ -235,8 +255,19 @@ func (e *Entry) Apply(r *http.Request, s Secret) error {
 		q.Del(e.Inject.Param)
 		q.Set(e.Inject.Param, v)
 		r.URL.RawQuery = q.Encode()
+	case InjectClientCert:
+		// Presented in the upstream TLS handshake by the gateway's transport, not in the request.
 	}
 	return nil
+}
+
+// ClientCertificate returns the TLS certificate in s, for InjectClientCert entries.
+func (s Secret) ClientCertificate() (tls.Certificate, error) {
+	c, err := tls.X509KeyPair([]byte(s["certificate"]), []byte(s["private_key"]))
+	if err != nil {
+		return tls.Certificate{}, errors.New("secret holds no usable certificate and private key")
+	}
+	return c, nil
 }
 
 // Redact replaces every secret value in text with "[redacted]"; the one step every log line and

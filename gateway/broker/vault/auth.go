@@ -191,11 +191,15 @@ func (b *Broker) CheckCatalog(ctx context.Context, c broker.Catalog) map[string]
 	for name, e := range c {
 		var err error
 		switch e.Source.Kind {
-		case broker.SourceToken:
+		case broker.SourceToken, broker.SourcePKI:
 			// Minted per lease: check that the role exists and is readable.
+			path := "auth/token/roles/" + e.Source.Role
+			if e.Source.Kind == broker.SourcePKI {
+				path = e.Source.Mount + "/roles/" + e.Source.Role
+			}
 			var s *vaultapi.Secret
-			if s, err = b.client.Logical().ReadWithContext(ctx, "auth/token/roles/"+e.Source.Role); err == nil && s == nil {
-				err = fmt.Errorf("token role %q does not exist", e.Source.Role)
+			if s, err = b.client.Logical().ReadWithContext(ctx, path); err == nil && s == nil {
+				err = fmt.Errorf("role %s does not exist", path)
 			}
 			if err != nil {
 				err = fmt.Errorf("%w: credential %q: %v", broker.ErrUnavailable, name, err)

@@ -2,6 +2,7 @@ package vault
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -20,9 +21,9 @@ type leaseMaterial struct {
 }
 
 type mintedToken struct {
-	secret   broker.Secret
-	accessor string
-	expires  time.Time
+	secret  broker.Secret
+	revoke  func(ctx context.Context) error
+	expires time.Time
 }
 
 func (b *Broker) material(lease string) *leaseMaterial {
@@ -38,9 +39,9 @@ func (b *Broker) material(lease string) *leaseMaterial {
 	return m
 }
 
-// taskToken returns lease's token for e, minting it from e's token role on first use. The token
-// lives at most e's TTL and is renewed by minting anew when it lapses; tasks never share one.
-func (b *Broker) taskToken(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
+// perTask returns lease's material for e (a token, or a client certificate), minting it on first
+// use. It lives at most e's TTL and is minted anew when it lapses; tasks never share it.
+func (b *Broker) perTask(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
 	if lease == "" {
 		return nil, fmt.Errorf("%w: credential %q is minted per lease, and this request has none", broker.ErrNotAllowed, e.Name)
 	}
@@ -53,6 +54,22 @@ func (b *Broker) taskToken(ctx context.Context, lease string, e *broker.Entry) (
 	if t := m.tokens[e.Name]; t != nil && b.now().Add(5*time.Second).Before(t.expires) {
 		return t.secret, nil
 	}
+	var t *mintedToken
+	var err error
+	if e.Source.Kind == broker.SourcePKI {
+		t, err = b.issueCert(ctx, lease, e)
+	} else {
+		t, err = b.mintToken(ctx, lease, e)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.tokens[e.Name] = t
+	b.minted.Add(1)
+	return t.secret, nil
+}
+
+func (b *Broker) mintToken(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
 	s, err := b.client.Auth().Token().CreateWithRoleWithContext(ctx, &vaultapi.TokenCreateRequest{
 		Policies:        e.Source.Policies,
 		TTL:             e.Source.TTL.String(),
@@ -66,14 +83,47 @@ func (b *Broker) taskToken(ctx context.Context, lease string, e *broker.Entry) (
 	if s == nil || s.Auth == nil {
 		return nil, fmt.Errorf("%w: credential %q: vault returned no token", broker.ErrUnavailable, e.Name)
 	}
+	accessor := s.Auth.Accessor
 	t := &mintedToken{
-		secret:   broker.Secret{"token": s.Auth.ClientToken},
-		accessor: s.Auth.Accessor,
-		expires:  b.now().Add(time.Duration(s.Auth.LeaseDuration) * time.Second),
+		secret: broker.Secret{"token": s.Auth.ClientToken},
+		revoke: func(ctx context.Context) error {
+			return b.client.Auth().Token().RevokeAccessorWithContext(ctx, accessor)
+		},
+		expires: b.now().Add(time.Duration(s.Auth.LeaseDuration) * time.Second),
 	}
-	m.tokens[e.Name] = t
-	b.minted.Add(1)
-	return t.secret, nil
+	return t, nil
+}
+
+// issueCert issues a client certificate for lease from e's PKI role; revoking it at release
+// puts it on the CA's revocation list.
+func (b *Broker) issueCert(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
+	s, err := b.client.Logical().WriteWithContext(ctx, e.Source.Mount+"/issue/"+e.Source.Role, map[string]any{
+		"common_name": "airlock-" + lease, "ttl": e.Source.TTL.String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: credential %q: issuing a certificate from %s/%s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Mount, e.Source.Role, err)
+	}
+	cert, _ := s.Data["certificate"].(string)
+	key, _ := s.Data["private_key"].(string)
+	serial, _ := s.Data["serial_number"].(string)
+	if cert == "" || key == "" || serial == "" {
+		return nil, fmt.Errorf("%w: credential %q: vault returned no certificate", broker.ErrUnavailable, e.Name)
+	}
+	exp := b.now().Add(e.Source.TTL)
+	if v, ok := s.Data["expiration"].(json.Number); ok {
+		if n, err := v.Int64(); err == nil {
+			exp = time.Unix(n, 0)
+		}
+	}
+	mount := e.Source.Mount
+	return &mintedToken{
+		secret: broker.Secret{"certificate": cert, "private_key": key, "serial": serial},
+		revoke: func(ctx context.Context) error {
+			_, err := b.client.Logical().WriteWithContext(ctx, mount+"/revoke", map[string]any{"serial_number": serial})
+			return err
+		},
+		expires: exp,
+	}, nil
 }
 
 // Release revokes every token minted for lease. A lease that minted nothing costs nothing.
@@ -99,8 +149,8 @@ func (b *Broker) Release(ctx context.Context, lease string) error {
 	m.ended = true
 	var first error
 	for name, t := range m.tokens {
-		if err := b.client.Auth().Token().RevokeAccessorWithContext(ctx, t.accessor); err != nil && first == nil {
-			first = fmt.Errorf("vault: revoking lease %s's token for %q: %w", lease, name, err)
+		if err := t.revoke(ctx); err != nil && first == nil {
+			first = fmt.Errorf("vault: revoking lease %s's %q: %w", lease, name, err)
 		}
 	}
 	return first

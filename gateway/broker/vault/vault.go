@@ -64,8 +64,8 @@ func New(cfg Config) (*Broker, error) {
 // Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,
 // whether or not Vault is reachable.
 func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
-	if e.Source.Kind == broker.SourceToken {
-		return b.taskToken(ctx, lease, e)
+	if e.Source.Kind == broker.SourceToken || e.Source.Kind == broker.SourcePKI {
+		return b.perTask(ctx, lease, e)
 	}
 	key := e.Source.Mount + "\x00" + e.Source.Path
 	b.mu.Lock()

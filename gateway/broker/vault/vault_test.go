@@ -2,6 +2,8 @@ package vault
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
@@ -240,5 +242,68 @@ func TestPerTaskTokens(t *testing.T) {
 	}
 	if _, err := b.Get(ctx, "l-1", e); err == nil {
 		t.Fatal("a released lease got a new token")
+	}
+}
+
+func TestPerTaskClientCertificates(t *testing.T) {
+	v := startVault(t)
+	ctx := context.Background()
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	if err := root.Sys().Mount("pki", &vaultapi.MountInput{Type: "pki", Config: vaultapi.MountConfigInput{MaxLeaseTTL: "87600h"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("pki/root/generate/internal", map[string]any{"common_name": "airlock test CA", "ttl": "87600h"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("pki/roles/task", map[string]any{"allow_any_name": true, "client_flag": true, "server_flag": false, "max_ttl": "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := New(Config{Address: v.Addr, Token: v.Token})
+	if err := b.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := broker.NewCatalog([]broker.Entry{{Name: "mtls", Source: broker.Source{Kind: broker.SourcePKI, Role: "task", TTL: 10 * time.Minute},
+		Inject: broker.Injection{Kind: broker.InjectClientCert}, Hosts: []string{"mtls.example"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
+		t.Fatalf("catalog check: %v", bad)
+	}
+	s, err := b.Get(ctx, "l-1", cat["mtls"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := s.ClientCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+	if leaf.Subject.CommonName != "airlock-l-1" || time.Until(leaf.NotAfter) > 11*time.Minute {
+		t.Fatalf("certificate CN %q, expires in %s", leaf.Subject.CommonName, time.Until(leaf.NotAfter))
+	}
+	if err := b.Release(ctx, "l-1"); err != nil {
+		t.Fatal(err)
+	}
+	// Revoked: the CA's revocation list now names the serial.
+	crl, err := root.Logical().Read("pki/cert/crl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemCRL, _ := crl.Data["certificate"].(string)
+	blk, _ := pem.Decode([]byte(pemCRL))
+	list, err := x509.ParseRevocationList(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range list.RevokedCertificateEntries {
+		if e.SerialNumber.Cmp(leaf.SerialNumber) == 0 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the released lease's certificate is not on the revocation list")
 	}
 }
