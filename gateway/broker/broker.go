@@ -37,6 +37,9 @@ const (
 	// SourcePKI is a client certificate issued per lease from a PKI role (for mTLS upstreams),
 	// revoked when the lease ends.
 	SourcePKI SourceKind = "pki"
+	// SourceOIDC is a signed identity token from Vault's OIDC provider for a named role (a JWT
+	// for upstreams that trust Vault as an issuer), cached until shortly before it expires.
+	SourceOIDC SourceKind = "oidc"
 )
 
 // Source says where a credential's value lives.
@@ -149,6 +152,10 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 			if e.Source.TTL == 0 {
 				e.Source.TTL = time.Hour
 			}
+		case SourceOIDC:
+			if e.Source.Role == "" {
+				return nil, fmt.Errorf("%s.source.role: required (a Vault identity OIDC role)", where)
+			}
 		case SourceToken:
 			if e.Source.Role == "" {
 				return nil, fmt.Errorf("%s.source.role: required (an orphan token role)", where)
@@ -160,7 +167,7 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 				e.Source.TTL = time.Hour
 			}
 		default:
-			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, token, pki)", where, e.Source.Kind)
+			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, token, pki, oidc)", where, e.Source.Kind)
 		}
 		switch e.Inject.Kind {
 		case InjectHeader:

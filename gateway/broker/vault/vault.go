@@ -64,8 +64,11 @@ func New(cfg Config) (*Broker, error) {
 // Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,
 // whether or not Vault is reachable.
 func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
-	if e.Source.Kind == broker.SourceToken || e.Source.Kind == broker.SourcePKI {
+	switch e.Source.Kind {
+	case broker.SourceToken, broker.SourcePKI:
 		return b.perTask(ctx, lease, e)
+	case broker.SourceOIDC:
+		return b.oidcToken(ctx, e)
 	}
 	key := e.Source.Mount + "\x00" + e.Source.Path
 	b.mu.Lock()

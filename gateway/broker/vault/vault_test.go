@@ -2,11 +2,17 @@ package vault
 
 import (
 	"context"
+	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/airlock-dev/airlock/devstack"
@@ -305,5 +312,98 @@ func TestPerTaskClientCertificates(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the released lease's certificate is not on the revocation list")
+	}
+}
+
+// appRoleBroker makes an AppRole with policy (HCL) in the dev Vault and returns a broker logged
+// in with it (an entity-bearing login, unlike the root token).
+func appRoleBroker(t *testing.T, v *devstack.Vault, root *vaultapi.Client, policy string) *Broker {
+	t.Helper()
+	if err := root.Sys().EnableAuthWithOptions("approle", &vaultapi.EnableAuthOptions{Type: "approle"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Sys().PutPolicy("gw", policy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("auth/approle/role/gw", map[string]any{"token_policies": "gw"}); err != nil {
+		t.Fatal(err)
+	}
+	rid, _ := root.Logical().Read("auth/approle/role/gw/role-id")
+	sid, err := root.Logical().Write("auth/approle/role/gw/secret-id", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(dir+"/role-id", []byte(rid.Data["role_id"].(string)), 0o600)
+	os.WriteFile(dir+"/secret-id", []byte(sid.Data["secret_id"].(string)), 0o600)
+	b, _ := New(Config{Address: v.Addr, Auth: Auth{Method: "approle", RoleIDFile: dir + "/role-id", SecretIDFile: dir + "/secret-id"}})
+	if err := b.Login(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestOIDCIdentityTokens(t *testing.T) {
+	v := startVault(t)
+	ctx := context.Background()
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	if _, err := root.Logical().Write("identity/oidc/key/airlock", map[string]any{"allowed_client_ids": "*", "algorithm": "RS256"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("identity/oidc/role/upstream", map[string]any{"key": "airlock", "ttl": "5m"}); err != nil {
+		t.Fatal(err)
+	}
+	role, _ := root.Logical().Read("identity/oidc/role/upstream")
+	clientID, _ := role.Data["client_id"].(string)
+	b := appRoleBroker(t, v, root, `path "identity/oidc/token/upstream" { capabilities = ["read"] }`)
+	cat, err := broker.NewCatalog([]broker.Entry{{Name: "id", Source: broker.Source{Kind: broker.SourceOIDC, Role: "upstream"},
+		Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "Bearer {{.token}}"}, Hosts: []string{"api.example"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
+		t.Fatalf("catalog check: %v", bad)
+	}
+	s, err := b.Get(ctx, "l-1", cat["id"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The upstream's check: signature against Vault's published keys, audience, expiry.
+	resp, err := http.Get(v.Addr + "/v1/identity/oidc/.well-known/keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jwks struct {
+		Keys []struct{ Kid, N, E string } `json:"keys"`
+	}
+	json.NewDecoder(resp.Body).Decode(&jwks)
+	resp.Body.Close()
+	claims := jwt.MapClaims{}
+	_, err = jwt.ParseWithClaims(s["token"], claims, func(tok *jwt.Token) (any, error) {
+		for _, k := range jwks.Keys {
+			if k.Kid == tok.Header["kid"] {
+				n, _ := base64.RawURLEncoding.DecodeString(k.N)
+				e, _ := base64.RawURLEncoding.DecodeString(k.E)
+				return &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}, nil
+			}
+		}
+		return nil, fmt.Errorf("no key %v", tok.Header["kid"])
+	}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithAudience(clientID), jwt.WithExpirationRequired())
+	if err != nil {
+		t.Fatalf("the identity token does not verify against Vault's keys: %v", err)
+	}
+	if sub, _ := claims.GetSubject(); sub == "" {
+		t.Fatal("identity token without a subject (entity)")
+	}
+	// Cached: a second request costs no Vault call and gets the same token.
+	if s2, _ := b.Get(ctx, "l-2", cat["id"]); s2["token"] != s["token"] {
+		t.Fatal("identity token not cached")
+	}
+	// With the root token (no entity) Vault refuses, and the catalog check names the entry.
+	rb, _ := New(Config{Address: v.Addr, Token: v.Token})
+	rb.Login(ctx)
+	if bad := rb.CheckCatalog(ctx, cat); bad["id"] == nil {
+		t.Fatal("catalog check passed an identity token Vault cannot issue for this login")
 	}
 }
