@@ -208,6 +208,7 @@ type exchange struct {
 	up, down int64
 	bearer   string // the task token a client outside the pool identified with
 	body     *meteredBody
+	applyErr error // the credential could not be applied; the request is refused
 	usage    *usage
 	limit    scope.Budget
 }
@@ -285,6 +286,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		p.deny(w, r, x, err)
 		return
 	}
+	if err := boundSignedBody(r, x); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
@@ -296,6 +301,31 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p.rp.ServeHTTP(cw, r.WithContext(ctx))
 	x.status, x.up, x.down = cw.status, body.n, cw.n
 	p.record(r, x)
+}
+
+// boundSignedBody enforces the signing cap of a SigV4 credential that hashes the payload: a body
+// over it is refused before anything is sent, and a body under it is read here so that signing
+// hashes memory, not the network.
+func boundSignedBody(r *http.Request, x *exchange) error {
+	if x.entry == nil || x.entry.Inject.Kind != broker.InjectSigV4 || x.entry.Inject.UnsignedPayload {
+		return nil
+	}
+	limit := x.entry.Inject.MaxBody
+	tooLarge := refuse(http.StatusRequestEntityTooLarge, RuleBodyTooLarge,
+		fmt.Sprintf("credential %q signs the request body, and bodies over %d bytes are not signed", x.entry.Name, limit),
+		"send less, or have the operator sign with UNSIGNED-PAYLOAD where the service accepts it")
+	if r.ContentLength > limit {
+		return tooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return refuse(http.StatusBadRequest, RuleBadRequest, "reading the request body: "+err.Error(), "")
+	}
+	if int64(len(b)) > limit {
+		return tooLarge
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	return nil
 }
 
 // decide applies the task's scopes and the credential catalog to one request, setting the
@@ -344,13 +374,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Del("Proxy-Authorization")
 	out.Header.Del("Proxy-Connection")
 	if x.entry != nil {
-		if err := x.entry.Apply(out, x.secret); err != nil {
-			// Cannot fail here for a validated catalog; if it does, send nothing borrowed.
-			p.log.Error("credential injection failed", "credential", x.entry.Name, "err", err)
-			out.Header.Del("Authorization")
-		}
-		// Scrubbing needs plain text back.
+		// Scrubbing needs plain text back; set before signing, which covers the headers.
 		out.Header.Set("Accept-Encoding", "identity")
+		if err := x.entry.Apply(out, x.secret); err != nil {
+			// Refused in RoundTrip: nothing borrowed is sent half-applied.
+			x.applyErr = err
+		}
 	}
 }
 

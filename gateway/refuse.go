@@ -26,6 +26,7 @@ const (
 	RuleAuditDown        = "audit-unavailable" // the decision could not be recorded
 	RuleUpstreamFailed   = "upstream-failed"
 	RuleBudget           = "budget" // the lease spent its request or byte budget
+	RuleBodyTooLarge     = "body-too-large"
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.

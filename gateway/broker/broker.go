@@ -3,15 +3,21 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/airlock-dev/airlock/gateway/scope"
 )
@@ -66,7 +72,14 @@ const (
 	// InjectClientCert presents the secret's "certificate" and "private_key" as the client
 	// certificate of the TLS connection to the upstream.
 	InjectClientCert InjectKind = "client-cert"
+	// InjectSigV4 re-signs the request with AWS Signature Version 4, with the secret's
+	// "access_key_id", "secret_access_key" and optional "session_token".
+	InjectSigV4 InjectKind = "sigv4"
 )
+
+// DefaultSignBodyCap is the largest request body hashed for a SigV4 signature when the entry
+// does not sign with UNSIGNED-PAYLOAD.
+const DefaultSignBodyCap = 10 << 20
 
 // Injection says how a credential is put into a request.
 type Injection struct {
@@ -74,6 +87,13 @@ type Injection struct {
 	Header   string     `yaml:"header"`
 	Param    string     `yaml:"param"`
 	Template string     `yaml:"template"` // e.g. "Bearer {{.token}}"
+	// SigV4: the region and service signed for; UnsignedPayload signs with UNSIGNED-PAYLOAD
+	// (for services that accept it, such as S3), else the body is hashed, up to MaxBody bytes
+	// (default DefaultSignBodyCap), and larger bodies are refused.
+	Region          string `yaml:"region"`
+	Service         string `yaml:"service"`
+	UnsignedPayload bool   `yaml:"unsigned_payload"`
+	MaxBody         int64  `yaml:"max_body"`
 
 	tmpl *template.Template
 }
@@ -179,13 +199,20 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 				return nil, fmt.Errorf("%s.inject.param: required", where)
 			}
 		case InjectBasic, InjectClientCert:
+		case InjectSigV4:
+			if e.Inject.Region == "" || e.Inject.Service == "" {
+				return nil, fmt.Errorf("%s.inject: sigv4 needs region and service", where)
+			}
+			if e.Inject.MaxBody == 0 {
+				e.Inject.MaxBody = DefaultSignBodyCap
+			}
 		default:
-			return nil, fmt.Errorf("%s.inject.kind: %q is not one of header, basic, query, client-cert", where, e.Inject.Kind)
+			return nil, fmt.Errorf("%s.inject.kind: %q is not one of header, basic, query, client-cert, sigv4", where, e.Inject.Kind)
 		}
 		if (e.Source.Kind == SourcePKI) != (e.Inject.Kind == InjectClientCert) {
 			return nil, fmt.Errorf("%s.inject.kind: client-cert goes with source kind pki, and only with it", where)
 		}
-		if e.Inject.Kind != InjectBasic && e.Inject.Kind != InjectClientCert {
+		if e.Inject.Kind == InjectHeader || e.Inject.Kind == InjectQuery {
 			if e.Inject.Template == "" {
 				return nil, fmt.Errorf("%s.inject.template: required", where)
 			}
@@ -264,9 +291,48 @@ func (e *Entry) Apply(r *http.Request, s Secret) error {
 		r.URL.RawQuery = q.Encode()
 	case InjectClientCert:
 		// Presented in the upstream TLS handshake by the gateway's transport, not in the request.
+	case InjectSigV4:
+		return e.signV4(r, s)
 	}
 	return nil
 }
+
+// signV4 signs r for the entry's region and service, replacing whatever signature headers the
+// sandbox sent. The body must already be bounded (the gateway refuses bodies over MaxBody).
+func (e *Entry) signV4(r *http.Request, s Secret) error {
+	for _, h := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-Sha256"} {
+		r.Header.Del(h)
+	}
+	hash := v4UnsignedPayload
+	if !e.Inject.UnsignedPayload {
+		var body []byte
+		if r.Body != nil && r.Body != http.NoBody {
+			var err error
+			if body, err = io.ReadAll(io.LimitReader(r.Body, e.Inject.MaxBody+1)); err != nil {
+				return fmt.Errorf("credential %q: reading the body to sign: %w", e.Name, err)
+			}
+			r.Body.Close()
+			if int64(len(body)) > e.Inject.MaxBody {
+				return fmt.Errorf("credential %q: body over the %d-byte signing cap", e.Name, e.Inject.MaxBody)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+		}
+		sum := sha256.Sum256(body)
+		hash = hex.EncodeToString(sum[:])
+	}
+	r.Header.Set("X-Amz-Content-Sha256", hash)
+	creds := aws.Credentials{AccessKeyID: s["access_key_id"], SecretAccessKey: s["secret_access_key"], SessionToken: s["session_token"]}
+	if creds.AccessKeyID == "" || creds.SecretAccessKey == "" {
+		return fmt.Errorf("credential %q: secret lacks access_key_id or secret_access_key", e.Name)
+	}
+	if err := v4.NewSigner().SignHTTP(r.Context(), creds, r, hash, e.Inject.Service, e.Inject.Region, time.Now()); err != nil {
+		return fmt.Errorf("credential %q: signing: %w", e.Name, err)
+	}
+	return nil
+}
+
+const v4UnsignedPayload = "UNSIGNED-PAYLOAD"
 
 // ClientCertificate returns the TLS certificate in s, for InjectClientCert entries.
 func (s Secret) ClientCertificate() (tls.Certificate, error) {
