@@ -77,7 +77,7 @@ func TestSigV4Resigning(t *testing.T) {
 	useCatalog := func(unsigned bool, maxBody int64) {
 		cat, err := broker.NewCatalog([]broker.Entry{{Name: "aws", Source: broker.Source{Kind: broker.SourceKV, Path: "aws"},
 			Inject: broker.Injection{Kind: broker.InjectSigV4, Region: "eu-west-1", Service: "execute-api", UnsignedPayload: unsigned, MaxBody: maxBody},
-			Hosts: []string{"api.example.test"}}})
+			Hosts:  []string{"api.example.test"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
