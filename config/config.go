@@ -81,7 +81,11 @@ type VaultAuth struct {
 	RoleIDFile      string `yaml:"role_id_file"`
 	SecretIDFile    string `yaml:"secret_id_file"`
 	SecretIDWrapped bool   `yaml:"secret_id_wrapped"` // the file holds a response-wrapping token
-	Mount           string `yaml:"mount"`             // the AppRole mount; default approle
+	Mount           string `yaml:"mount"`             // the auth mount; default: the method's name
+	// Role and JWTFile are for the jwt and kubernetes methods (kubernetes defaults to the pod's
+	// service account token).
+	Role    string `yaml:"role"`
+	JWTFile string `yaml:"jwt_file"`
 }
 
 // Network is the sandbox network.
@@ -282,8 +286,15 @@ func (c *Config) Validate() error {
 		if c.Vault.Auth.RoleIDFile == "" || c.Vault.Auth.SecretIDFile == "" {
 			bad("vault.auth", "approle needs role_id_file and secret_id_file")
 		}
+	case "jwt", "kubernetes":
+		if c.Vault.Auth.Role == "" {
+			bad("vault.auth.role", "required for %s login", c.Vault.Auth.Method)
+		}
+		if c.Vault.Auth.Method == "jwt" && c.Vault.Auth.JWTFile == "" {
+			bad("vault.auth.jwt_file", "required for jwt login")
+		}
 	default:
-		bad("vault.auth.method", "%q is not token or approle", c.Vault.Auth.Method)
+		bad("vault.auth.method", "%q is not token, approle, jwt or kubernetes", c.Vault.Auth.Method)
 	}
 	if c.Pool.HealthEvery < 0 {
 		bad("pool.health_every", "must be >= 0")

@@ -159,7 +159,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	}
 	va := cfg.Vault.Auth
 	vb, err := vaultbroker.New(vaultbroker.Config{Address: deps.VaultAddr, Token: deps.VaultToken, Auth: vaultbroker.Auth{
-		Method: va.Method, RoleIDFile: va.RoleIDFile, SecretIDFile: va.SecretIDFile, SecretIDWrapped: va.SecretIDWrapped, Mount: va.Mount}})
+		Method: va.Method, RoleIDFile: va.RoleIDFile, SecretIDFile: va.SecretIDFile, SecretIDWrapped: va.SecretIDWrapped, Mount: va.Mount,
+		Role: va.Role, JWTFile: va.JWTFile}})
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 			}
 			deps.VaultToken = strings.TrimSpace(string(b))
 		}
-		if deps.VaultToken == "" && cfg.Vault.Auth.Method != "approle" {
+		if m := cfg.Vault.Auth.Method; deps.VaultToken == "" && (m == "" || m == "token") {
 			return errors.New("vault: VAULT_ADDR is set but no token (VAULT_TOKEN, vault.token_file, or vault.auth approle)")
 		}
 	}

@@ -22,8 +22,12 @@ type Auth struct {
 	// file holds a response-wrapping token, unwrapped once at first login.
 	RoleIDFile, SecretIDFile string
 	SecretIDWrapped          bool
-	// Mount is the AppRole auth mount; empty means "approle".
+	// Mount is the auth mount; empty means "approle", "jwt" or "kubernetes" by method.
 	Mount string
+	// JWT and Kubernetes: the role to log in as and the file holding the JWT (for Kubernetes,
+	// empty means the pod's service account token). Re-read at every login, since it rotates.
+	Role    string
+	JWTFile string
 }
 
 // Login obtains the gateway's own token: it checks a configured token, or logs in with AppRole.
@@ -61,23 +65,42 @@ func (b *Broker) login(ctx context.Context) (*vaultapi.Secret, error) {
 		if mount == "" {
 			mount = "approle"
 		}
-		c, err := b.client.Clone()
+		return b.loginWith(ctx, "auth/"+mount+"/login", map[string]any{"role_id": roleID, "secret_id": secretID})
+	case "jwt", "kubernetes":
+		file := b.auth.JWTFile
+		if file == "" && b.auth.Method == "kubernetes" {
+			file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+		}
+		jwt, err := readTrim(file)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("vault %s login: reading the JWT: %w", b.auth.Method, err)
 		}
-		c.ClearToken()
-		s, err := c.Logical().WriteWithContext(ctx, "auth/"+mount+"/login", map[string]any{"role_id": roleID, "secret_id": secretID})
-		if err != nil {
-			return nil, fmt.Errorf("vault approle login: %w", err)
+		mount := b.auth.Mount
+		if mount == "" {
+			mount = b.auth.Method
 		}
-		if s == nil || s.Auth == nil {
-			return nil, errors.New("vault approle login returned no token")
-		}
-		b.client.SetToken(s.Auth.ClientToken)
-		return s, nil
+		return b.loginWith(ctx, "auth/"+mount+"/login", map[string]any{"role": b.auth.Role, "jwt": jwt})
 	default:
-		return nil, fmt.Errorf("vault: auth method %q is not token or approle", b.auth.Method)
+		return nil, fmt.Errorf("vault: auth method %q is not token, approle, jwt or kubernetes", b.auth.Method)
 	}
+}
+
+// loginWith writes credentials to an auth method's login path and adopts the token it returns.
+func (b *Broker) loginWith(ctx context.Context, path string, data map[string]any) (*vaultapi.Secret, error) {
+	c, err := b.client.Clone()
+	if err != nil {
+		return nil, err
+	}
+	c.ClearToken()
+	s, err := c.Logical().WriteWithContext(ctx, path, data)
+	if err != nil {
+		return nil, fmt.Errorf("vault login at %s: %w", path, err)
+	}
+	if s == nil || s.Auth == nil {
+		return nil, fmt.Errorf("vault login at %s returned no token", path)
+	}
+	b.client.SetToken(s.Auth.ClientToken)
+	return s, nil
 }
 
 // secretID reads the AppRole secret id, unwrapping it the first time when it came wrapped (a

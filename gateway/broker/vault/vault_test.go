@@ -2,6 +2,9 @@ package vault
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
@@ -405,5 +408,55 @@ func TestOIDCIdentityTokens(t *testing.T) {
 	rb.Login(ctx)
 	if bad := rb.CheckCatalog(ctx, cat); bad["id"] == nil {
 		t.Fatal("catalog check passed an identity token Vault cannot issue for this login")
+	}
+}
+
+func TestJWTLogin(t *testing.T) {
+	v := startVault(t)
+	ctx := context.Background()
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err := root.Sys().EnableAuthWithOptions("jwt", &vaultapi.EnableAuthOptions{Type: "jwt"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("auth/jwt/config", map[string]any{
+		"jwt_validation_pubkeys": []string{string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))},
+		"bound_issuer":           "https://ci.example",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	root.Sys().PutPolicy("gw", `path "secret/data/airlock/*" { capabilities = ["read"] }`)
+	if _, err := root.Logical().Write("auth/jwt/role/gateway", map[string]any{
+		"role_type": "jwt", "user_claim": "sub", "bound_audiences": "vault", "token_policies": "gw", "token_ttl": "1h",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
+		"iss": "https://ci.example", "sub": "airlock-gateway", "aud": "vault",
+		"iat": time.Now().Unix(), "exp": time.Now().Add(10 * time.Minute).Unix(),
+	})
+	signed, _ := tok.SignedString(key)
+	dir := t.TempDir()
+	os.WriteFile(dir+"/jwt", []byte(signed), 0o600)
+	v.SeedKV(ctx, "airlock/j", map[string]any{"token": "value-j"})
+
+	b, _ := New(Config{Address: v.Addr, Auth: Auth{Method: "jwt", Role: "gateway", JWTFile: dir + "/jwt"}})
+	if err := b.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "j", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/j"},
+		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
+	if s, err := b.Get(ctx, "l", cat["j"]); err != nil || s["token"] != "value-j" {
+		t.Fatalf("read after jwt login: %v %v", s, err)
+	}
+	// A JWT from another key is refused by Vault.
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	forged, _ := tok.SignedString(other)
+	os.WriteFile(dir+"/jwt", []byte(forged), 0o600)
+	b2, _ := New(Config{Address: v.Addr, Auth: Auth{Method: "jwt", Role: "gateway", JWTFile: dir + "/jwt"}})
+	if err := b2.Login(ctx); err == nil {
+		t.Fatal("a JWT signed by an unknown key logged in")
 	}
 }
