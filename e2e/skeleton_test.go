@@ -137,6 +137,37 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("a lease that expires mid-task loses its Vault token", func(t *testing.T) {
+		l := n.lease(t, "api.example.test=vault-task")
+		// Shorten it: renew to 3s from now.
+		if _, errs, code := n.cli(t, "renew", l.ID, "--ttl", "3s"); code != 0 {
+			t.Fatalf("renew: %s", errs)
+		}
+		if _, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 {
+			t.Fatalf("curl: %s", errs)
+		}
+		up.mu.Lock()
+		tok := up.vaultToken[len(up.vaultToken)-1]
+		up.mu.Unlock()
+		root := vaultClient(t, n.client)
+		if _, err := root.Auth().Token().Lookup(tok); err != nil {
+			t.Fatalf("the task token is not live: %v", err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, err := root.Auth().Token().Lookup(tok); err != nil {
+				break // revoked by the reaper
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the expired lease's Vault token is still live 15s later")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if _, errs, code := n.exec(t, l.ID, "true"); code == 0 || !strings.Contains(errs, "lease_not_found") {
+			t.Fatalf("the expired lease still runs commands: %s", errs)
+		}
+	})
+
 	t.Run("injected value scrubbed from responses", func(t *testing.T) {
 		out, errs, code := n.exec(t, a.ID, "curl", "-sS", "-D", "-", "https://api.example.test/echo")
 		if code != 0 {

@@ -11,6 +11,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v iptables >/dev/null || need+=(iptables)
 command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)  # dynamic database credential tests
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive

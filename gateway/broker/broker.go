@@ -46,6 +46,10 @@ const (
 	// SourceOIDC is a signed identity token from Vault's OIDC provider for a named role (a JWT
 	// for upstreams that trust Vault as an issuer), cached until shortly before it expires.
 	SourceOIDC SourceKind = "oidc"
+	// SourceDynamic reads, per lease, any Vault path that returns a lease (database, AWS, ...),
+	// renews it while the task lives and revokes it when the lease ends. Its data fields (for
+	// example username and password) are the secret's fields.
+	SourceDynamic SourceKind = "dynamic"
 )
 
 // Source says where a credential's value lives.
@@ -172,6 +176,10 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 			if e.Source.TTL == 0 {
 				e.Source.TTL = time.Hour
 			}
+		case SourceDynamic:
+			if e.Source.Path == "" {
+				return nil, fmt.Errorf("%s.source.path: required (for example database/creds/ROLE)", where)
+			}
 		case SourceOIDC:
 			if e.Source.Role == "" {
 				return nil, fmt.Errorf("%s.source.role: required (a Vault identity OIDC role)", where)
@@ -187,7 +195,7 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 				e.Source.TTL = time.Hour
 			}
 		default:
-			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, token, pki, oidc)", where, e.Source.Kind)
+			return nil, fmt.Errorf("%s.source.kind: %q is not supported (kv, dynamic, token, pki, oidc)", where, e.Source.Kind)
 		}
 		switch e.Inject.Kind {
 		case InjectHeader:

@@ -134,6 +134,17 @@ func (b *Broker) secretID(ctx context.Context) (string, error) {
 	return id, nil
 }
 
+func hasAny(have, want []string) bool {
+	for _, h := range have {
+		for _, w := range want {
+			if h == w {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func readTrim(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("no file configured")
@@ -214,15 +225,19 @@ func (b *Broker) CheckCatalog(ctx context.Context, c broker.Catalog) map[string]
 	for name, e := range c {
 		var err error
 		switch e.Source.Kind {
-		case broker.SourceToken, broker.SourcePKI:
-			// Minted per lease: check that the role exists and is readable.
-			path := "auth/token/roles/" + e.Source.Role
-			if e.Source.Kind == broker.SourcePKI {
-				path = e.Source.Mount + "/roles/" + e.Source.Role
+		case broker.SourceToken, broker.SourcePKI, broker.SourceDynamic:
+			// Minted per lease, so not minted here: check that the gateway's own policy allows
+			// the call that mints it.
+			path, need := e.Source.Path, []string{"read"}
+			switch e.Source.Kind {
+			case broker.SourceToken:
+				path, need = "auth/token/create/"+e.Source.Role, []string{"update", "create"}
+			case broker.SourcePKI:
+				path, need = e.Source.Mount+"/issue/"+e.Source.Role, []string{"update", "create"}
 			}
-			var s *vaultapi.Secret
-			if s, err = b.client.Logical().ReadWithContext(ctx, path); err == nil && s == nil {
-				err = fmt.Errorf("role %s does not exist", path)
+			var caps []string
+			if caps, err = b.client.Sys().CapabilitiesSelfWithContext(ctx, path); err == nil && !hasAny(caps, append(need, "root", "sudo")) {
+				err = fmt.Errorf("the gateway's policy has %v on %s, it needs %s", caps, path, strings.Join(need, " or "))
 			}
 			if err != nil {
 				err = fmt.Errorf("%w: credential %q: %v", broker.ErrUnavailable, name, err)

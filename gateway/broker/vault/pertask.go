@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vaultapi "github.com/hashicorp/vault/api"
@@ -24,6 +25,8 @@ type mintedToken struct {
 	secret  broker.Secret
 	revoke  func(ctx context.Context) error
 	expires time.Time
+	// lapsed, when set, reports that renewal stopped and the material must be read again.
+	lapsed func() bool
 }
 
 func (b *Broker) material(lease string) *leaseMaterial {
@@ -51,14 +54,17 @@ func (b *Broker) perTask(ctx context.Context, lease string, e *broker.Entry) (br
 	if m.ended {
 		return nil, fmt.Errorf("%w: lease %s has ended", broker.ErrNotAllowed, lease)
 	}
-	if t := m.tokens[e.Name]; t != nil && b.now().Add(5*time.Second).Before(t.expires) {
+	if t := m.tokens[e.Name]; t != nil && b.now().Add(5*time.Second).Before(t.expires) && (t.lapsed == nil || !t.lapsed()) {
 		return t.secret, nil
 	}
 	var t *mintedToken
 	var err error
-	if e.Source.Kind == broker.SourcePKI {
+	switch e.Source.Kind {
+	case broker.SourcePKI:
 		t, err = b.issueCert(ctx, lease, e)
-	} else {
+	case broker.SourceDynamic:
+		t, err = b.readDynamic(ctx, lease, e)
+	default:
 		t, err = b.mintToken(ctx, lease, e)
 	}
 	if err != nil {
@@ -154,4 +160,60 @@ func (b *Broker) Release(ctx context.Context, lease string) error {
 		}
 	}
 	return first
+}
+
+// readDynamic reads e's path for lease and keeps the Vault lease it returns renewed (a
+// LifetimeWatcher) until the task's lease ends or Vault stops renewing (max TTL), when it is
+// read again on next use.
+func (b *Broker) readDynamic(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
+	s, err := b.client.Logical().ReadWithContext(ctx, e.Source.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: credential %q: reading %s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Path, err)
+	}
+	if s == nil || s.LeaseID == "" {
+		return nil, fmt.Errorf("%w: credential %q: %s returned no leased secret", broker.ErrUnavailable, e.Name, e.Source.Path)
+	}
+	fields := broker.Secret{}
+	for k, v := range s.Data {
+		if str, ok := v.(string); ok {
+			fields[k] = str
+		}
+	}
+	leaseID := s.LeaseID
+	t := &mintedToken{
+		secret: fields,
+		// Far ahead: the watcher, not a clock, says when it lapses.
+		expires: b.now().Add(24 * time.Hour),
+		revoke: func(ctx context.Context) error {
+			return b.client.Sys().RevokeWithContext(ctx, leaseID)
+		},
+	}
+	var lapsed atomic.Bool
+	t.lapsed = lapsed.Load
+	if !s.Renewable {
+		t.expires = b.now().Add(time.Duration(s.LeaseDuration) * time.Second)
+		return t, nil
+	}
+	w, err := b.client.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: s})
+	if err != nil {
+		return nil, fmt.Errorf("%w: credential %q: %v", broker.ErrUnavailable, e.Name, err)
+	}
+	go w.Start()
+	go func() {
+		for {
+			select {
+			case <-w.DoneCh():
+				lapsed.Store(true)
+				return
+			case <-w.RenewCh():
+				b.renewals.Add(1)
+			}
+		}
+	}()
+	revoke := t.revoke
+	t.revoke = func(ctx context.Context) error {
+		w.Stop()
+		return revoke(ctx)
+	}
+	return t, nil
 }

@@ -65,7 +65,7 @@ func New(cfg Config) (*Broker, error) {
 // whether or not Vault is reachable.
 func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
 	switch e.Source.Kind {
-	case broker.SourceToken, broker.SourcePKI:
+	case broker.SourceToken, broker.SourcePKI, broker.SourceDynamic:
 		return b.perTask(ctx, lease, e)
 	case broker.SourceOIDC:
 		return b.oidcToken(ctx, e)

@@ -1,0 +1,129 @@
+package vault
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
+
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/gateway/broker"
+)
+
+// psql runs a query against pg as user with password, returning its output.
+func psql(pg *devstack.Postgres, user, password, query string) (string, error) {
+	host, port, _ := net.SplitHostPort(pg.Addr)
+	cmd := exec.Command("psql", "-h", host, "-p", port, "-U", user, "-d", "postgres", "-tAc", query)
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+password, "PGCONNECT_TIMEOUT=5")
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// TestDynamicDatabaseCredentials: a per-task PostgreSQL user from Vault's database engine,
+// injected as basic auth into a request to an upstream that proves it by logging in with it;
+// renewed while the task runs and gone from PostgreSQL after release.
+func TestDynamicDatabaseCredentials(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pg, err := devstack.StartPostgres(ctx)
+	if err != nil {
+		t.Fatalf("postgres: %v (make test installs Debian's postgresql)", err)
+	}
+	defer pg.Close()
+	v := startVault(t)
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	if err := root.Sys().Mount("database", &vaultapi.MountInput{Type: "database"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("database/config/pg", map[string]any{
+		"plugin_name": "postgresql-database-plugin", "allowed_roles": "task",
+		"connection_url": "postgresql://{{username}}:{{password}}@" + pg.Addr + "/postgres?sslmode=disable",
+		"username":       "postgres", "password": pg.Password,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Logical().Write("database/roles/task", map[string]any{
+		"db_name":             "pg",
+		"creation_statements": `CREATE ROLE "{{name}}" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL '{{expiration}}';`,
+		"default_ttl":         "3s", "max_ttl": "10m",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := New(Config{Address: v.Addr, Token: v.Token})
+	if err := b.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := broker.NewCatalog([]broker.Entry{{Name: "db", Source: broker.Source{Kind: broker.SourceDynamic, Path: "database/creds/task"},
+		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"db-api.example"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
+		t.Fatalf("catalog check: %v", bad)
+	}
+
+	// The upstream: logs in to PostgreSQL with the basic-auth credentials it received.
+	var lastUser string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok {
+			http.Error(w, "no credentials", 401)
+			return
+		}
+		lastUser = u
+		out, err := psql(pg, u, p, "select current_user")
+		if err != nil || out != u {
+			http.Error(w, fmt.Sprintf("login failed: %v %s", err, out), 401)
+			return
+		}
+		fmt.Fprint(w, "logged in as ", out)
+	}))
+	defer up.Close()
+	request := func() (int, string) {
+		s, err := b.Get(ctx, "l-db", cat["db"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", up.URL, nil)
+		if err := cat["db"].Apply(req, s); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		fmt.Fscan(resp.Body, &sb)
+		return resp.StatusCode, sb.String()
+	}
+	if st, body := request(); st != 200 {
+		t.Fatalf("the upstream could not log in with the injected credential: %d %s", st, body)
+	}
+	user := lastUser
+	// Its Vault lease lives 3s; 6s later it still works, renewed, and it is the same user.
+	time.Sleep(6 * time.Second)
+	if st, body := request(); st != 200 || lastUser != user {
+		t.Fatalf("after the first TTL: %d %s (user %s, was %s)", st, body, lastUser, user)
+	}
+	if b.renewals.Load() == 0 {
+		t.Fatal("the database lease was never renewed")
+	}
+	// Release: Vault revokes the lease and drops the role from PostgreSQL.
+	if err := b.Release(ctx, "l-db"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := psql(pg, "postgres", pg.Password, "select count(*) from pg_roles where rolname = '"+user+"'")
+	if err != nil || out != "0" {
+		t.Fatalf("the task's database role survived the release: %s %v", out, err)
+	}
+}
