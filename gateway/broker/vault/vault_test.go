@@ -31,7 +31,7 @@ import (
 )
 
 // startVault runs a real Vault dev server from bin/vault (built by `make vault`).
-func startVault(t *testing.T) *devstack.Vault {
+func startVault(t testing.TB) *devstack.Vault {
 	t.Helper()
 	bin, _ := filepath.Abs("../../../bin/vault")
 	if _, err := os.Stat(bin); err != nil {
