@@ -160,6 +160,18 @@ func readTrim(path string) (string, error) {
 // LifetimeWatcher and logs in again when renewal stops (max TTL reached, token revoked, Vault
 // away), retrying with backoff. Requests meanwhile fail with 503 for credentials not cached.
 func (b *Broker) Run(ctx context.Context, log *slog.Logger) {
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				b.refreshKV(ctx)
+			}
+		}
+	}()
 	backoff := time.Second
 	for ctx.Err() == nil {
 		s, _ := b.authSecret.Load().(*vaultapi.Secret)

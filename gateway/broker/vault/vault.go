@@ -42,6 +42,8 @@ type kvEntry struct {
 	mu      sync.Mutex
 	secret  broker.Secret
 	expires time.Time
+	fetched time.Time
+	entry   *broker.Entry // the catalog entry it was read for, so it can be refreshed
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -85,9 +87,17 @@ func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker
 	if ent.secret != nil && b.now().Before(ent.expires) {
 		return ent.secret, nil
 	}
+	if err := b.fetchKV(ctx, ent, e); err != nil {
+		return nil, err
+	}
+	return ent.secret, nil
+}
+
+// fetchKV reads e's KV secret into ent; ent.mu must be held.
+func (b *Broker) fetchKV(ctx context.Context, ent *kvEntry, e *broker.Entry) error {
 	kv, err := b.client.KVv2(e.Source.Mount).Get(ctx, e.Source.Path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: credential %q: vault read of %s/%s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Mount, e.Source.Path, err)
+		return fmt.Errorf("%w: credential %q: vault read of %s/%s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Mount, e.Source.Path, err)
 	}
 	s := broker.Secret{}
 	for k, v := range kv.Data {
@@ -95,6 +105,27 @@ func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker
 			s[k] = str
 		}
 	}
-	ent.secret, ent.expires = s, b.now().Add(e.Source.TTL)
-	return s, nil
+	now := b.now()
+	ent.secret, ent.fetched, ent.expires, ent.entry = s, now, now.Add(e.Source.TTL), e
+	return nil
+}
+
+// refreshKV re-reads, in the background, every cached KV value past four fifths of its TTL, so
+// requests keep finding a fresh value without waiting on Vault. A failed refresh keeps the old
+// value until its own expiry, never longer.
+func (b *Broker) refreshKV(ctx context.Context) {
+	b.mu.Lock()
+	ents := make([]*kvEntry, 0, len(b.cache))
+	for _, e := range b.cache {
+		ents = append(ents, e)
+	}
+	b.mu.Unlock()
+	now := b.now()
+	for _, ent := range ents {
+		ent.mu.Lock()
+		if e := ent.entry; e != nil && e.Source.Kind == broker.SourceKV && now.After(ent.fetched.Add(e.Source.TTL*4/5)) {
+			b.fetchKV(ctx, ent, e)
+		}
+		ent.mu.Unlock()
+	}
 }

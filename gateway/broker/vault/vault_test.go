@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -16,6 +17,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -293,6 +295,27 @@ func TestPerTaskClientCertificates(t *testing.T) {
 	if leaf.Subject.CommonName != "airlock-l-1" || time.Until(leaf.NotAfter) > 11*time.Minute {
 		t.Fatalf("certificate CN %q, expires in %s", leaf.Subject.CommonName, time.Until(leaf.NotAfter))
 	}
+	// An mTLS upstream that trusts only Vault's CA accepts it.
+	caPEM, _ := root.Logical().Read("pki/cert/ca")
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM([]byte(caPEM.Data["certificate"].(string)))
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.TLS.PeerCertificates[0].Subject.CommonName)
+	}))
+	up.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
+	up.StartTLS()
+	defer up.Close()
+	hc := up.Client()
+	hc.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{cert}
+	resp, err := hc.Get(up.URL)
+	if err != nil {
+		t.Fatalf("mTLS upstream refused Vault's certificate: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "airlock-l-1" {
+		t.Fatalf("mTLS upstream saw %q", body)
+	}
 	if err := b.Release(ctx, "l-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -458,5 +481,33 @@ func TestJWTLogin(t *testing.T) {
 	b2, _ := New(Config{Address: v.Addr, Auth: Auth{Method: "jwt", Role: "gateway", JWTFile: dir + "/jwt"}})
 	if err := b2.Login(ctx); err == nil {
 		t.Fatal("a JWT signed by an unknown key logged in")
+	}
+}
+
+func TestKVRefreshedInTheBackground(t *testing.T) {
+	v := startVault(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v.SeedKV(ctx, "airlock/r", map[string]any{"token": "old-value"})
+	b, _ := New(Config{Address: v.Addr, Token: v.Token})
+	b.Login(ctx)
+	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "r", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/r", TTL: 2 * time.Second},
+		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
+	if s, _ := b.Get(ctx, "l", cat["r"]); s["token"] != "old-value" {
+		t.Fatalf("first read %v", s)
+	}
+	v.SeedKV(ctx, "airlock/r", map[string]any{"token": "new-value"})
+	// Past four fifths of the TTL the refresher has read it again: the cache holds the new
+	// value before the old one expires, so no request waits on Vault.
+	time.Sleep(2500 * time.Millisecond)
+	b.mu.Lock()
+	ent := b.cache["secret\x00airlock/r"]
+	b.mu.Unlock()
+	ent.mu.Lock()
+	got, fresh := ent.secret["token"], b.now().Before(ent.expires)
+	ent.mu.Unlock()
+	if got != "new-value" || !fresh {
+		t.Fatalf("cache holds %q (fresh %v), want the refreshed value", got, fresh)
 	}
 }
