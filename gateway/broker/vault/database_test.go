@@ -76,13 +76,13 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
 		if !ok {
-			http.Error(w, "no credentials", 401)
+			http.Error(w, "no credentials", http.StatusUnauthorized)
 			return
 		}
 		lastUser = u
 		out, err := psql(pg, u, p, "select current_user")
 		if err != nil || out != u {
-			http.Error(w, fmt.Sprintf("login failed: %v %s", err, out), 401)
+			http.Error(w, fmt.Sprintf("login failed: %v %s", err, out), http.StatusUnauthorized)
 			return
 		}
 		fmt.Fprint(w, "logged in as ", out)
