@@ -126,15 +126,19 @@ type Vault struct {
 // StartVault runs `vault server -dev` from binary on a free loopback port with a random root
 // token, and waits until it is unsealed.
 func StartVault(ctx context.Context, binary, dir string) (*Vault, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	tok := "dev-" + randHex(16)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	return StartVaultAt(ctx, binary, dir, "127.0.0.1:"+strconv.Itoa(port), "dev-"+randHex(16))
+}
+
+// StartVaultAt is StartVault on a given address with a given root token (a dev server keeps
+// nothing, so a restart on the same address is a Vault that came back empty).
+func StartVaultAt(ctx context.Context, binary, dir, addr, tok string) (*Vault, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	p, err := start(ctx, filepath.Join(dir, "vault.log"), binary, "server", "-dev",
 		"-dev-root-token-id="+tok, "-dev-listen-address="+addr, "-dev-no-store-token")
 	if err != nil {

@@ -188,6 +188,7 @@ func (b *Broker) Run(ctx context.Context, log *slog.Logger) {
 				continue
 			}
 			b.authSecret.Store(s)
+			b.logins.Add(1)
 			log.Info("logged in to vault", "method", b.auth.Method)
 		}
 		backoff = time.Second

@@ -29,7 +29,8 @@ type Broker struct {
 
 	authSecret atomic.Value // *vaultapi.Secret: the current login, nil when it must be redone
 	renewals   atomic.Int64
-	unwrapped  string // the AppRole secret id once unwrapped; guarded by mu
+	logins     atomic.Int64 // logins by Run after the first
+	unwrapped  string       // the AppRole secret id once unwrapped; guarded by mu
 
 	mu     sync.Mutex
 	cache  map[string]*kvEntry

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -510,4 +511,88 @@ func TestKVRefreshedInTheBackground(t *testing.T) {
 	if got != "new-value" || !fresh {
 		t.Fatalf("cache holds %q (fresh %v), want the refreshed value", got, fresh)
 	}
+}
+
+// TestReloginAndRecovery: when the gateway's token reaches its max TTL the broker logs in again;
+// when Vault goes away requests needing it fail with 503 naming the credential, and when Vault
+// comes back they work again with nothing restarted.
+func TestReloginAndRecovery(t *testing.T) {
+	bin, _ := filepath.Abs("../../../bin/vault")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	port := freeTCPPort(t)
+	addr, tok := fmt.Sprintf("127.0.0.1:%d", port), "dev-recovery-token"
+	v, err := devstack.StartVaultAt(ctx, bin, t.TempDir(), addr, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := func(v *devstack.Vault) {
+		root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+		root.SetToken(v.Token)
+		root.Sys().PutPolicy("gw", `path "secret/data/airlock/*" { capabilities = ["read"] }`)
+		v.SeedKV(ctx, "airlock/x", map[string]any{"token": "x-value"})
+	}
+	setup(v)
+	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
+	root.SetToken(v.Token)
+	b := appRoleBroker(t, v, root, `path "secret/data/airlock/*" { capabilities = ["read"] }`)
+	// Short-lived logins: 2s TTL, 4s max, so renewal must give up and Run log in again.
+	root.Logical().Write("auth/approle/role/gw", map[string]any{"token_policies": "gw", "token_ttl": "2s", "token_max_ttl": "4s"})
+	if err := b.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "x", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/x", TTL: time.Millisecond},
+		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
+	time.Sleep(7 * time.Second)
+	if b.logins.Load() == 0 {
+		t.Fatal("the broker never logged in again after its token's max TTL")
+	}
+	if _, err := b.Get(ctx, "l", cat["x"]); err != nil {
+		t.Fatalf("read after re-login: %v", err)
+	}
+
+	// Vault goes away.
+	v.Stop()
+	time.Sleep(10 * time.Millisecond)
+	_, err = b.Get(ctx, "l", cat["x"])
+	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), `"x"`) {
+		t.Fatalf("with Vault down: %v", err)
+	}
+	// Vault comes back (a dev server comes back empty: the operator's setup runs again).
+	v2, err := devstack.StartVaultAt(ctx, bin, t.TempDir(), addr, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v2.Stop()
+	setup(v2)
+	root2, _ := vaultapi.NewClient(&vaultapi.Config{Address: v2.Addr})
+	root2.SetToken(v2.Token)
+	appRoleBroker(t, v2, root2, `path "secret/data/airlock/*" { capabilities = ["read"] }`) // recreates the role
+	// The old role and secret ids are gone with the old server, so hand the broker new ones by
+	// pointing its files at them, as an operator's rotation would.
+	rid, _ := root2.Logical().Read("auth/approle/role/gw/role-id")
+	sid, _ := root2.Logical().Write("auth/approle/role/gw/secret-id", nil)
+	os.WriteFile(b.auth.RoleIDFile, []byte(rid.Data["role_id"].(string)), 0o600)
+	os.WriteFile(b.auth.SecretIDFile, []byte(sid.Data["secret_id"].(string)), 0o600)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if s, err := b.Get(ctx, "l", cat["x"]); err == nil && s["token"] == "x-value" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no recovery within 30s of Vault coming back")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
