@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// TestKeepOnStopAdoptsSandboxes runs a node that keeps its sandboxes across a restart: a lease
-// survives, warm sandboxes are adopted, the sandbox stays confined while the node is down, and a
-// container no record refers to is destroyed.
+// TestKeepOnStopAdoptsSandboxes runs a node that keeps its sandboxes, kills it with SIGKILL and
+// starts it again: the lease record survived, the lease works, warm sandboxes are adopted, the
+// sandbox stayed confined while the node was down, and a container no record refers to is
+// destroyed.
 func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
 	const node, network, bridge, chain = "e2ekeep", "airlock-e2ekeep", "airlock-e2ek", "AIRLOCK-e2ekeep"
 	dir := t.TempDir()
@@ -48,7 +49,7 @@ func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	warmBefore := containers()
-	n.stop(t)
+	n.kill() // kill -9: no cleanup runs; its Redis (append-only file) dies with it
 
 	// Down, the node keeps its sandboxes and their confinement.
 	if left := containers(); len(left) != len(warmBefore) {
