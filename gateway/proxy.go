@@ -271,7 +271,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	if x.entry != nil {
 		var err error
-		if x.secret, err = p.cfg.Broker.Get(r.Context(), x.b.Lease, x.entry); err != nil {
+		ctx := broker.WithLeaseExpiry(r.Context(), x.b.Expires)
+		if x.secret, err = p.cfg.Broker.Get(ctx, x.b.Lease, x.entry); err != nil {
 			p.deny(w, r, x, err)
 			return
 		}

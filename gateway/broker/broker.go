@@ -139,6 +139,25 @@ type Broker interface {
 	Release(ctx context.Context, lease string) error
 }
 
+type expiryKey struct{}
+
+// WithLeaseExpiry tells a Broker when the lease asking for a credential ends, so per-task
+// material is minted with a lifetime no longer than the lease's.
+func WithLeaseExpiry(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, expiryKey{}, t)
+}
+
+// LifetimeFor returns ttl, shortened to the lease's remaining time when ctx carries its expiry
+// (but never under a second, so a lease about to end still gets a usable value).
+func LifetimeFor(ctx context.Context, ttl time.Duration) time.Duration {
+	if exp, ok := ctx.Value(expiryKey{}).(time.Time); ok {
+		if left := time.Until(exp); left < ttl {
+			return max(left, time.Second)
+		}
+	}
+	return ttl
+}
+
 // Catalog is the operator's set of credentials, by name.
 type Catalog map[string]*Entry
 

@@ -78,7 +78,7 @@ func (b *Broker) perTask(ctx context.Context, lease string, e *broker.Entry) (br
 func (b *Broker) mintToken(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
 	s, err := b.client.Auth().Token().CreateWithRoleWithContext(ctx, &vaultapi.TokenCreateRequest{
 		Policies:        e.Source.Policies,
-		TTL:             e.Source.TTL.String(),
+		TTL:             broker.LifetimeFor(ctx, e.Source.TTL).Round(time.Second).String(),
 		DisplayName:     "airlock-" + e.Name,
 		Metadata:        map[string]string{"airlock_lease": lease, "airlock_credential": e.Name},
 		NoDefaultPolicy: true,
@@ -104,7 +104,7 @@ func (b *Broker) mintToken(ctx context.Context, lease string, e *broker.Entry) (
 // puts it on the CA's revocation list.
 func (b *Broker) issueCert(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
 	s, err := b.client.Logical().WriteWithContext(ctx, e.Source.Mount+"/issue/"+e.Source.Role, map[string]any{
-		"common_name": "airlock-" + lease, "ttl": e.Source.TTL.String(),
+		"common_name": "airlock-" + lease, "ttl": broker.LifetimeFor(ctx, e.Source.TTL).Round(time.Second).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: credential %q: issuing a certificate from %s/%s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Mount, e.Source.Role, err)
@@ -115,7 +115,7 @@ func (b *Broker) issueCert(ctx context.Context, lease string, e *broker.Entry) (
 	if cert == "" || key == "" || serial == "" {
 		return nil, fmt.Errorf("%w: credential %q: vault returned no certificate", broker.ErrUnavailable, e.Name)
 	}
-	exp := b.now().Add(e.Source.TTL)
+	exp := b.now().Add(broker.LifetimeFor(ctx, e.Source.TTL))
 	if v, ok := s.Data["expiration"].(json.Number); ok {
 		if n, err := v.Int64(); err == nil {
 			exp = time.Unix(n, 0)

@@ -243,6 +243,15 @@ func TestPerTaskTokens(t *testing.T) {
 	if pols, _ := info.TokenPolicies(); len(pols) != 1 || pols[0] != "task-read" {
 		t.Fatalf("task token policies %v", pols)
 	}
+	// A lease with 90s left gets a token that lives no longer than the lease.
+	short, err := b.Get(broker.WithLeaseExpiry(ctx, time.Now().Add(90*time.Second)), "l-short", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinfo, _ := lookup(short["token"])
+	if ttl, _ := sinfo.TokenTTL(); ttl > 90*time.Second || ttl < 80*time.Second {
+		t.Fatalf("token for a lease with 90s left lives %s", ttl)
+	}
 	// Release revokes: Vault itself no longer knows the token; the other lease's still works.
 	if err := b.Release(ctx, "l-1"); err != nil {
 		t.Fatal(err)
