@@ -403,6 +403,10 @@ func TestNode(t *testing.T) {
 		if code != 0 || strings.TrimSpace(out) != strconv.Itoa(len(big)) {
 			t.Fatalf("3 MiB of stdin: exit %d %q", code, out)
 		}
+		out, _, code = n.exec(t, a.ID, "head", "-c", "20000000", "/dev/zero")
+		if code != 0 || len(out) != 20000000 {
+			t.Fatalf("20 MB of output: exit %d, %d bytes", code, len(out))
+		}
 		if _, _, code := n.exec(t, a.ID, "sh", "-c", "exit 7"); code != 7 {
 			t.Fatalf("exit code %d, want 7", code)
 		}
