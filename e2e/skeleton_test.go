@@ -139,8 +139,8 @@ func TestNode(t *testing.T) {
 
 	t.Run("a lease that expires mid-task loses its Vault token", func(t *testing.T) {
 		l := n.lease(t, "api.example.test=vault-task")
-		// Shorten it: renew to 3s from now.
-		if _, errs, code := n.cli(t, "renew", l.ID, "--ttl", "3s"); code != 0 {
+		// Shorten it: renew to 8s from now (long enough to use it under load, short to wait).
+		if _, errs, code := n.cli(t, "renew", l.ID, "--ttl", "8s"); code != 0 {
 			t.Fatalf("renew: %s", errs)
 		}
 		if _, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 {
@@ -153,13 +153,13 @@ func TestNode(t *testing.T) {
 		if _, err := root.Auth().Token().Lookup(tok); err != nil {
 			t.Fatalf("the task token is not live: %v", err)
 		}
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(20 * time.Second)
 		for {
 			if _, err := root.Auth().Token().Lookup(tok); err != nil {
-				break // revoked by the reaper
+				break // revoked by the reaper, or expired with the lease
 			}
 			if time.Now().After(deadline) {
-				t.Fatal("the expired lease's Vault token is still live 15s later")
+				t.Fatal("the expired lease's Vault token is still live 20s later")
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
