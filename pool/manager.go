@@ -207,35 +207,31 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	return nil
 }
 
-// Cleanup destroys every sandbox of this node and drops its pool records.
+// Cleanup destroys every sandbox of this node and drops its pool records. Sandboxes go first
+// and every step runs even when another failed: with the store down, the containers must still go.
 func (m *Manager) Cleanup(ctx context.Context) error {
-	leases, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
-	if err != nil {
-		return fmt.Errorf("pool cleanup: %w", err)
+	var errs []error
+	sbs, err := m.cfg.Runtime.List(ctx)
+	errs = append(errs, err)
+	for _, sb := range sbs {
+		errs = append(errs, m.cfg.Runtime.Destroy(ctx, sb.ID))
 	}
+	leases, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	errs = append(errs, err)
 	for _, l := range leases {
 		m.unbindLocal(l)
-		if err := m.cfg.Store.Unbind(ctx, l); err != nil {
-			return fmt.Errorf("pool cleanup: %w", err)
+		errs = append(errs, m.cfg.Store.Unbind(ctx, l))
+		if reason := m.revoke(ctx, l); reason != "" {
+			errs = append(errs, errors.New(reason))
 		}
 	}
 	warm, err := m.cfg.Store.ListWarm(ctx, m.cfg.Node)
-	if err != nil {
-		return fmt.Errorf("pool cleanup: %w", err)
-	}
+	errs = append(errs, err)
 	for _, sb := range warm {
-		if err := m.cfg.Store.Forget(ctx, sb); err != nil {
-			return fmt.Errorf("pool cleanup: %w", err)
-		}
+		errs = append(errs, m.cfg.Store.Forget(ctx, sb))
 	}
-	sbs, err := m.cfg.Runtime.List(ctx)
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pool cleanup: %w", err)
-	}
-	for _, sb := range sbs {
-		if err := m.cfg.Runtime.Destroy(ctx, sb.ID); err != nil {
-			return fmt.Errorf("pool cleanup: %w", err)
-		}
 	}
 	return nil
 }

@@ -63,9 +63,13 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 	os.Remove(filepath.Join(cfg.StateDir, "client.json"))
 	defer os.Remove(filepath.Join(cfg.StateDir, "client.json"))
 
+	// The dev services outlive the signal: the node still needs Redis and Vault while it cleans
+	// up after Ctrl-C, and the deferred Stops end them once it has. (They also die with this
+	// process if it is killed.)
+	svcCtx := context.WithoutCancel(ctx)
 	deps := node.Deps{RedisURL: firstOf(os.Getenv("REDIS_URL"), cfg.Redis.URL)}
 	if deps.RedisURL == "" {
-		r, err := devstack.StartRedis(ctx, filepath.Join(cfg.StateDir, "redis"))
+		r, err := devstack.StartRedis(svcCtx, filepath.Join(cfg.StateDir, "redis"))
 		if err != nil {
 			return err
 		}
@@ -80,7 +84,7 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 		if err != nil {
 			return err
 		}
-		v, err := devstack.StartVault(ctx, bin, filepath.Join(cfg.StateDir, "vault"))
+		v, err := devstack.StartVault(svcCtx, bin, filepath.Join(cfg.StateDir, "vault"))
 		if err != nil {
 			return err
 		}
