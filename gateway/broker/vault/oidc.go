@@ -12,17 +12,9 @@ import (
 // entity (so the gateway must log in through an auth method that has one, such as AppRole). It
 // is cached until shortly before it expires; every lease gets the same identity.
 func (b *Broker) oidcToken(ctx context.Context, e *broker.Entry) (broker.Secret, error) {
-	key := "oidc\x00" + e.Source.Role
-	b.mu.Lock()
-	ent, ok := b.cache[key]
-	if !ok {
-		ent = &kvEntry{}
-		b.cache[key] = ent
-	}
-	b.mu.Unlock()
-	ent.mu.Lock()
+	ent, fresh := b.cached("oidc\x00" + e.Source.Role)
 	defer ent.mu.Unlock()
-	if ent.secret != nil && b.now().Before(ent.expires) {
+	if fresh {
 		return ent.secret, nil
 	}
 	s, err := b.client.Logical().ReadWithContext(ctx, "identity/oidc/token/"+e.Source.Role)

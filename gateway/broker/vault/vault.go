@@ -73,7 +73,20 @@ func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker
 	case broker.SourceOIDC:
 		return b.oidcToken(ctx, e)
 	}
-	key := e.Source.Mount + "\x00" + e.Source.Path
+	ent, fresh := b.cached(e.Source.Mount + "\x00" + e.Source.Path)
+	defer ent.mu.Unlock()
+	if fresh {
+		return ent.secret, nil
+	}
+	if err := b.fetchKV(ctx, ent, e); err != nil {
+		return nil, err
+	}
+	return ent.secret, nil
+}
+
+// cached returns the cache entry for key, locked, and whether it holds an unexpired value. The
+// caller unlocks it; holding it while fetching makes concurrent first requests wait for one read.
+func (b *Broker) cached(key string) (*kvEntry, bool) {
 	b.mu.Lock()
 	ent, ok := b.cache[key]
 	if !ok {
@@ -81,17 +94,8 @@ func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker
 		b.cache[key] = ent
 	}
 	b.mu.Unlock()
-
-	// One fetch per entry at a time: concurrent first requests wait for the same read.
 	ent.mu.Lock()
-	defer ent.mu.Unlock()
-	if ent.secret != nil && b.now().Before(ent.expires) {
-		return ent.secret, nil
-	}
-	if err := b.fetchKV(ctx, ent, e); err != nil {
-		return nil, err
-	}
-	return ent.secret, nil
+	return ent, ent.secret != nil && b.now().Before(ent.expires)
 }
 
 // fetchKV reads e's KV secret into ent; ent.mu must be held.
