@@ -162,15 +162,24 @@ func StartVaultAt(ctx context.Context, binary, dir, addr, tok string) (*Vault, e
 	return &Vault{Process: p, Addr: url, Token: tok}, nil
 }
 
-// SeedKV writes fields at path in the dev server's KV v2 mount "secret".
-func (v *Vault) SeedKV(ctx context.Context, path string, fields map[string]any) error {
+// Client returns a client of the dev server with its root token.
+func (v *Vault) Client() (*vaultapi.Client, error) {
 	cfg := vaultapi.DefaultConfig()
 	cfg.Address = v.Addr
 	c, err := vaultapi.NewClient(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.SetToken(v.Token)
+	return c, nil
+}
+
+// SeedKV writes fields at path in the dev server's KV v2 mount "secret".
+func (v *Vault) SeedKV(ctx context.Context, path string, fields map[string]any) error {
+	c, err := v.Client()
+	if err != nil {
+		return err
+	}
 	_, err = c.KVv2("secret").Put(ctx, path, fields)
 	return err
 }
@@ -184,13 +193,10 @@ const (
 
 // SeedTaskRole creates TaskPolicy and the orphan token role TaskRole in the dev server.
 func (v *Vault) SeedTaskRole(ctx context.Context) error {
-	cfg := vaultapi.DefaultConfig()
-	cfg.Address = v.Addr
-	c, err := vaultapi.NewClient(cfg)
+	c, err := v.Client()
 	if err != nil {
 		return err
 	}
-	c.SetToken(v.Token)
 	if err := c.Sys().PutPolicyWithContext(ctx, TaskPolicy, `path "secret/data/airlock/tasks/*" { capabilities = ["read"] }`); err != nil {
 		return err
 	}
