@@ -18,6 +18,7 @@ type cacheKey struct {
 
 type cacheEntry struct {
 	msg     *dns.Msg
+	wire    *wireAnswer // nil when the answer does not pack for the fast path
 	stored  time.Time
 	expires time.Time
 }
@@ -73,6 +74,21 @@ func (c *answerCache) get(k cacheKey) *dns.Msg {
 	return m
 }
 
+// getWire returns the packed form of the cached answer and its age in seconds.
+func (c *answerCache) getWire(k cacheKey) (*wireAnswer, uint32, bool) {
+	c.mu.RLock()
+	e := c.entries[k]
+	c.mu.RUnlock()
+	if e == nil || e.wire == nil {
+		return nil, 0, false
+	}
+	now := c.now()
+	if !now.Before(e.expires) {
+		return nil, 0, false
+	}
+	return e.wire, uint32(now.Sub(e.stored) / time.Second), true
+}
+
 // put stores m for its lifetime: the smallest TTL in it, or for a negative answer the SOA
 // minimum, each capped. Failures (SERVFAIL, REFUSED) are not stored.
 func (c *answerCache) put(k cacheKey, m *dns.Msg) {
@@ -99,6 +115,10 @@ func (c *answerCache) put(k cacheKey, m *dns.Msg) {
 	now := c.now()
 	stored := m.Copy()
 	stored.Extra = nil // never cache EDNS options of one exchange
+	w, ok := packWire(k, stored)
+	if !ok {
+		w = nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.maxEntries {
@@ -118,5 +138,5 @@ func (c *answerCache) put(k cacheKey, m *dns.Msg) {
 			}
 		}
 	}
-	c.entries[k] = &cacheEntry{msg: stored, stored: now, expires: now.Add(ttl)}
+	c.entries[k] = &cacheEntry{msg: stored, wire: w, stored: now, expires: now.Add(ttl)}
 }

@@ -122,7 +122,7 @@ var allowedTypes = map[uint16]bool{
 
 // ServeDNS answers one query (the TCP path; UDP is served by Serve's own workers).
 func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
-	src := netip.Addr{}
+	var src netip.Addr
 	if ap, err := netip.ParseAddrPort(w.RemoteAddr().String()); err == nil {
 		src = ap.Addr().Unmap()
 	}
@@ -134,17 +134,53 @@ func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // the client's UDP buffer (it is truncated, with TC set, when it does not).
 func (r *Resolver) Handle(req *dns.Msg, src netip.Addr, udp bool) *dns.Msg {
 	start := time.Now()
-	rec := audit.Record{Kind: audit.KindDNS, Node: r.cfg.Node, Source: src.String()}
-	resp := r.answer(req, &rec)
-	rec.DurationMS = float64(time.Since(start).Microseconds()) / 1000
-	r.metrics.query(string(rec.Decision), rec.Rule, metricType(rec.QType))
-	if err := r.cfg.Audit.Write(context.Background(), rec); err != nil {
-		// Never answer what cannot be recorded.
-		r.metrics.auditRefused()
-		resp = r.refusal(req, dns.ExtendedErrorCodeProhibited, "audit trail unavailable")
+	rec := r.newRecord(start, src)
+	var resp *dns.Msg
+	if req.Response || req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
+		rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleMalformed, "not exactly one standard IN-class query"
+		resp = new(dns.Msg)
+		resp.SetRcode(req, dns.RcodeFormatError)
+	} else {
+		q := req.Question[0]
+		name, d := r.admit(src, q.Name, q.Qtype, &rec)
+		resp = r.respond(req, name, d, &rec)
+	}
+	return r.seal(req, resp, udp, start, &rec)
+}
+
+func (r *Resolver) newRecord(start time.Time, src netip.Addr) audit.Record {
+	return audit.Record{Time: start, Kind: audit.KindDNS, Node: r.cfg.Node, Source: src.String()}
+}
+
+// seal records the decision and fits the answer to the transport. An answer whose record cannot
+// be written is replaced by a refusal: nothing is answered unrecorded.
+func (r *Resolver) seal(req, resp *dns.Msg, udp bool, start time.Time, rec *audit.Record) *dns.Msg {
+	qtype := uint16(0)
+	if len(req.Question) == 1 {
+		qtype = req.Question[0].Qtype
+	}
+	if !r.record(rec, qtype, start) {
+		resp = r.unrecorded(req)
 	}
 	r.finish(req, resp, udp)
 	return resp
+}
+
+// unrecorded is the answer to a query whose record the trail did not take.
+func (r *Resolver) unrecorded(req *dns.Msg) *dns.Msg {
+	return r.refusal(req, dns.ExtendedErrorCodeProhibited, "audit trail unavailable")
+}
+
+// record completes rec with its duration, counts it and writes it; false means the trail did not
+// take it and the query must be refused.
+func (r *Resolver) record(rec *audit.Record, qtype uint16, start time.Time) bool {
+	rec.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	r.metrics.query(string(rec.Decision), rec.Rule, metricType(qtype))
+	if err := r.cfg.Audit.Write(context.Background(), *rec); err != nil {
+		r.metrics.auditRefused()
+		return false
+	}
+	return true
 }
 
 // finish adds EDNS to the answer when the query had it and fits the answer to UDP.
@@ -162,73 +198,90 @@ func (r *Resolver) finish(req, resp *dns.Msg, udp bool) {
 	}
 }
 
-func metricType(t string) string {
-	if v, ok := dns.StringToType[t]; ok && (allowedTypes[v] || v == dns.TypeTXT || v == dns.TypeANY || v == dns.TypeNULL) {
-		return t
+// metricType is the query type as a metric label: the types sandboxes ask for by name, every
+// other type as "other", so the label's values stay bounded.
+func metricType(t uint16) string {
+	if allowedTypes[t] || t == dns.TypeTXT || t == dns.TypeANY || t == dns.TypeNULL {
+		return dns.TypeToString[t]
 	}
-	return "other" // bounded label values
+	return "other"
 }
 
-func (r *Resolver) answer(req *dns.Msg, rec *audit.Record) *dns.Msg {
-	if req.Response || req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
-		rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleMalformed, "not exactly one standard IN-class query"
-		m := new(dns.Msg)
-		m.SetRcode(req, dns.RcodeFormatError)
-		return m
+func typeName(t uint16) string {
+	if s, ok := dns.TypeToString[t]; ok {
+		return s
 	}
-	q := req.Question[0]
-	rec.QName, rec.QType = q.Name, dns.TypeToString[q.Qtype]
-	if rec.QType == "" {
-		rec.QType = fmt.Sprintf("TYPE%d", q.Qtype)
-	}
-	deny := func(rule, reason string, code uint16) *dns.Msg {
-		rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule, reason
-		return r.refusal(req, code, reason)
-	}
+	return "TYPE" + itoa(int(t))
+}
+
+// denial is why a query is refused; the zero value means it is not.
+type denial struct {
+	rule, reason string
+	code         uint16 // extended DNS error (RFC 8914)
+}
+
+// admit applies what every query must pass before it is answered: the trail can take its record,
+// the source is under its rate and holds a lease, the name is valid and in the lease's scopes, the
+// type is answered, and under a wildcard the name does not look like a tunnel. It fills rec's
+// question and lease fields and returns the canonical name.
+func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.Record) (string, denial) {
+	rec.QName, rec.QType = qname, typeName(qtype)
 	if c, ok := r.cfg.Audit.(audit.Checker); ok {
 		if err := c.Err(); err != nil {
 			r.metrics.auditRefused()
-			return deny(RuleAuditDown, err.Error(), dns.ExtendedErrorCodeProhibited)
+			return "", denial{RuleAuditDown, err.Error(), dns.ExtendedErrorCodeProhibited}
 		}
 	}
-	src, err := netip.ParseAddr(rec.Source)
-	if err != nil {
-		return deny(RuleMalformed, "unreadable source address", dns.ExtendedErrorCodeProhibited)
+	if !src.IsValid() {
+		return "", denial{RuleMalformed, "unreadable source address", dns.ExtendedErrorCodeProhibited}
 	}
 	if !r.rate.Allow(src) {
-		return deny(RuleRate, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited)
+		return "", denial{RuleRate, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited}
 	}
 	b, err := r.cfg.Bindings.Lookup(context.Background(), src)
 	if err != nil {
 		if errors.Is(err, binding.ErrUnknown) {
-			return deny(RuleNoLease, err.Error(), dns.ExtendedErrorCodeProhibited)
+			return "", denial{RuleNoLease, err.Error(), dns.ExtendedErrorCodeProhibited}
 		}
-		return deny(RuleStoreDown, err.Error(), dns.ExtendedErrorCodeProhibited)
+		return "", denial{RuleStoreDown, err.Error(), dns.ExtendedErrorCodeProhibited}
 	}
 	rec.Lease, rec.Task, rec.Tenant, rec.Sandbox = b.Lease, b.Task, b.Tenant, b.Sandbox
-	name, err := scope.CanonicalHost(q.Name)
+	name, err := scope.CanonicalHost(qname)
 	if err != nil {
-		return deny(RuleMalformed, fmt.Sprintf("name %q is not a valid host name", q.Name), dns.ExtendedErrorCodeBlocked)
+		return "", denial{RuleMalformed, fmt.Sprintf("name %q is not a valid host name", qname), dns.ExtendedErrorCodeBlocked}
 	}
 	s, ok := b.Scopes.AllowsName(name)
 	if !ok {
-		return deny(RuleScopeMiss, fmt.Sprintf("task %s has no scope for %s", b.Task, name), dns.ExtendedErrorCodeBlocked)
+		return "", denial{RuleScopeMiss, fmt.Sprintf("task %s has no scope for %s", b.Task, name), dns.ExtendedErrorCodeBlocked}
 	}
-	if !allowedTypes[q.Qtype] && !slices.Contains(s.DNSTypes, rec.QType) {
-		return deny(RuleQType, fmt.Sprintf("query type %s is not answered for sandboxes unless a scope lists it in dns_types", rec.QType), dns.ExtendedErrorCodeBlocked)
+	if !allowedTypes[qtype] && !slices.Contains(s.DNSTypes, rec.QType) {
+		return "", denial{RuleQType, fmt.Sprintf("query type %s is not answered for sandboxes unless a scope lists it in dns_types", rec.QType), dns.ExtendedErrorCodeBlocked}
 	}
 	if apex, ok := strings.CutPrefix(s.Host, "*."); ok {
 		// Under a wildcard the task chooses the names: guard against data encoded in them.
 		if reason := r.tunnel.shape(name); reason != "" {
 			rec.Flagged = true
-			return deny(RuleTunnel, fmt.Sprintf("%s refused: %s", name, reason), dns.ExtendedErrorCodeBlocked)
+			return "", denial{RuleTunnel, fmt.Sprintf("%s refused: %s", name, reason), dns.ExtendedErrorCodeBlocked}
 		}
 		if r.distinct.seen(b.Lease, apex, name) {
 			rec.Flagged = true
-			return deny(RuleTunnel, fmt.Sprintf("lease %s looked up more than %d distinct names under %s in %s", b.Lease, r.tunnel.MaxDistinct, apex, r.tunnel.Window), dns.ExtendedErrorCodeBlocked)
+			return "", denial{RuleTunnel, fmt.Sprintf("lease %s looked up more than %d distinct names under %s in %s", b.Lease, r.tunnel.MaxDistinct, apex, r.tunnel.Window), dns.ExtendedErrorCodeBlocked}
 		}
 	}
-	if a, ok := (*r.pins.Load())[name]; ok {
+	return name, denial{}
+}
+
+// respond answers an admitted query (pinned, cached or forwarded), or refuses it with d.
+func (r *Resolver) respond(req *dns.Msg, name string, d denial, rec *audit.Record) *dns.Msg {
+	deny := func(d denial) *dns.Msg {
+		rec.Decision, rec.Rule, rec.Reason = audit.Deny, d.rule, d.reason
+		return r.refusal(req, d.code, d.reason)
+	}
+	if d.rule != "" {
+		return deny(d)
+	}
+	q := req.Question[0]
+	if a, ok := r.pinned(name); ok {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		m.Authoritative = true
@@ -252,17 +305,8 @@ func (r *Resolver) answer(req *dns.Msg, rec *audit.Record) *dns.Msg {
 		return m
 	}
 	// Rebinding defence: every address in the answer, CNAME chain included, must be public.
-	for _, rr := range resp.Answer {
-		var ip net.IP
-		switch v := rr.(type) {
-		case *dns.A:
-			ip = v.A
-		case *dns.AAAA:
-			ip = v.AAAA
-		}
-		if a, ok := netip.AddrFromSlice(ip); ok && !scope.IsPublicAddr(a) {
-			return deny(RuleRebinding, fmt.Sprintf("%s resolved to the non-public address %s", name, a.Unmap()), dns.ExtendedErrorCodeFiltered)
-		}
+	if a, ok := firstPrivate(resp); ok {
+		return deny(denial{RuleRebinding, fmt.Sprintf("%s resolved to the non-public address %s", name, a), dns.ExtendedErrorCodeFiltered})
 	}
 	resp.Id = req.Id
 	resp.Question = req.Question // the client's spelling (0x20 case) back
@@ -271,6 +315,28 @@ func (r *Resolver) answer(req *dns.Msg, rec *audit.Record) *dns.Msg {
 		rec.Reason = "cached"
 	}
 	return resp
+}
+
+func (r *Resolver) pinned(name string) (netip.Addr, bool) {
+	a, ok := (*r.pins.Load())[name]
+	return a, ok
+}
+
+// firstPrivate returns the first non-public address among m's answers, CNAME chain included.
+func firstPrivate(m *dns.Msg) (netip.Addr, bool) {
+	for _, rr := range m.Answer {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		}
+		if a, ok := netip.AddrFromSlice(ip); ok && !scope.IsPublicAddr(a) {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // lookup answers from the cache, or asks upstream once for all identical queries in flight.

@@ -32,8 +32,7 @@ func FuzzAnswer(f *testing.F) {
 		if req.Unpack(pkt) != nil {
 			return
 		}
-		rec := audit.Record{Source: "10.0.0.2"}
-		resp := r.answer(req, &rec)
+		resp := r.Handle(req, netip.MustParseAddr("10.0.0.2"), true)
 		if resp == nil {
 			t.Fatal("no response")
 		}

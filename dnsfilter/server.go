@@ -87,22 +87,29 @@ func (r *Resolver) udpWorker(pc net.PacketConn) {
 			continue
 		}
 		src, _ := netip.AddrFromSlice(ua.IP)
-		req := new(dns.Msg)
-		var resp *dns.Msg
-		if err := req.Unpack(buf[:n]); err != nil {
-			resp = r.malformed(buf[:n], src.Unmap())
-			if resp == nil {
-				continue // not even a header: nothing to answer
-			}
-		} else {
-			resp = r.Handle(req, src.Unmap(), true)
-		}
-		packed, err := resp.PackBuffer(out[:0])
-		if err != nil {
+		packed := r.reply(buf[:n], src.Unmap(), out[:0])
+		if packed == nil {
 			continue
 		}
 		pc.WriteTo(packed, from)
 	}
+}
+
+// reply answers one datagram into out, through the fast path when it takes the packet; nil means
+// there is nothing to send.
+func (r *Resolver) reply(pkt []byte, src netip.Addr, out []byte) []byte {
+	if b, handled := r.handleWire(pkt, src, out); handled {
+		return b
+	}
+	req := new(dns.Msg)
+	if err := req.Unpack(pkt); err != nil {
+		resp := r.malformed(pkt, src)
+		if resp == nil {
+			return nil // not even a header: nothing to answer
+		}
+		return pack(resp, out)
+	}
+	return pack(r.Handle(req, src, true), out)
 }
 
 // malformed answers FORMERR to a packet whose header parses but whose body does not, and
@@ -139,8 +146,10 @@ func (r *Resolver) udpBatchWorker(pc *ipv4.PacketConn) {
 	}
 	out := make([]ipv4.Message, 0, batch)
 	bufs := make([][]byte, batch)
+	outBufs := make([][][]byte, batch) // one Buffers slice per reply, reused
 	for i := range bufs {
 		bufs[i] = make([]byte, 0, 1232)
+		outBufs[i] = make([][]byte, 1)
 	}
 	for {
 		n, err := pc.ReadBatch(in, 0)
@@ -159,22 +168,13 @@ func (r *Resolver) udpBatchWorker(pc *ipv4.PacketConn) {
 			}
 			src, _ := netip.AddrFromSlice(ua.IP)
 			src = src.Unmap()
-			pkt := m.Buffers[0][:m.N]
-			req := new(dns.Msg)
-			var resp *dns.Msg
-			if err := req.Unpack(pkt); err != nil {
-				if resp = r.malformed(pkt, src); resp == nil {
-					continue
-				}
-			} else {
-				resp = r.Handle(req, src, true)
-			}
-			packed, err := resp.PackBuffer(bufs[len(out)][:0])
-			if err != nil {
+			packed := r.reply(m.Buffers[0][:m.N], src, bufs[len(out)][:0])
+			if packed == nil {
 				continue
 			}
 			bufs[len(out)] = packed[:0]
-			out = append(out, ipv4.Message{Buffers: [][]byte{packed}, Addr: m.Addr})
+			outBufs[len(out)][0] = packed
+			out = append(out, ipv4.Message{Buffers: outBufs[len(out)], Addr: m.Addr})
 		}
 		for sent := 0; sent < len(out); {
 			k, err := pc.WriteBatch(out[sent:], 0)

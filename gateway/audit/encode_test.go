@@ -60,7 +60,7 @@ func BenchmarkAppend(b *testing.B) {
 	s := &FileSink{}
 	b.ReportAllocs()
 	for b.Loop() {
-		s.append(discardWriter{}, r)
+		s.append(discardWriter{}, &r)
 	}
 }
 

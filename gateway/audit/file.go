@@ -28,22 +28,29 @@ type FileConfig struct {
 // FileSink appends records as JSON lines, each carrying the hash of the one before it, so an
 // edited or deleted line breaks the chain (see Verify). Safe for concurrent use.
 //
+// Writers append to a pending batch under a lock; the writer goroutine takes the whole batch at
+// once, so under load it wakes once per batch rather than once per record.
+//
 // Crash bound: a record is written within FlushEvery of Write returning, so kill -9 loses at most
 // the records accepted in the last FlushEvery (and never more than Queue of them).
 type FileSink struct {
 	cfg     FileConfig
-	queue   chan Record
+	wake    chan struct{} // capacity 1: pending went from empty to not
 	done    chan struct{}
 	flushes chan chan error
 
-	mu     sync.Mutex
-	err    error // sticky: once the file cannot be written, every Write fails
-	closed bool
+	mu      sync.Mutex
+	pending []Record
+	err     error // sticky: once the file cannot be written, every Write fails
+	closed  bool
 
-	f    *os.File
-	seq  uint64
-	prev string
-	buf  []byte // reused by the writer goroutine
+	// Owned by the writer goroutine.
+	f      *os.File
+	seq    uint64
+	prev   string
+	buf    []byte
+	hashed []byte // scratch for the hash input
+	batch  []Record
 }
 
 // OpenFile opens (or creates) the trail at cfg.Path, continuing its hash chain, and starts the
@@ -63,31 +70,40 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	s := &FileSink{cfg: cfg, queue: make(chan Record, cfg.Queue), done: make(chan struct{}), flushes: make(chan chan error),
-		f: f, seq: seq, prev: prev}
+	s := &FileSink{cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{}), flushes: make(chan chan error),
+		pending: make([]Record, 0, min(cfg.Queue, 1024)), f: f, seq: seq, prev: prev}
 	go s.run()
 	return s, nil
 }
 
 // Write queues r.
 func (s *FileSink) Write(_ context.Context, r Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, s.err)
-	}
-	if s.closed {
-		return fmt.Errorf("%w: closed", ErrUnavailable)
-	}
 	if r.Time.IsZero() {
 		r.Time = time.Now()
 	}
-	select {
-	case s.queue <- r:
-		return nil
-	default:
+	s.mu.Lock()
+	switch {
+	case s.err != nil:
+		err := s.err
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	case s.closed:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: closed", ErrUnavailable)
+	case len(s.pending) >= s.cfg.Queue:
+		s.mu.Unlock()
 		return fmt.Errorf("%w: queue full", ErrUnavailable)
 	}
+	s.pending = append(s.pending, r)
+	first := len(s.pending) == 1
+	s.mu.Unlock()
+	if first {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
 }
 
 func (s *FileSink) run() {
@@ -95,29 +111,38 @@ func (s *FileSink) run() {
 	w := bufio.NewWriterSize(s.f, 64<<10)
 	tick := time.NewTicker(s.cfg.FlushEvery)
 	defer tick.Stop()
-	pending := false
+	unflushed := false
+	// drain writes every pending record; it reports whether the sink is closed.
+	drain := func() bool {
+		s.mu.Lock()
+		s.batch, s.pending = s.pending, s.batch[:0]
+		closed := s.closed
+		s.mu.Unlock()
+		for i := range s.batch {
+			s.fail(s.append(w, &s.batch[i]))
+			s.batch[i] = Record{} // drop references to the strings it held
+		}
+		unflushed = unflushed || len(s.batch) > 0
+		return closed
+	}
 	for {
 		select {
-		case r, ok := <-s.queue:
-			if !ok {
+		case <-s.wake:
+			if drain() {
 				s.fail(w.Flush())
 				s.fail(s.f.Close())
 				return
 			}
-			s.fail(s.append(w, r))
-			pending = true
 		case <-tick.C:
-			if pending {
+			if unflushed {
 				s.fail(w.Flush())
-				pending = false
+				unflushed = false
 			}
 		case reply := <-s.flushes:
-			// Everything queued before the request is in the channel ahead of it.
-			for n := len(s.queue); n > 0; n-- {
-				s.fail(s.append(w, <-s.queue))
-			}
+			// Everything accepted before the request is pending now.
+			drain()
 			s.fail(w.Flush())
-			pending = false
+			unflushed = false
 			reply <- s.Err()
 		}
 	}
@@ -142,18 +167,20 @@ func (s *FileSink) Flush(ctx context.Context) error {
 	}
 }
 
-func (s *FileSink) append(w io.Writer, r Record) error {
+func (s *FileSink) append(w io.Writer, r *Record) error {
 	s.seq++
 	r.Seq, r.Prev, r.Hash = s.seq, s.prev, ""
 	// The hash covers the record encoded without it; the line is that same JSON with the hash
 	// spliced in as the last field, which is what Read reproduces to check it.
-	body := appendJSON(s.buf[:0], &r)
-	h := chainHash(s.prev, body)
+	body := appendJSON(s.buf[:0], r)
+	var hb [2 * sha256.Size]byte
+	h, hashed := appendChainHash(hb[:0], s.hashed, s.prev, body)
+	s.hashed = hashed
+	s.prev = string(h)
 	line := append(body[:len(body)-1], `,"hash":"`...)
 	line = append(line, h...)
 	line = append(line, "\"}\n"...)
 	s.buf = line
-	s.prev = h
 	_, err := w.Write(line)
 	return err
 }
@@ -172,11 +199,12 @@ func (s *FileSink) fail(err error) {
 // Close writes what is queued and closes the file.
 func (s *FileSink) Close() error {
 	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
-		close(s.queue)
-	}
+	s.closed = true
 	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,11 +212,16 @@ func (s *FileSink) Close() error {
 }
 
 func chainHash(prev string, body []byte) string {
-	h := sha256.New()
-	h.Write([]byte(prev))
-	h.Write(body)
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	h, _ := appendChainHash(nil, nil, prev, body)
+	return string(h)
+}
+
+// appendChainHash appends to dst the hex SHA-256 of prev followed by body: a record's link in the
+// chain. tmp is scratch space, returned for reuse.
+func appendChainHash(dst, tmp []byte, prev string, body []byte) ([]byte, []byte) {
+	tmp = append(append(tmp[:0], prev...), body...)
+	sum := sha256.Sum256(tmp)
+	return hex.AppendEncode(dst, sum[:]), tmp
 }
 
 // lastLink returns the sequence number and hash of the last record in the trail at path.
@@ -247,7 +280,7 @@ func (s *FileSink) Err() error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, s.err)
 	case s.closed:
 		return fmt.Errorf("%w: closed", ErrUnavailable)
-	case len(s.queue) == cap(s.queue):
+	case len(s.pending) >= s.cfg.Queue:
 		return fmt.Errorf("%w: queue full", ErrUnavailable)
 	}
 	return nil
