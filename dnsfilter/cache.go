@@ -28,7 +28,6 @@ type cacheEntry struct {
 type answerCache struct {
 	maxTTL, maxNegTTL time.Duration
 	maxEntries        int
-	now               func() time.Time
 
 	mu      sync.RWMutex
 	entries map[cacheKey]*cacheEntry
@@ -36,7 +35,7 @@ type answerCache struct {
 }
 
 func newAnswerCache(maxTTL, maxNegTTL time.Duration, maxEntries int) *answerCache {
-	return &answerCache{maxTTL: maxTTL, maxNegTTL: maxNegTTL, maxEntries: maxEntries, now: time.Now,
+	return &answerCache{maxTTL: maxTTL, maxNegTTL: maxNegTTL, maxEntries: maxEntries,
 		entries: map[cacheKey]*cacheEntry{}}
 }
 
@@ -45,14 +44,13 @@ func keyOf(q dns.Question) cacheKey {
 }
 
 // get returns a copy of the cached answer with TTLs lowered by its age, or nil.
-func (c *answerCache) get(k cacheKey) *dns.Msg {
+func (c *answerCache) get(k cacheKey, now time.Time) *dns.Msg {
 	c.mu.RLock()
 	e := c.entries[k]
 	c.mu.RUnlock()
 	if e == nil {
 		return nil
 	}
-	now := c.now()
 	if !now.Before(e.expires) {
 		return nil
 	}
@@ -75,14 +73,13 @@ func (c *answerCache) get(k cacheKey) *dns.Msg {
 }
 
 // getWire returns the packed form of the cached answer and its age in seconds.
-func (c *answerCache) getWire(k cacheKey) (*wireAnswer, uint32, bool) {
+func (c *answerCache) getWire(k cacheKey, now time.Time) (*wireAnswer, uint32, bool) {
 	c.mu.RLock()
 	e := c.entries[k]
 	c.mu.RUnlock()
 	if e == nil || e.wire == nil {
 		return nil, 0, false
 	}
-	now := c.now()
 	if !now.Before(e.expires) {
 		return nil, 0, false
 	}
@@ -91,7 +88,7 @@ func (c *answerCache) getWire(k cacheKey) (*wireAnswer, uint32, bool) {
 
 // put stores m for its lifetime: the smallest TTL in it, or for a negative answer the SOA
 // minimum, each capped. Failures (SERVFAIL, REFUSED) are not stored.
-func (c *answerCache) put(k cacheKey, m *dns.Msg) {
+func (c *answerCache) put(k cacheKey, m *dns.Msg, now time.Time) {
 	var ttl time.Duration
 	switch {
 	case m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0:
@@ -112,7 +109,6 @@ func (c *answerCache) put(k cacheKey, m *dns.Msg) {
 	if ttl <= 0 {
 		return
 	}
-	now := c.now()
 	stored := m.Copy()
 	stored.Extra = nil // never cache EDNS options of one exchange
 	w, ok := packWire(k, stored)

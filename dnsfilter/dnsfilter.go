@@ -80,6 +80,7 @@ type Resolver struct {
 	tunnel   TunnelLimits
 	distinct *distinctNames
 	rate     *ratelimit.Limiter[netip.Addr]
+	now      func() time.Time // the clock of the cache, the tunnel window and durations
 }
 
 // New returns a Resolver.
@@ -107,6 +108,7 @@ func New(cfg Config) *Resolver {
 		cache:    newAnswerCache(cfg.CacheMaxTTL, cfg.CacheNegTTL, cfg.CacheEntries),
 		tunnel:   t,
 		distinct: newDistinctNames(t.MaxDistinct, t.Window),
+		now:      time.Now,
 	}
 	r.rate = ratelimit.New[netip.Addr](cfg.RateQPS, cfg.RateBurst)
 	r.SetPins(cfg.Pins)
@@ -133,7 +135,7 @@ func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // Handle answers req from src and records the decision. udp says whether the answer must fit
 // the client's UDP buffer (it is truncated, with TC set, when it does not).
 func (r *Resolver) Handle(req *dns.Msg, src netip.Addr, udp bool) *dns.Msg {
-	start := time.Now()
+	start := r.now()
 	rec := r.newRecord(start, src)
 	var resp *dns.Msg
 	if req.Response || req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
@@ -142,7 +144,7 @@ func (r *Resolver) Handle(req *dns.Msg, src netip.Addr, udp bool) *dns.Msg {
 		resp.SetRcode(req, dns.RcodeFormatError)
 	} else {
 		q := req.Question[0]
-		name, d := r.admit(src, q.Name, q.Qtype, &rec)
+		name, d := r.admit(src, q.Name, q.Qtype, &rec, start)
 		resp = r.respond(req, name, d, &rec)
 	}
 	return r.seal(req, resp, udp, start, &rec)
@@ -174,7 +176,7 @@ func (r *Resolver) unrecorded(req *dns.Msg) *dns.Msg {
 // record completes rec with its duration, counts it and writes it; false means the trail did not
 // take it and the query must be refused.
 func (r *Resolver) record(rec *audit.Record, qtype uint16, start time.Time) bool {
-	rec.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	rec.DurationMS = float64(r.now().Sub(start).Microseconds()) / 1000
 	r.metrics.query(string(rec.Decision), rec.Rule, metricType(qtype))
 	if err := r.cfg.Audit.Write(context.Background(), *rec); err != nil {
 		r.metrics.auditRefused()
@@ -201,13 +203,22 @@ func (r *Resolver) finish(req, resp *dns.Msg, udp bool) {
 // metricType is the query type as a metric label: the types sandboxes ask for by name, every
 // other type as "other", so the label's values stay bounded.
 func metricType(t uint16) string {
-	if allowedTypes[t] || t == dns.TypeTXT || t == dns.TypeANY || t == dns.TypeNULL {
-		return dns.TypeToString[t]
+	switch t {
+	case dns.TypeA, dns.TypeAAAA, dns.TypeCNAME, dns.TypeHTTPS, dns.TypeSVCB, dns.TypeTXT, dns.TypeANY, dns.TypeNULL:
+		return typeName(t)
 	}
 	return "other"
 }
 
 func typeName(t uint16) string {
+	switch t { // the common ones without a map lookup
+	case dns.TypeA:
+		return "A"
+	case dns.TypeAAAA:
+		return "AAAA"
+	case dns.TypeHTTPS:
+		return "HTTPS"
+	}
 	if s, ok := dns.TypeToString[t]; ok {
 		return s
 	}
@@ -224,7 +235,7 @@ type denial struct {
 // the source is under its rate and holds a lease, the name is valid and in the lease's scopes, the
 // type is answered, and under a wildcard the name does not look like a tunnel. It fills rec's
 // question and lease fields and returns the canonical name.
-func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.Record) (string, denial) {
+func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.Record, now time.Time) (string, denial) {
 	rec.QName, rec.QType = qname, typeName(qtype)
 	if c, ok := r.cfg.Audit.(audit.Checker); ok {
 		if err := c.Err(); err != nil {
@@ -263,7 +274,7 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 			rec.Flagged = true
 			return "", denial{RuleTunnel, fmt.Sprintf("%s refused: %s", name, reason), dns.ExtendedErrorCodeBlocked}
 		}
-		if r.distinct.seen(b.Lease, apex, name) {
+		if r.distinct.seen(b.Lease, apex, name, now) {
 			rec.Flagged = true
 			return "", denial{RuleTunnel, fmt.Sprintf("lease %s looked up more than %d distinct names under %s in %s", b.Lease, r.tunnel.MaxDistinct, apex, r.tunnel.Window), dns.ExtendedErrorCodeBlocked}
 		}
@@ -342,7 +353,7 @@ func firstPrivate(m *dns.Msg) (netip.Addr, bool) {
 // lookup answers from the cache, or asks upstream once for all identical queries in flight.
 func (r *Resolver) lookup(req *dns.Msg) (*dns.Msg, bool, error) {
 	k := keyOf(req.Question[0])
-	if m := r.cache.get(k); m != nil {
+	if m := r.cache.get(k, r.now()); m != nil {
 		r.metrics.cacheHit(true)
 		return m, true, nil
 	}
@@ -352,7 +363,7 @@ func (r *Resolver) lookup(req *dns.Msg) (*dns.Msg, bool, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.cache.put(k, m)
+		r.cache.put(k, m, r.now())
 		return m, nil
 	})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
 	"golang.org/x/net/netutil"
 
 	"github.com/airlock-dev/airlock/gateway/audit"
@@ -63,15 +62,9 @@ func (r *Resolver) Serve(ctx context.Context, addr string, ready func()) error {
 	return nil
 }
 
-// batch is how many datagrams one worker reads (recvmmsg) and answers (sendmmsg) per system
-// call; under load the syscalls, not the resolving, are the cost.
-const batch = 32
-
-func (r *Resolver) udpWorker(pc net.PacketConn) {
-	if ua, ok := pc.LocalAddr().(*net.UDPAddr); ok && ua.IP.To4() != nil {
-		r.udpBatchWorker(ipv4.NewPacketConn(pc))
-		return
-	}
+// udpLoop answers one datagram per system call: the portable way, where batching is not
+// available.
+func (r *Resolver) udpLoop(pc net.PacketConn) {
 	buf := make([]byte, 65535)
 	out := make([]byte, 0, 4096)
 	for {
@@ -137,51 +130,4 @@ func (r *Resolver) malformed(pkt []byte, src netip.Addr) *dns.Msg {
 func malformedRecord(node string, src netip.Addr) audit.Record {
 	return audit.Record{Time: time.Now(), Kind: audit.KindDNS, Node: node, Source: src.String(),
 		Decision: audit.Deny, Rule: RuleMalformed, Reason: "malformed DNS message"}
-}
-
-func (r *Resolver) udpBatchWorker(pc *ipv4.PacketConn) {
-	in := make([]ipv4.Message, batch)
-	for i := range in {
-		in[i].Buffers = [][]byte{make([]byte, 4096)}
-	}
-	out := make([]ipv4.Message, 0, batch)
-	bufs := make([][]byte, batch)
-	outBufs := make([][][]byte, batch) // one Buffers slice per reply, reused
-	for i := range bufs {
-		bufs[i] = make([]byte, 0, 1232)
-		outBufs[i] = make([][]byte, 1)
-	}
-	for {
-		n, err := pc.ReadBatch(in, 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		out = out[:0]
-		for i := range n {
-			m := &in[i]
-			ua, ok := m.Addr.(*net.UDPAddr)
-			if !ok {
-				continue
-			}
-			src, _ := netip.AddrFromSlice(ua.IP)
-			src = src.Unmap()
-			packed := r.reply(m.Buffers[0][:m.N], src, bufs[len(out)][:0])
-			if packed == nil {
-				continue
-			}
-			bufs[len(out)] = packed[:0]
-			outBufs[len(out)][0] = packed
-			out = append(out, ipv4.Message{Buffers: outBufs[len(out)], Addr: m.Addr})
-		}
-		for sent := 0; sent < len(out); {
-			k, err := pc.WriteBatch(out[sent:], 0)
-			if err != nil {
-				break
-			}
-			sent += k
-		}
-	}
 }

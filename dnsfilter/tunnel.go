@@ -45,7 +45,9 @@ func (t TunnelLimits) shape(name string) string {
 	if len(name) > t.MaxName {
 		return "name longer than " + itoa(t.MaxName) + " characters"
 	}
-	for _, l := range strings.Split(name, ".") {
+	for rest := name; rest != ""; {
+		var l string
+		l, rest, _ = strings.Cut(rest, ".")
 		if len(l) > t.MaxLabel {
 			return "label longer than " + itoa(t.MaxLabel) + " characters"
 		}
@@ -91,11 +93,12 @@ func itoa(n int) string {
 type distinctNames struct {
 	limit  int
 	window time.Duration
-	now    func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*nameBucket // lease + "\x00" + apex
+	buckets map[leaseApex]*nameBucket
 }
+
+type leaseApex struct{ lease, apex string }
 
 type nameBucket struct {
 	start     time.Time
@@ -104,16 +107,15 @@ type nameBucket struct {
 }
 
 func newDistinctNames(limit int, window time.Duration) *distinctNames {
-	return &distinctNames{limit: limit, window: window, now: time.Now, buckets: map[string]*nameBucket{}}
+	return &distinctNames{limit: limit, window: window, buckets: map[leaseApex]*nameBucket{}}
 }
 
 // seen records name for lease under apex and reports whether the lease is over the limit for a
 // new name. A name already seen in the window is always answered.
-func (d *distinctNames) seen(lease, apex, name string) (over bool) {
-	now := d.now()
+func (d *distinctNames) seen(lease, apex, name string, now time.Time) (over bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	key := lease + "\x00" + apex
+	key := leaseApex{lease, apex}
 	b := d.buckets[key]
 	half := d.window / 2
 	if b == nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -242,13 +241,13 @@ func (r *Resolver) handleWire(pkt []byte, src netip.Addr, out []byte) (reply []b
 	if !ok {
 		return nil, false
 	}
-	start := time.Now()
+	start := r.now()
 	rec := r.newRecord(start, src)
-	name, d := r.admit(src, q.name, q.qtype, &rec)
+	name, d := r.admit(src, q.name, q.qtype, &rec, start)
 	if d.rule == "" {
 		if _, pinned := r.pinned(name); !pinned {
 			k := cacheKey{name: lowerASCII(q.name), qtype: q.qtype, qclass: dns.ClassINET}
-			if w, age, hit := r.cache.getWire(k); hit && !w.private {
+			if w, age, hit := r.cache.getWire(k, start); hit && !w.private {
 				if b, fits := w.appendReply(out, &q, age); fits {
 					r.metrics.cacheHit(true)
 					rec.Decision, rec.Rule, rec.Reason, rec.Answers = audit.Allow, RuleScope, "cached", w.answers

@@ -65,7 +65,7 @@ func wireResolver(t testing.TB) (*Resolver, *memSink, *time.Time) {
 		}},
 	})
 	now := time.Now()
-	r.cache.now = func() time.Time { return now }
+	r.now = func() time.Time { return now }
 	return r, sink, &now
 }
 
@@ -130,7 +130,7 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 			generalRec := sink.last()
 
 			q, parsed := parseQuery(pkt)
-			_, _, hit := r.cache.getWire(cacheKey{lowerASCII(q.name), q.qtype, dns.ClassINET})
+			_, _, hit := r.cache.getWire(cacheKey{lowerASCII(q.name), q.qtype, dns.ClassINET}, *now)
 			if !parsed {
 				t.Fatalf("%s: the fast path does not parse a plain query", c.name)
 			}
@@ -170,7 +170,7 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 		t.Fatalf("after 200s of a 300s TTL: %v", m.Answer)
 	}
 	*now = now.Add(time.Hour)
-	if _, _, hit := r.cache.getWire(cacheKey{"public.example.test.", dns.TypeA, dns.ClassINET}); hit {
+	if _, _, hit := r.cache.getWire(cacheKey{"public.example.test.", dns.TypeA, dns.ClassINET}, *now); hit {
 		t.Fatal("an expired answer is still served from the packed cache")
 	}
 }
