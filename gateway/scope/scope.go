@@ -140,11 +140,11 @@ func CanonicalHost(h string) (string, error) {
 	if !strings.HasPrefix(h, "[") && (strings.HasPrefix(h, ".") || strings.HasSuffix(h, ".") || strings.Contains(h, "..")) {
 		return "", fmt.Errorf("%q has an empty label", h)
 	}
+	if isPlainName(h) {
+		return h, nil // first: a plain name is never an address literal (see isPlainName)
+	}
 	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
 		return a.Unmap().String(), nil
-	}
-	if isPlainName(h) {
-		return h, nil
 	}
 	// Decimal, octal, hex and short IPv4 forms ("2130706433", "0177.0.0.1", "0x7f.1") are
 	// addresses to many resolvers and clients: treat them as the address they denote, so they
