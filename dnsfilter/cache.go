@@ -45,13 +45,8 @@ func keyOf(q dns.Question) cacheKey {
 
 // get returns a copy of the cached answer with TTLs lowered by its age, or nil.
 func (c *answerCache) get(k cacheKey, now time.Time) *dns.Msg {
-	c.mu.RLock()
-	e := c.entries[k]
-	c.mu.RUnlock()
+	e := c.live(k, now)
 	if e == nil {
-		return nil
-	}
-	if !now.Before(e.expires) {
 		return nil
 	}
 	m := e.msg.Copy()
@@ -74,16 +69,22 @@ func (c *answerCache) get(k cacheKey, now time.Time) *dns.Msg {
 
 // getWire returns the packed form of the cached answer and its age in seconds.
 func (c *answerCache) getWire(k cacheKey, now time.Time) (*wireAnswer, uint32, bool) {
-	c.mu.RLock()
-	e := c.entries[k]
-	c.mu.RUnlock()
+	e := c.live(k, now)
 	if e == nil || e.wire == nil {
 		return nil, 0, false
 	}
-	if !now.Before(e.expires) {
-		return nil, 0, false
-	}
 	return e.wire, uint32(now.Sub(e.stored) / time.Second), true
+}
+
+// live returns the entry for k unless it is missing or expired at now.
+func (c *answerCache) live(k cacheKey, now time.Time) *cacheEntry {
+	c.mu.RLock()
+	e := c.entries[k]
+	c.mu.RUnlock()
+	if e == nil || !now.Before(e.expires) {
+		return nil
+	}
+	return e
 }
 
 // put stores m for its lifetime: the smallest TTL in it, or for a negative answer the SOA
@@ -111,10 +112,7 @@ func (c *answerCache) put(k cacheKey, m *dns.Msg, now time.Time) {
 	}
 	stored := m.Copy()
 	stored.Extra = nil // never cache EDNS options of one exchange
-	w, ok := packWire(k, stored)
-	if !ok {
-		w = nil
-	}
+	w := packWire(k, stored)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.maxEntries {

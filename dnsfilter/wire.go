@@ -147,15 +147,15 @@ type wireAnswer struct {
 	private bool // some address in the answer is not public: the general path refuses it
 }
 
-// packWire packs m (with the canonical question k) for the fast path; ok is false when m does not
-// pack or holds records the fast path does not rewrite (OPT).
-func packWire(k cacheKey, m *dns.Msg) (*wireAnswer, bool) {
-	c := m.Copy()
+// packWire packs m (with the canonical question k) for the fast path; it returns nil when m does
+// not pack or holds records the fast path does not rewrite (OPT).
+func packWire(k cacheKey, m *dns.Msg) *wireAnswer {
+	c := *m // packing reads the records; only the question and compression differ
 	c.Question = []dns.Question{{Name: k.name, Qtype: k.qtype, Qclass: k.qclass}}
 	c.Compress = true
 	p, err := c.Pack()
 	if err != nil {
-		return nil, false
+		return nil
 	}
 	i := 12
 	for i < len(p) && p[i] != 0 {
@@ -163,7 +163,7 @@ func packWire(k cacheKey, m *dns.Msg) (*wireAnswer, bool) {
 	}
 	i += 1 + 4
 	if i > len(p) {
-		return nil, false
+		return nil
 	}
 	w := &wireAnswer{flags: binary.BigEndian.Uint16(p[2:]), body: p[i:], answers: len(m.Answer)}
 	for s := range w.counts {
@@ -177,22 +177,22 @@ func packWire(k cacheKey, m *dns.Msg) (*wireAnswer, bool) {
 		}
 		switch {
 		case j >= len(b):
-			return nil, false
+			return nil
 		case b[j] == 0:
 			j++
 		default:
 			j += 2
 		}
 		if j+10 > len(b) || binary.BigEndian.Uint16(b[j:]) == dns.TypeOPT {
-			return nil, false
+			return nil
 		}
 		w.ttls = append(w.ttls, j+4)
 		j += 10 + int(binary.BigEndian.Uint16(b[j+8:]))
 		if j > len(b) {
-			return nil, false
+			return nil
 		}
 	}
-	return w, true
+	return w
 }
 
 // appendReply appends the reply to q from w, with TTLs lowered by age; ok is false when it would
