@@ -24,16 +24,7 @@ fi
 [ -x "$tools/coredns" ] || { echo "building CoreDNS v1.15.0 (about 6 minutes the first time)"; GOBIN="$tools" go install github.com/coredns/coredns@v1.15.0; }
 go build -o "$tools/dnsbench" ./bench/dnsbench
 
-work=$(mktemp -d)
-chmod 755 "$work"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-bg() { local name=$1; shift; taskset -c 1 "$@" >"$work/$name.log" 2>&1 & pids+=($!); }
+. scripts/bench-lib.sh
 waitdns() {
 	for _ in $(seq 1 100); do
 		dig +tries=1 +time=1 -p "$1" @127.0.0.1 n0.bench.test A >/dev/null 2>&1 && return 0

@@ -22,23 +22,13 @@ fi
 [ -x "$tools/smokescreen" ] || GOBIN="$tools" go install github.com/stripe/smokescreen@v0.1.0
 go build -o "$tools/gatewaybench" ./bench/gatewaybench
 
-work=$(mktemp -d)
-chmod 755 "$work"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-bg() { taskset -c 1 "$@" >"$work/$(basename "$1").log" 2>&1 & pids+=($!); }
+. scripts/bench-lib.sh
 waitport() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
 
-bg "$tools/gatewaybench" upstream -http 127.0.0.1:18081 -https 127.0.0.1:18443 -cert "$work"
+bg upstream "$tools/gatewaybench" upstream -http 127.0.0.1:18081 -https 127.0.0.1:18443 -cert "$work"
 waitport 18081; waitport 18443
-bg "$tools/gatewaybench" gateway -listen 127.0.0.1:18080 -http-upstream 127.0.0.1:18081 -https-upstream 127.0.0.1:18443 -cert "$work" -audit "$work/audit.jsonl"
-bg "$tools/smokescreen" --listen-ip 127.0.0.1 --listen-port 18083 --allow-range 127.0.0.0/8
+bg gateway "$tools/gatewaybench" gateway -listen 127.0.0.1:18080 -http-upstream 127.0.0.1:18081 -https-upstream 127.0.0.1:18443 -cert "$work" -audit "$work/audit.jsonl"
+bg smokescreen "$tools/smokescreen" --listen-ip 127.0.0.1 --listen-port 18083 --allow-range 127.0.0.0/8
 mkdir -p "$work/squid" && chmod 777 "$work/squid"
 cat >"$work/squid.conf" <<CONF
 http_port 127.0.0.1:18082
@@ -51,7 +41,7 @@ coredump_dir $work/squid
 workers 1
 shutdown_lifetime 0 seconds
 CONF
-bg "$(command -v squid)" -N -f "$work/squid.conf"
+bg squid "$(command -v squid)" -N -f "$work/squid.conf"
 waitport 18080; waitport 18082; waitport 18083
 
 # wrk through a forward proxy: the absolute-form URL goes in the request path.

@@ -10,16 +10,12 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"log"
 	"net"
-	"os"
-	"os/signal"
-	"runtime/pprof"
-	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/bench/benchcmd"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
@@ -27,23 +23,10 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		log.Fatal("usage: dnsbench upstream|resolver ...")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var err error
-	switch os.Args[1] {
-	case "upstream":
-		err = runUpstream(ctx, os.Args[2:])
-	case "resolver":
-		err = runResolver(ctx, os.Args[2:])
-	default:
-		err = errors.New("unknown mode " + os.Args[1])
-	}
-	if err != nil {
-		log.Fatal(err)
-	}
+	benchcmd.Main("dnsbench", map[string]func(context.Context, []string) error{
+		"upstream": runUpstream,
+		"resolver": runResolver,
+	})
 }
 
 // runUpstream answers every name under bench.test with one A record (TTL 1h) and NXDOMAIN
@@ -78,14 +61,11 @@ func runResolver(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here")
 	workers := fs.Int("workers", 0, "UDP workers (0: the resolver's default)")
 	fs.Parse(args)
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchcmd.Profile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if *auditPath == "" {
 		return errors.New("-audit is required")
 	}

@@ -19,15 +19,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/bench/benchcmd"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
@@ -40,25 +37,11 @@ import (
 const BenchHost = "upstream.bench"
 
 func main() {
-	if len(os.Args) < 2 {
-		log.Fatal("usage: gatewaybench upstream|gateway|load ...")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var err error
-	switch os.Args[1] {
-	case "upstream":
-		err = runUpstream(ctx, os.Args[2:])
-	case "gateway":
-		err = runGateway(ctx, os.Args[2:])
-	case "load":
-		err = runLoad(ctx, os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown mode %q", os.Args[1])
-	}
-	if err != nil {
-		log.Fatal(err)
-	}
+	benchcmd.Main("gatewaybench", map[string]func(context.Context, []string) error{
+		"upstream": runUpstream,
+		"gateway":  runGateway,
+		"load":     runLoad,
+	})
 }
 
 var hello = []byte("hello from the benchmark upstream\n")
@@ -101,14 +84,11 @@ func runGateway(ctx context.Context, args []string) error {
 	auditPath := fs.String("audit", "", "audit trail file (required: the benchmark runs with audit on)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here")
 	fs.Parse(args)
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchcmd.Profile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if *auditPath == "" {
 		return errors.New("-audit is required")
 	}
