@@ -9,9 +9,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // leasePath splits "LEASE:PATH"; ok is false for a local path.
@@ -119,75 +116,4 @@ func cmdRenew(args []string) int {
 	}
 	fmt.Printf("%s expires %s\n", l.ID, l.Expires.Local().Format(time.RFC3339))
 	return 0
-}
-
-// cmdLogs prints the tenant's audit records.
-func cmdLogs(args []string) int {
-	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
-	lease := fs.String("lease", "", "only this lease")
-	decision := fs.String("decision", "", "allow or deny")
-	since := fs.String("since", "", "only records newer than this duration (or RFC 3339 time)")
-	follow := fs.Bool("follow", false, "keep printing new records")
-	asJSON := fs.Bool("json", false, "print JSON lines")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *decision != "" && *decision != "allow" && *decision != "deny" {
-		fmt.Fprintln(os.Stderr, "airlock logs: --decision is allow or deny")
-		return 2
-	}
-	c, err := newClient()
-	if err != nil {
-		return fail(err)
-	}
-	q := client.AuditQuery{Lease: *lease, Decision: *decision, Since: *since}
-	var lastSeq uint64
-	for {
-		recs, err := c.Audit(context.Background(), q)
-		if err != nil {
-			return fail(err)
-		}
-		for _, r := range recs {
-			if r.Seq <= lastSeq {
-				continue
-			}
-			lastSeq = r.Seq
-			printRecord(r, *asJSON)
-		}
-		if !*follow {
-			return 0
-		}
-		if len(recs) > 0 {
-			q.Since = recs[len(recs)-1].Time.Format(time.RFC3339Nano)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-func printRecord(r audit.Record, asJSON bool) {
-	if asJSON {
-		json.NewEncoder(os.Stdout).Encode(r)
-		return
-	}
-	what := r.Host
-	switch r.Kind {
-	case audit.KindHTTP:
-		what = fmt.Sprintf("%s %s:%d%s", r.Method, r.Host, r.Port, r.Path)
-	case audit.KindDNS:
-		what = r.QName + " " + r.QType
-	case audit.KindExec:
-		what = strings.Join(r.Command, " ")
-	case audit.KindLease:
-		what = r.Event
-	case audit.KindFile:
-		what = fmt.Sprintf("%s %s (%d bytes)", r.Event, r.Path, r.Size)
-	}
-	fmt.Printf("%s %-5s %-5s %-16s %s %s", r.Time.Local().Format("15:04:05.000"), r.Kind, r.Decision, r.Rule, r.Lease, what)
-	if r.Credential != "" {
-		fmt.Printf(" [credential %s]", r.Credential)
-	}
-	if r.Decision == audit.Deny && r.Reason != "" {
-		fmt.Printf(" : %s", r.Reason)
-	}
-	fmt.Println()
 }

@@ -75,6 +75,12 @@ type Record struct {
 
 	DurationMS float64 `json:"duration_ms,omitempty"`
 
+	// Raw holds, base64-encoded, the exact bytes of every text field that is not valid UTF-8
+	// (keyed by the field's JSON name, "command.N" for an argument). The field itself carries
+	// the text with U+FFFD in place of each invalid byte, so any JSON reader can show it; Read
+	// puts the exact bytes back. Filled by the encoder, never by callers.
+	Raw map[string]string `json:"raw,omitempty"`
+
 	// Hash chain, filled by the file sink.
 	Seq  uint64 `json:"seq"`
 	Prev string `json:"prev,omitempty"`

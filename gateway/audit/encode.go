@@ -1,95 +1,143 @@
 package audit
 
 import (
+	"encoding/base64"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// appendJSON appends r as a JSON object, fields in declaration order, empty ones left out, the
-// way encoding/json would write it. The trail is written and verified with this one encoder, so
-// the hash chain never depends on a library's formatting; it is several times faster than
-// reflection, which matters because every request and query writes a record.
-func appendJSON(b []byte, r *Record) []byte {
-	b = append(b, `{"time":"`...)
-	b = r.Time.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, '"')
-	str := func(name, v string) {
-		if v != "" {
-			b = append(b, ',', '"')
-			b = append(b, name...)
-			b = append(b, '"', ':')
-			b = appendString(b, v)
-		}
-	}
-	num := func(name string, v int64) {
-		if v != 0 {
-			b = append(b, ',', '"')
-			b = append(b, name...)
-			b = append(b, '"', ':')
-			b = strconv.AppendInt(b, v, 10)
-		}
-	}
-	b = append(b, `,"kind":`...)
-	b = appendString(b, string(r.Kind))
-	str("node", r.Node)
-	str("tenant", r.Tenant)
-	str("lease", r.Lease)
-	str("task", r.Task)
-	str("sandbox", r.Sandbox)
-	str("source", r.Source)
-	str("decision", string(r.Decision))
-	str("rule", r.Rule)
-	str("reason", r.Reason)
-	str("method", r.Method)
-	str("host", r.Host)
-	num("port", int64(r.Port))
-	str("path", r.Path)
-	str("credential", r.Credential)
-	num("status", int64(r.Status))
-	num("bytes_up", r.BytesUp)
-	num("bytes_down", r.BytesDown)
-	str("upstream", r.Upstream)
-	str("qname", r.QName)
-	str("qtype", r.QType)
-	num("answers", int64(r.Answers))
+// encoder writes records as JSON objects, fields in declaration order and empty ones left out,
+// the way encoding/json would write a record of valid UTF-8. The trail is written with this one
+// encoder and verified over the exact bytes it wrote, so the hash chain never depends on how any
+// reader decodes or re-encodes a line. It is several times faster than reflection, which matters
+// because every request and query writes a record.
+//
+// Any bytes can reach a record (a sandbox picks its paths and names, a tenant its file names), so
+// the encoding is lossless: a field that is not valid UTF-8 is written with U+FFFD in place of
+// each invalid byte, as encoding/json does, and its exact bytes go, base64-encoded, into the
+// record's "raw" object, which Read puts back.
+type encoder struct {
+	b   []byte
+	raw []rawField // fields of the record being written that are not valid UTF-8
+}
+
+type rawField struct{ name, value string }
+
+// appendJSON appends r as one JSON object (r.Raw is ignored: the encoder derives it).
+func (e *encoder) appendJSON(b []byte, r *Record) []byte {
+	e.b, e.raw = b, e.raw[:0]
+	e.b = append(e.b, `{"time":"`...)
+	e.b = r.Time.AppendFormat(e.b, time.RFC3339Nano)
+	e.b = append(e.b, `","kind":`...)
+	e.text("kind", string(r.Kind))
+	e.str("node", r.Node)
+	e.str("tenant", r.Tenant)
+	e.str("lease", r.Lease)
+	e.str("task", r.Task)
+	e.str("sandbox", r.Sandbox)
+	e.str("source", r.Source)
+	e.str("decision", string(r.Decision))
+	e.str("rule", r.Rule)
+	e.str("reason", r.Reason)
+	e.str("method", r.Method)
+	e.str("host", r.Host)
+	e.num("port", int64(r.Port))
+	e.str("path", r.Path)
+	e.str("credential", r.Credential)
+	e.num("status", int64(r.Status))
+	e.num("bytes_up", r.BytesUp)
+	e.num("bytes_down", r.BytesDown)
+	e.str("upstream", r.Upstream)
+	e.str("qname", r.QName)
+	e.str("qtype", r.QType)
+	e.num("answers", int64(r.Answers))
 	if r.Flagged {
-		b = append(b, `,"flagged":true`...)
+		e.b = append(e.b, `,"flagged":true`...)
 	}
-	str("event", r.Event)
+	e.str("event", r.Event)
 	if len(r.Command) > 0 {
-		b = append(b, `,"command":[`...)
+		e.b = append(e.b, `,"command":[`...)
 		for i, c := range r.Command {
 			if i > 0 {
-				b = append(b, ',')
+				e.b = append(e.b, ',')
 			}
-			b = appendString(b, c)
+			if !e.appendString(c) {
+				e.raw = append(e.raw, rawField{"command." + strconv.Itoa(i), c})
+			}
 		}
-		b = append(b, ']')
+		e.b = append(e.b, ']')
 	}
 	if r.ExitCode != nil {
-		b = append(b, `,"exit_code":`...)
-		b = strconv.AppendInt(b, int64(*r.ExitCode), 10)
+		e.b = append(e.b, `,"exit_code":`...)
+		e.b = strconv.AppendInt(e.b, int64(*r.ExitCode), 10)
 	}
-	str("sha256", r.SHA256)
-	num("size", r.Size)
+	e.str("sha256", r.SHA256)
+	e.num("size", r.Size)
 	if r.DurationMS != 0 {
-		b = append(b, `,"duration_ms":`...)
-		b = strconv.AppendFloat(b, r.DurationMS, 'f', -1, 64)
+		e.b = append(e.b, `,"duration_ms":`...)
+		e.b = strconv.AppendFloat(e.b, r.DurationMS, 'f', -1, 64)
 	}
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, r.Seq, 10)
-	str("prev", r.Prev)
-	str("hash", r.Hash)
-	return append(b, '}')
+	if len(e.raw) > 0 {
+		e.b = append(e.b, `,"raw":{`...)
+		for i, f := range e.raw {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.b = append(e.b, '"')
+			e.b = append(e.b, f.name...)
+			e.b = append(e.b, `":"`...)
+			e.b = base64.StdEncoding.AppendEncode(e.b, []byte(f.value))
+			e.b = append(e.b, '"')
+		}
+		e.b = append(e.b, '}')
+	}
+	e.b = append(e.b, `,"seq":`...)
+	e.b = strconv.AppendUint(e.b, r.Seq, 10)
+	e.str("prev", r.Prev)
+	e.str("hash", r.Hash)
+	e.b = append(e.b, '}')
+	return e.b
+}
+
+// str appends a string field unless v is empty.
+func (e *encoder) str(name, v string) {
+	if v == "" {
+		return
+	}
+	e.b = append(e.b, ',', '"')
+	e.b = append(e.b, name...)
+	e.b = append(e.b, '"', ':')
+	e.text(name, v)
+}
+
+// text appends v as a JSON string, noting it in raw when it is not valid UTF-8.
+func (e *encoder) text(name, v string) {
+	if !e.appendString(v) {
+		e.raw = append(e.raw, rawField{name, v})
+	}
+}
+
+func (e *encoder) num(name string, v int64) {
+	if v == 0 {
+		return
+	}
+	e.b = append(e.b, ',', '"')
+	e.b = append(e.b, name...)
+	e.b = append(e.b, '"', ':')
+	e.b = strconv.AppendInt(e.b, v, 10)
 }
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string: quotes, backslashes and control characters escaped,
-// invalid UTF-8 replaced with U+FFFD, as encoding/json does (without its HTML escaping).
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
+// appendString appends s as a JSON string: quotes, backslashes, control characters, U+2028 and
+// U+2029 escaped, invalid UTF-8 replaced with U+FFFD, as encoding/json does (without its HTML
+// escaping). It reports whether s was valid UTF-8.
+func (e *encoder) appendString(s string) (valid bool) {
+	b := append(e.b, '"')
+	valid = true
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -119,6 +167,7 @@ func appendString(b []byte, s string) []byte {
 		if r == utf8.RuneError && size == 1 {
 			b = append(b, s[start:i]...)
 			b = append(b, `\ufffd`...)
+			valid = false
 			i += size
 			start = i
 			continue
@@ -133,5 +182,89 @@ func appendString(b []byte, s string) []byte {
 		i += size
 	}
 	b = append(b, s[start:]...)
-	return append(b, '"')
+	e.b = append(b, '"')
+	return valid
+}
+
+// restoreRaw puts the exact bytes recorded in r.Raw back into the fields they belong to. It
+// leaves r.Raw as read, so a record passed on as JSON still carries them.
+func (r *Record) restoreRaw() error {
+	for name, enc := range r.Raw {
+		v, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			return fmt.Errorf("raw %q is not base64", name)
+		}
+		if !r.setText(name, string(v)) {
+			return fmt.Errorf("raw %q names no text field", name)
+		}
+	}
+	return nil
+}
+
+// setText sets the text field with JSON name name (or "command.N") to v.
+func (r *Record) setText(name, v string) bool {
+	var f *string
+	switch name {
+	case "kind":
+		r.Kind = Kind(v)
+		return true
+	case "decision":
+		r.Decision = Decision(v)
+		return true
+	case "node":
+		f = &r.Node
+	case "tenant":
+		f = &r.Tenant
+	case "lease":
+		f = &r.Lease
+	case "task":
+		f = &r.Task
+	case "sandbox":
+		f = &r.Sandbox
+	case "source":
+		f = &r.Source
+	case "rule":
+		f = &r.Rule
+	case "reason":
+		f = &r.Reason
+	case "method":
+		f = &r.Method
+	case "host":
+		f = &r.Host
+	case "path":
+		f = &r.Path
+	case "credential":
+		f = &r.Credential
+	case "upstream":
+		f = &r.Upstream
+	case "qname":
+		f = &r.QName
+	case "qtype":
+		f = &r.QType
+	case "event":
+		f = &r.Event
+	case "sha256":
+		f = &r.SHA256
+	case "prev":
+		f = &r.Prev
+	case "hash":
+		f = &r.Hash
+	default:
+		i, ok := commandIndex(name)
+		if !ok || i >= len(r.Command) {
+			return false
+		}
+		f = &r.Command[i]
+	}
+	*f = v
+	return true
+}
+
+func commandIndex(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "command.")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0
 }

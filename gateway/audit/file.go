@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,6 +46,7 @@ type FileSink struct {
 	f      *os.File
 	seq    uint64
 	prev   string
+	enc    encoder
 	buf    []byte
 	hashed []byte // scratch for the hash input
 	batch  []Record
@@ -62,7 +61,7 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 20 * time.Millisecond
 	}
-	seq, prev, err := lastLink(cfg.Path)
+	t, err := readTail(cfg.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +69,15 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	if t.torn {
+		// The last write of an earlier run stopped mid-line: end that line, so the next record
+		// starts on its own. Verification reports the torn line by position.
+		if _, err := f.Write([]byte("\n")); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+	}
+	seq, prev := t.seq, t.hash
 	s := &FileSink{cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{}), flushes: make(chan chan error),
 		pending: make([]Record, 0, min(cfg.Queue, 1024)), f: f, seq: seq, prev: prev}
 	go s.run()
@@ -170,14 +178,15 @@ func (s *FileSink) Flush(ctx context.Context) error {
 func (s *FileSink) append(w io.Writer, r *Record) error {
 	s.seq++
 	r.Seq, r.Prev, r.Hash = s.seq, s.prev, ""
-	// The hash covers the record encoded without it; the line is that same JSON with the hash
-	// spliced in as the last field, which is what Read reproduces to check it.
-	body := appendJSON(s.buf[:0], r)
-	var hb [2 * sha256.Size]byte
+	// The hash covers prev followed by the record encoded without it; the line is that same
+	// body with the hash spliced in as the last field. Verification hashes those exact bytes
+	// again (see checkLine), so it never depends on decoding and re-encoding the record.
+	body := s.enc.appendJSON(s.buf[:0], r)
+	var hb [hashLen]byte
 	h, hashed := appendChainHash(hb[:0], s.hashed, s.prev, body)
 	s.hashed = hashed
 	s.prev = string(h)
-	line := append(body[:len(body)-1], `,"hash":"`...)
+	line := append(body[:len(body)-1], hashPrefix...)
 	line = append(line, h...)
 	line = append(line, "\"}\n"...)
 	s.buf = line
@@ -211,64 +220,12 @@ func (s *FileSink) Close() error {
 	return s.err
 }
 
-func chainHash(prev string, body []byte) string {
-	h, _ := appendChainHash(nil, nil, prev, body)
-	return string(h)
-}
-
 // appendChainHash appends to dst the hex SHA-256 of prev followed by body: a record's link in the
 // chain. tmp is scratch space, returned for reuse.
 func appendChainHash(dst, tmp []byte, prev string, body []byte) ([]byte, []byte) {
 	tmp = append(append(tmp[:0], prev...), body...)
 	sum := sha256.Sum256(tmp)
 	return hex.AppendEncode(dst, sum[:]), tmp
-}
-
-// lastLink returns the sequence number and hash of the last record in the trail at path.
-func lastLink(path string) (uint64, string, error) {
-	var seq uint64
-	var prev string
-	err := Read(path, func(r Record) error {
-		seq, prev = r.Seq, r.Hash
-		return nil
-	})
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, "", nil
-	}
-	return seq, prev, err
-}
-
-// Read calls fn for each record in the trail at path, checking the hash chain as it goes; a broken
-// link stops it with an error naming the line.
-func Read(path string, fn func(Record) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	prev := ""
-	for n := 1; sc.Scan(); n++ {
-		var r Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return fmt.Errorf("audit: %s line %d: %w", path, n, err)
-		}
-		want := r.Hash
-		if r.Prev != prev {
-			return fmt.Errorf("audit: %s line %d: chain broken (prev does not match the line before)", path, n)
-		}
-		r.Hash = ""
-		if chainHash(prev, appendJSON(nil, &r)) != want {
-			return fmt.Errorf("audit: %s line %d: hash does not match the record (edited)", path, n)
-		}
-		r.Hash = want
-		prev = want
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
 }
 
 // Err reports why a Write would fail now, or nil.

@@ -399,11 +399,40 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	var trail *audit.TrailError
+	switch {
+	case errors.As(err, &trail):
+		// Lines that fail verification are left out and reported by position; every record
+		// that verifies is still served.
+		w.Header().Set(AuditProblemsHeader, problemSummary(trail))
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		writeError(w, http.StatusInternalServerError, "audit_unreadable", err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// AuditProblemsHeader, on an answer of GET /v1/audit, says that some lines of the node's trail
+// failed verification and where: "N line(s) failed verification: line L (seq S): reason; ...".
+// The records on those lines are not in the answer.
+const AuditProblemsHeader = "X-Airlock-Audit-Problems"
+
+func problemSummary(e *audit.TrailError) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d line(s) failed verification", len(e.Problems))
+	for i, p := range e.Problems {
+		if i == 10 {
+			b.WriteString("; ...")
+			break
+		}
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		b.WriteString(sep)
+		b.WriteString(p.String())
+	}
+	return b.String()
 }
 
 // ExecRequest is the body of POST /v1/leases/{id}/exec.

@@ -236,9 +236,20 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error
 		}
 	}
 	var out []audit.Record
-	_, err := c.do(ctx, http.MethodGet, "/v1/audit?"+v.Encode(), nil, &out)
+	resp, err := c.do(ctx, http.MethodGet, "/v1/audit?"+v.Encode(), nil, &out)
+	if err == nil {
+		if p := resp.Header.Get(api.AuditProblemsHeader); p != "" {
+			return out, &TrailProblems{Summary: p}
+		}
+	}
 	return out, err
 }
+
+// TrailProblems is returned by Audit, together with the records, when the node reports lines of
+// its trail that failed verification (and that the records therefore leave out).
+type TrailProblems struct{ Summary string }
+
+func (e *TrailProblems) Error() string { return "audit trail: " + e.Summary }
 
 // raw sends body as is, with extra headers, and returns the response for the caller to read.
 func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, hdr http.Header) (*http.Response, error) {

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/pool/client"
+)
+
+// cmdLogs prints the tenant's audit records.
+func cmdLogs(args []string) int {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	lease := fs.String("lease", "", "only this lease")
+	decision := fs.String("decision", "", "allow or deny")
+	since := fs.String("since", "", "only records newer than this duration (or RFC 3339 time)")
+	follow := fs.Bool("follow", false, "keep printing new records")
+	asJSON := fs.Bool("json", false, "print JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *decision != "" && *decision != "allow" && *decision != "deny" {
+		fmt.Fprintln(os.Stderr, "airlock logs: --decision is allow or deny")
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	q := client.AuditQuery{Lease: *lease, Decision: *decision, Since: *since}
+	var lastSeq uint64
+	warned := ""
+	for {
+		recs, err := c.Audit(context.Background(), q)
+		var problems *client.TrailProblems
+		if errors.As(err, &problems) {
+			// The records that verify are still shown; say once what did not.
+			if problems.Summary != warned {
+				fmt.Fprintln(os.Stderr, "airlock: warning: the node's audit trail has lines that failed verification and are not shown:",
+					terminalSafe(problems.Summary))
+				warned = problems.Summary
+			}
+			err = nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		for _, r := range recs {
+			if r.Seq <= lastSeq {
+				continue
+			}
+			lastSeq = r.Seq
+			printRecord(os.Stdout, r, *asJSON)
+		}
+		if !*follow {
+			return 0
+		}
+		if len(recs) > 0 {
+			q.Since = recs[len(recs)-1].Time.Format(time.RFC3339Nano)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// printRecord writes r as one line of text (every field through terminalSafe, so a recorded path
+// or name cannot move the cursor, recolour or forge lines on a reviewer's screen), or as JSON.
+func printRecord(w io.Writer, r audit.Record, asJSON bool) {
+	if asJSON {
+		json.NewEncoder(w).Encode(r)
+		return
+	}
+	what := r.Host
+	switch r.Kind {
+	case audit.KindHTTP:
+		what = fmt.Sprintf("%s %s:%d%s", r.Method, r.Host, r.Port, r.Path)
+	case audit.KindDNS:
+		what = r.QName + " " + r.QType
+	case audit.KindExec:
+		what = strings.Join(r.Command, " ")
+	case audit.KindLease:
+		what = r.Event
+	case audit.KindFile:
+		what = fmt.Sprintf("%s %s (%d bytes)", r.Event, r.Path, r.Size)
+	}
+	t := terminalSafe
+	fmt.Fprintf(w, "%s %-5s %-5s %-16s %s %s", r.Time.Local().Format("15:04:05.000"), t(string(r.Kind)), t(string(r.Decision)),
+		t(r.Rule), t(r.Lease), t(what))
+	if r.Credential != "" {
+		fmt.Fprintf(w, " [credential %s]", t(r.Credential))
+	}
+	if r.Decision == audit.Deny && r.Reason != "" {
+		fmt.Fprintf(w, " : %s", t(r.Reason))
+	}
+	fmt.Fprintln(w)
+}
+
+// terminalSafe escapes what a terminal would act on rather than show: control characters (C0,
+// DEL, C1: escape sequences, carriage returns, newlines), bytes that are not UTF-8, and the
+// invisible and direction-changing format characters that reorder what a line appears to say.
+// Backslashes are escaped too, so an escape in the output always means one was made here.
+func terminalSafe(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == ' ' || (unicode.IsPrint(r) && r != utf8.RuneError):
+			b.WriteRune(r)
+		case r < 0x80:
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		i += size
+	}
+	return b.String()
+}
