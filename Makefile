@@ -40,13 +40,17 @@ e2e: deps vault image build
 lint:
 	@scripts/lint.sh
 
-# Fuzz each parser that faces untrusted input for FUZZTIME; the corpora live in testdata/fuzz.
+# Fuzz each parser that faces untrusted input, and the two round trips that must agree byte for
+# byte (what the gateway matches and sends; what the trail writes and verifies), for FUZZTIME;
+# the corpora live in testdata/fuzz.
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/scope
 	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./gateway/scope
 	$(GO) test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/token
 	$(GO) test -run XXX -fuzz '^FuzzFraming$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run XXX -fuzz '^FuzzPathMatchedIsPathSent$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run XXX -fuzz '^FuzzTrailRoundTrip$$' -fuzztime $(FUZZTIME) ./gateway/audit
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 	$(GO) test -run XXX -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./dnsfilter
 

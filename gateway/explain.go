@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -45,15 +46,19 @@ func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
 	if err := p.target(x, u.Scheme, u.Host, def); err != nil {
 		return Explanation{}, err
 	}
-	path := u.Path
+	path := u.EscapedPath()
 	if path == "" {
-		path = "/"
+		path = "/" // what a client sends for a URL without one
 	}
 	b, err := p.tokens.lookup(raw)
 	if err == nil {
 		x.b = b
 		ex.Task = b.Task
-		err = p.decide(x, ex.Method, path)
+		if perr := scope.CheckPath(path); perr != nil {
+			err = refuse(http.StatusBadRequest, RuleAmbiguousPath, perr.Error(), "")
+		} else {
+			err = p.decide(x, ex.Method, path)
+		}
 	}
 	if err != nil {
 		ref := refusalFor(err)

@@ -83,6 +83,28 @@ func (m *memSink) last() audit.Record {
 	return audit.Record{}
 }
 
+// count is how many records have been written.
+func (m *memSink) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.recs)
+}
+
+// nth returns record i (0-based) once it is written, waiting up to a second.
+func (m *memSink) nth(i int) (audit.Record, bool) {
+	for range 100 {
+		m.mu.Lock()
+		if len(m.recs) > i {
+			r := m.recs[i]
+			m.mu.Unlock()
+			return r, true
+		}
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return audit.Record{}, false
+}
+
 // await returns the first record that satisfies pred, waiting up to a second.
 func (m *memSink) await(pred func(audit.Record) bool) (audit.Record, bool) {
 	for range 100 {
@@ -152,6 +174,23 @@ type harness struct {
 	bindErr  error
 	brokErr  error
 	got      chan http.Header
+	// plain is an HTTP upstream pinned as plain.example.test:80; uris is every request target
+	// either upstream received, in order.
+	plain *httptest.Server
+	uris  []string
+}
+
+// received returns the request targets the upstreams have seen so far.
+func (h *harness) received() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.uris...)
+}
+
+func (h *harness) saw(r *http.Request) {
+	h.mu.Lock()
+	h.uris = append(h.uris, r.RequestURI)
+	h.mu.Unlock()
 }
 
 func newHarness(t testing.TB) *harness {
@@ -165,12 +204,14 @@ func newHarness(t testing.TB) *harness {
 		{Host: "api.example.test", Credential: "demo", Methods: []string{"GET", "POST"}, Paths: []string{"/v1/*", "/echo"}},
 		{Host: "open.example.test"},
 		{Host: "private.example.test"},
+		{Host: "plain.example.test", Paths: []string{"/v1/*"}},
 	}
 	leaf, err := auth.Leaf("api.example.test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.upstream = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.saw(r)
 		h.got <- r.Header.Clone()
 		w.Header().Set("Content-Type", "text/plain")
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
@@ -180,7 +221,13 @@ func newHarness(t testing.TB) *harness {
 	h.upstream.StartTLS()
 	t.Cleanup(h.upstream.Close)
 	up := h.upstream.Listener.Addr().String()
-	h.dialer = &refusingDialer{allowed: map[string]bool{up: true}}
+	h.plain = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.saw(r)
+		fmt.Fprintf(w, "plain path=%s", r.URL.EscapedPath())
+	}))
+	t.Cleanup(h.plain.Close)
+	plain := h.plain.Listener.Addr().String()
+	h.dialer = &refusingDialer{allowed: map[string]bool{up: true, plain: true}}
 	catalog, err := broker.NewCatalog([]broker.Entry{{
 		Name: "demo", Source: broker.Source{Kind: broker.SourceKV, Path: "demo"},
 		Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "Bearer {{.token}}"},
@@ -210,7 +257,8 @@ func newHarness(t testing.TB) *harness {
 			}
 			return broker.Secret{"token": testSecret}, nil
 		}},
-		PrivateUpstreams: map[string]netip.AddrPort{"api.example.test:443": netip.MustParseAddrPort(up)},
+		PrivateUpstreams: map[string]netip.AddrPort{"api.example.test:443": netip.MustParseAddrPort(up),
+			"plain.example.test:80": netip.MustParseAddrPort(plain)},
 		UpstreamRoots:    auth.Pool(),
 		Resolver: staticResolver{
 			"private.example.test": {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")},
@@ -221,6 +269,29 @@ func newHarness(t testing.TB) *harness {
 	h.proxy = httptest.NewServer(p)
 	t.Cleanup(h.proxy.Close)
 	return h
+}
+
+// intercept opens an intercepted CONNECT to target ("host:port") and returns the TLS session
+// inside it, speaking HTTP/1.1.
+func (h *harness) intercept(t testing.TB, target string) *tls.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", h.proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+	}
+	host, _, _ := net.SplitHostPort(target)
+	tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: h.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS inside CONNECT %s: %v", target, err)
+	}
+	return tc
 }
 
 func (h *harness) client() *http.Client {

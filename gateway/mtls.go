@@ -26,8 +26,8 @@ type mtlsTransport struct {
 
 func (ts *transports) RoundTrip(r *http.Request) (*http.Response, error) {
 	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
-	if x != nil && x.applyErr != nil {
-		return nil, refuse(http.StatusBadGateway, RuleCredentialDown, x.applyErr.Error(), "")
+	if x != nil && x.sendErr != nil {
+		return nil, x.sendErr
 	}
 	if x == nil || x.entry == nil || x.entry.Inject.Kind != broker.InjectClientCert {
 		return ts.base.RoundTrip(r)

@@ -199,6 +199,7 @@ type exchange struct {
 	scheme   string
 	host     string // canonical
 	port     int
+	path     string // the request path as matched and as sent (wire form); empty for CONNECT
 	scope    scope.Scope
 	entry    *broker.Entry
 	secret   broker.Secret
@@ -208,7 +209,9 @@ type exchange struct {
 	up, down int64
 	bearer   string // the task token a client outside the pool identified with
 	body     *meteredBody
-	applyErr error // the credential could not be applied; the request is refused
+	// sendErr is set by rewrite when the prepared request must not be sent (its credential
+	// could not be applied, or it is not the request decided on); RoundTrip returns it.
+	sendErr *Refusal
 	usage    *usage
 	limit    scope.Budget
 }
@@ -265,7 +268,14 @@ func splitHostPort(hostport string, defPort int) (string, int, error) {
 
 // forward checks one request against the scopes, injects its credential and sends it upstream.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
-	if err := p.decide(x, r.Method, r.URL.Path); err != nil {
+	// The path is decided on exactly as it will be sent (rewrite checks that it is).
+	x.path = r.URL.EscapedPath()
+	if err := scope.CheckPath(x.path); err != nil {
+		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleAmbiguousPath, err.Error(),
+			"send the path in plain form: no dot segments, //, backslashes or percent-encoded / . \\"))
+		return
+	}
+	if err := p.decide(x, r.Method, x.path); err != nil {
 		p.deny(w, r, x, err)
 		return
 	}
@@ -374,12 +384,18 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	out.Header.Del("Proxy-Authorization")
 	out.Header.Del("Proxy-Connection")
+	if got := out.URL.EscapedPath(); got != x.path {
+		// Never reached while the path passes through untouched; if it ever is, nothing is sent.
+		x.sendErr = refuse(http.StatusInternalServerError, RuleAmbiguousPath,
+			fmt.Sprintf("the path to send (%q) is not the path decided on (%q)", got, x.path), "")
+		return
+	}
 	if x.entry != nil {
 		// Scrubbing needs plain text back; set before signing, which covers the headers.
 		out.Header.Set("Accept-Encoding", "identity")
 		if err := x.entry.Apply(out, x.secret); err != nil {
 			// Refused in RoundTrip: nothing borrowed is sent half-applied.
-			x.applyErr = err
+			x.sendErr = refuse(http.StatusBadGateway, RuleCredentialDown, err.Error(), "")
 		}
 	}
 }
@@ -458,12 +474,12 @@ func (p *Proxy) record(r *http.Request, x *exchange) {
 	rec := audit.Record{
 		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
 		Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
-		Method: r.Method, Host: x.host, Port: x.port, Path: r.URL.Path,
+		Method: r.Method, Host: x.host, Port: x.port, Path: x.path,
 		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream,
 		DurationMS: float64(time.Since(x.start).Microseconds()) / 1000,
 	}
-	if r.Method == http.MethodConnect {
-		rec.Path = ""
+	if rec.Path == "" && r.Method != http.MethodConnect && r.URL != nil {
+		rec.Path = r.URL.EscapedPath() // refused before forward read it
 	}
 	if x.entry != nil {
 		rec.Credential = x.entry.Name

@@ -27,6 +27,10 @@ const (
 	RuleUpstreamFailed   = "upstream-failed"
 	RuleBudget           = "budget" // the lease spent its request or byte budget
 	RuleBodyTooLarge     = "body-too-large"
+	// RuleAmbiguousPath: the request path has a form that servers read differently (dot
+	// segments, //, encoded / . \, an empty path), so what a scope checked might not be what
+	// the upstream serves.
+	RuleAmbiguousPath = "ambiguous-path"
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.

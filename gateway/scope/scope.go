@@ -28,7 +28,8 @@ type Scope struct {
 	// Methods the scope covers, upper case; empty means every method.
 	Methods []string `json:"methods,omitempty"`
 	// Paths are globs in path.Match syntax where a trailing "/*" also covers deeper paths;
-	// empty means every path.
+	// empty means every path. They are matched against the request path as it is sent, in its
+	// percent-encoded form (see CheckPath).
 	Paths []string `json:"paths,omitempty"`
 	// Credential names the catalog entry injected into matching requests, if any.
 	Credential string `json:"credential,omitempty"`
@@ -245,14 +246,17 @@ type Request struct {
 	Host   string
 	Port   int
 	Method string // empty for a CONNECT or DNS decision
-	Path   string // empty for a CONNECT or DNS decision
+	// Path is the request path in its wire form, exactly as it is sent upstream (see
+	// CheckPath); ignored when Method is empty.
+	Path string
 }
 
 // Match returns the first scope that allows r, or false. A request with an empty Method matches
-// on host and port only: it asks whether any request to that destination could be allowed.
+// on host and port only: it asks whether any request to that destination could be allowed. A
+// request path that CheckPath refuses matches no scope that lists paths.
 func (set Set) Match(r Request) (Scope, bool) {
 	for _, s := range set {
-		if s.matchHost(r.Host) && s.matchPort(r.Port) && s.matchMethod(r.Method) && s.matchPath(r.Path) {
+		if s.matchHost(r.Host) && s.matchPort(r.Port) && (r.Method == "" || s.matchMethod(r.Method) && s.matchPath(r.Path)) {
 			return s, true
 		}
 	}
@@ -290,14 +294,18 @@ func (s Scope) matchPort(p int) bool {
 }
 
 func (s Scope) matchMethod(m string) bool {
-	return m == "" || len(s.Methods) == 0 || slices.Contains(s.Methods, m)
+	return len(s.Methods) == 0 || slices.Contains(s.Methods, m)
 }
 
+// matchPath matches p as it is, never cleaned or decoded: the path checked must be the path
+// sent. A path that could be read as another one matches nothing.
 func (s Scope) matchPath(p string) bool {
-	if p == "" || len(s.Paths) == 0 {
+	if len(s.Paths) == 0 {
 		return true
 	}
-	p = path.Clean(p)
+	if CheckPath(p) != nil {
+		return false
+	}
 	for _, g := range s.Paths {
 		if ok, _ := path.Match(g, p); ok {
 			return true

@@ -1,6 +1,7 @@
 package scope
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 )
@@ -153,5 +154,32 @@ func TestCanonicalHostIPForms(t *testing.T) {
 		if got, err := CanonicalHost(in); err != nil || got != want {
 			t.Errorf("CanonicalHost(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+func TestCheckPath(t *testing.T) {
+	ok := []string{"/", "/v1/x", "/v1/x/", "/a%20b", "/%7Euser", "/a;b=c/d", "/100%25", "/x.y/z..w/.hidden", "/%C3%A9"}
+	for _, p := range ok {
+		if err := CheckPath(p); err != nil {
+			t.Errorf("CheckPath(%q) = %v, want nil", p, err)
+		}
+	}
+	bad := []string{"", "*", "v1/x", "//", "/a//b", "/a/./b", "/a/../b", "/..", "/a/.", "/a/..;x/b", "/a\\b",
+		"/%2e%2e/x", "/%2E/x", "/a%2fb", "/a%2Fb", "/a%5cb", "/a%00", "/a%", "/a%2", "/a%zz", "/%252e", "/%25%32%66", "/%2541"}
+	for _, p := range bad {
+		err := CheckPath(p)
+		if err == nil || !errors.Is(err, ErrPath) {
+			t.Errorf("CheckPath(%q) = %v, want an ErrPath", p, err)
+		}
+	}
+	// Match refuses them too, whoever calls it.
+	set := mustParse(t, Scope{Host: "a.example", Paths: []string{"/v1/*"}}, Scope{Host: "b.example"})
+	for _, p := range []string{"/v1/../admin", "/v1/%2e%2e/admin", "/v1//x", ""} {
+		if _, ok := set.Match(Request{Host: "a.example", Port: 443, Method: "GET", Path: p}); ok {
+			t.Errorf("Match allowed the path %q under /v1/*", p)
+		}
+	}
+	if _, ok := set.Match(Request{Host: "b.example", Port: 443, Method: "GET", Path: "/a/../b"}); !ok {
+		t.Error("a scope without paths must not look at the path")
 	}
 }
