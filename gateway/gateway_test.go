@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,6 +179,7 @@ type harness struct {
 	// either upstream received, in order.
 	plain *httptest.Server
 	uris  []string
+	asked atomic.Int64 // broker calls
 }
 
 // received returns the request targets the upstreams have seen so far.
@@ -252,6 +254,7 @@ func newHarness(t testing.TB) *harness {
 		}},
 		CA: auth, Catalog: catalog, Audit: h.sink,
 		Broker: &fakeBroker{get: func(context.Context, string, *broker.Entry) (broker.Secret, error) {
+			h.asked.Add(1)
 			if h.brokErr != nil {
 				return nil, h.brokErr
 			}

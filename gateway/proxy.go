@@ -352,6 +352,9 @@ func (p *Proxy) decide(x *exchange, method, path string) error {
 		if err != nil {
 			return err
 		}
+		if err := e.CheckTransport(x.scheme, x.port); err != nil {
+			return err
+		}
 		x.entry = e
 	}
 	return nil

@@ -31,6 +31,8 @@ const (
 	// segments, //, encoded / . \, an empty path), so what a scope checked might not be what
 	// the upstream serves.
 	RuleAmbiguousPath = "ambiguous-path"
+	// RuleCleartextCredential: the request would carry a credential over plain HTTP.
+	RuleCleartextCredential = "cleartext-credential"
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.
@@ -62,6 +64,9 @@ func refusalFor(err error) *Refusal {
 			Hint: "lease a sandbox through airlock; traffic from anything else is refused"}
 	case errors.Is(err, binding.ErrUnavailable):
 		return &Refusal{Status: http.StatusServiceUnavailable, Rule: RuleStoreDown, Reason: err.Error(), Err: err}
+	case errors.Is(err, broker.ErrCleartext):
+		return &Refusal{Status: http.StatusForbidden, Rule: RuleCleartextCredential, Reason: err.Error(), Err: err,
+			Hint: "use https://, or have the operator list the port in the credential's plain_http_ports"}
 	case errors.Is(err, broker.ErrNotAllowed):
 		return &Refusal{Status: http.StatusForbidden, Rule: RuleCredentialDenied, Reason: err.Error(), Err: err,
 			Hint: "the operator's credential catalog decides where a credential may go"}

@@ -29,6 +29,9 @@ var (
 	// ErrUnavailable: the source (Vault) cannot provide the value now; the request is refused
 	// with 503.
 	ErrUnavailable = errors.New("credential source unavailable")
+	// ErrCleartext: the request would carry the credential without TLS, which its entry does
+	// not allow.
+	ErrCleartext = errors.New("credential not sent in clear text")
 )
 
 // SourceKind names where a credential's value comes from.
@@ -111,6 +114,10 @@ type Entry struct {
 	Hosts []string `yaml:"hosts"`
 	// Tenants that may use it; empty means every tenant.
 	Tenants []string `yaml:"tenants"`
+	// PlainHTTPPorts are the ports on which the credential may be sent over plain HTTP. By
+	// default it is injected only into requests that go upstream over TLS: anything on the
+	// path of a clear-text request could read it.
+	PlainHTTPPorts []int `yaml:"plain_http_ports"`
 
 	hosts scope.Set
 }
@@ -252,6 +259,14 @@ func NewCatalog(entries []Entry) (Catalog, error) {
 		if len(e.Hosts) == 0 {
 			return nil, fmt.Errorf("%s.hosts: at least one host is required", where)
 		}
+		for _, p := range e.PlainHTTPPorts {
+			if p < 1 || p > 65535 {
+				return nil, fmt.Errorf("%s.plain_http_ports: %d is not a port", where, p)
+			}
+		}
+		if len(e.PlainHTTPPorts) > 0 && e.Inject.Kind == InjectClientCert {
+			return nil, fmt.Errorf("%s.plain_http_ports: a client certificate is presented only over TLS", where)
+		}
 		hs := make([]scope.Scope, len(e.Hosts))
 		for j, h := range e.Hosts {
 			hs[j] = scope.Scope{Host: h}
@@ -280,6 +295,16 @@ func (c Catalog) Authorize(name, host, tenant string) (*Entry, error) {
 		return nil, fmt.Errorf("%w: tenant %q may not use credential %q", ErrNotAllowed, tenant, name)
 	}
 	return e, nil
+}
+
+// CheckTransport refuses, with an error wrapping ErrCleartext, a request that would carry e's
+// value upstream without TLS ("http" to a port the entry does not list in PlainHTTPPorts).
+func (e *Entry) CheckTransport(scheme string, port int) error {
+	if scheme == "https" || slices.Contains(e.PlainHTTPPorts, port) {
+		return nil
+	}
+	return fmt.Errorf("%w: credential %q goes only over TLS, and this request is plain %s to port %d",
+		ErrCleartext, e.Name, scheme, port)
 }
 
 // Apply puts s into r as e says, first removing whatever the sandbox sent in its place.
