@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -55,7 +54,7 @@ func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
 		x.b = b
 		ex.Task = b.Task
 		if perr := scope.CheckPath(path); perr != nil {
-			err = refuse(http.StatusBadRequest, RuleAmbiguousPath, perr.Error(), "")
+			err = pathRefusal(perr)
 		} else {
 			err = p.decide(x, ex.Method, path)
 		}

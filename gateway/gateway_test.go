@@ -164,6 +164,13 @@ func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 
 const testSecret = "s3cr3t-value-0123456789"
 
+// The secret of basic-auth entries: a password with every character that URL, JSON and HTML
+// escaping change.
+const (
+	testUser     = "svc-user"
+	testPassword = `pa55/w+rd&"<q>=?%x`
+)
+
 type harness struct {
 	mu       sync.Mutex // guards scopes and bindErr once requests are in flight
 	proxy    *httptest.Server
@@ -180,6 +187,15 @@ type harness struct {
 	plain *httptest.Server
 	uris  []string
 	asked atomic.Int64 // broker calls
+	// handle, when set (under mu), answers for the TLS upstream instead of its echo.
+	handle http.HandlerFunc
+}
+
+// answer makes the TLS upstream answer with f.
+func (h *harness) answer(f http.HandlerFunc) {
+	h.mu.Lock()
+	h.handle = f
+	h.mu.Unlock()
 }
 
 // received returns the request targets the upstreams have seen so far.
@@ -214,6 +230,13 @@ func newHarness(t testing.TB) *harness {
 	}
 	h.upstream = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.saw(r)
+		h.mu.Lock()
+		handle := h.handle
+		h.mu.Unlock()
+		if handle != nil {
+			handle(w, r)
+			return
+		}
 		h.got <- r.Header.Clone()
 		w.Header().Set("Content-Type", "text/plain")
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
@@ -253,16 +276,19 @@ func newHarness(t testing.TB) *harness {
 			return binding.Binding{Lease: "l-1", Task: "task-1", Addr: addr, Expires: time.Now().Add(time.Hour), Scopes: set}, nil
 		}},
 		CA: auth, Catalog: catalog, Audit: h.sink,
-		Broker: &fakeBroker{get: func(context.Context, string, *broker.Entry) (broker.Secret, error) {
+		Broker: &fakeBroker{get: func(_ context.Context, _ string, e *broker.Entry) (broker.Secret, error) {
 			h.asked.Add(1)
 			if h.brokErr != nil {
 				return nil, h.brokErr
+			}
+			if e.Inject.Kind == broker.InjectBasic {
+				return broker.Secret{"username": testUser, "password": testPassword}, nil
 			}
 			return broker.Secret{"token": testSecret}, nil
 		}},
 		PrivateUpstreams: map[string]netip.AddrPort{"api.example.test:443": netip.MustParseAddrPort(up),
 			"plain.example.test:80": netip.MustParseAddrPort(plain)},
-		UpstreamRoots:    auth.Pool(),
+		UpstreamRoots: auth.Pool(),
 		Resolver: staticResolver{
 			"private.example.test": {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")},
 			"open.example.test":    {netip.MustParseAddr("::ffff:127.0.0.1")},
@@ -446,10 +472,10 @@ func TestHostMismatch(t *testing.T) {
 }
 
 func TestScrubReaderAcrossChunks(t *testing.T) {
-	forms := scrubForms([]string{testSecret})
+	sc := newScrubber([]string{testSecret}, nil)
 	body := strings.Repeat("x", 100) + testSecret + strings.Repeat("y", 50) + testSecret
 	// One byte per read: every split point of the secret is crossed.
-	r := newScrubReader(io.NopCloser(&oneByteReader{s: body}), forms)
+	r := sc.reader(io.NopCloser(&oneByteReader{s: body}), nil)
 	out, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
@@ -458,9 +484,9 @@ func TestScrubReaderAcrossChunks(t *testing.T) {
 	if string(out) != want {
 		t.Fatalf("got %q", out)
 	}
-	for _, f := range forms {
-		out, _ := io.ReadAll(newScrubReader(io.NopCloser(strings.NewReader("a"+string(f)+"b")), forms))
-		if strings.Contains(string(out), string(f)) {
+	for _, f := range sc.forms {
+		out, _ := io.ReadAll(sc.reader(io.NopCloser(strings.NewReader("a"+string(f.b)+"b")), nil))
+		if strings.Contains(string(out), string(f.b)) {
 			t.Fatalf("form %q not scrubbed", f)
 		}
 	}

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
@@ -75,6 +77,7 @@ type Proxy struct {
 	open    conns
 
 	transports *transports
+	scrubbers  scrubbers
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -203,6 +206,7 @@ type exchange struct {
 	scope    scope.Scope
 	entry    *broker.Entry
 	secret   broker.Secret
+	scrub    *scrubber // every form of the injected credential; nil when none was injected
 	upstream string
 	refusal  *Refusal
 	status   int
@@ -212,8 +216,8 @@ type exchange struct {
 	// sendErr is set by rewrite when the prepared request must not be sent (its credential
 	// could not be applied, or it is not the request decided on); RoundTrip returns it.
 	sendErr *Refusal
-	usage    *usage
-	limit    scope.Budget
+	usage   *usage
+	limit   scope.Budget
 }
 
 type exchangeKey struct{}
@@ -267,15 +271,10 @@ func splitHostPort(hostport string, defPort int) (string, int, error) {
 }
 
 // forward checks one request against the scopes, injects its credential and sends it upstream.
+// The refusals that need no I/O come first; the broker is asked only for a request that passed
+// them all.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
-	// The path is decided on exactly as it will be sent (rewrite checks that it is).
-	x.path = r.URL.EscapedPath()
-	if err := scope.CheckPath(x.path); err != nil {
-		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleAmbiguousPath, err.Error(),
-			"send the path in plain form: no dot segments, //, backslashes or percent-encoded / . \\"))
-		return
-	}
-	if err := p.decide(x, r.Method, x.path); err != nil {
+	if err := p.admit(r, x); err != nil {
 		p.deny(w, r, x, err)
 		return
 	}
@@ -287,31 +286,65 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 			return
 		}
 	}
-	if c, ok := p.cfg.Audit.(audit.Checker); ok {
-		if err := c.Err(); err != nil {
-			p.deny(w, r, x, err)
-			return
-		}
-	}
-	if err := p.startRequest(x); err != nil {
-		p.deny(w, r, x, err)
-		return
-	}
-	if err := boundSignedBody(r, x); err != nil {
-		p.deny(w, r, x, err)
-		return
-	}
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
 	})
-	cw := &countingWriter{ResponseWriter: w}
+	cw := &countingWriter{ResponseWriter: w, x: x}
 	body := &meteredBody{ReadCloser: r.Body, usage: x.usage, limit: x.limit.BytesUp, lease: x.b.Lease}
 	x.body = body
 	r.Body = body
 	p.rp.ServeHTTP(cw, r.WithContext(ctx))
+	if x.scrub != nil {
+		// Trailers are in the header map now and go out once the handler returns.
+		x.scrub.scrubHeaders(w.Header())
+	}
 	x.status, x.up, x.down = cw.status, body.n, cw.n
 	p.record(r, x)
+}
+
+// admit applies every refusal that needs no broker call: the path's form, the scopes and the
+// catalog, a protocol switch that could not be scrubbed, the trail's health, the lease's
+// budget and the signing cap of the body.
+func (p *Proxy) admit(r *http.Request, x *exchange) error {
+	// The path is decided on exactly as it will be sent (rewrite checks that it is).
+	x.path = r.URL.EscapedPath()
+	if err := scope.CheckPath(x.path); err != nil {
+		return pathRefusal(err)
+	}
+	if err := p.decide(x, r.Method, x.path); err != nil {
+		return err
+	}
+	if x.entry != nil && upgradeType(r.Header) != "" {
+		return refuse(http.StatusForbidden, RuleUnscrubbable,
+			fmt.Sprintf("scope %s injects credential %q, and a %s stream could not be checked for it on the way back",
+				x.scope, x.entry.Name, upgradeType(r.Header)),
+			"a scope without a credential for this upgrade, or a request that does not switch protocols")
+	}
+	if c, ok := p.cfg.Audit.(audit.Checker); ok {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	if err := p.startRequest(x); err != nil {
+		return err
+	}
+	return boundSignedBody(r, x)
+}
+
+// upgradeType is the protocol a request asks to switch to, as ReverseProxy reads it; "" when
+// it asks for none.
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+// pathRefusal is the refusal of a request path that scope.CheckPath refused.
+func pathRefusal(err error) *Refusal {
+	return refuse(http.StatusBadRequest, RuleAmbiguousPath, err.Error(),
+		"send the path in plain form: no dot segments, //, backslashes or percent-encoded / . \\")
 }
 
 // boundSignedBody enforces the signing cap of a SigV4 credential that hashes the payload: a body
@@ -394,35 +427,48 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		return
 	}
 	if x.entry != nil {
-		// Scrubbing needs plain text back; set before signing, which covers the headers.
+		// Scrubbing needs plain bytes back; set before signing, which covers the headers.
 		out.Header.Set("Accept-Encoding", "identity")
-		if err := x.entry.Apply(out, x.secret); err != nil {
+		injected, err := x.entry.Apply(out, x.secret)
+		if err != nil {
 			// Refused in RoundTrip: nothing borrowed is sent half-applied.
 			x.sendErr = refuse(http.StatusBadGateway, RuleCredentialDown, err.Error(), "")
+			return
 		}
+		x.scrub = p.scrubbers.of(x.secret.Values(), injected)
 	}
 }
 
+// modifyResponse scrubs every form of an injected credential from what the upstream sends back:
+// headers (1xx ones in countingWriter, trailers in forward) and the body, whatever its type. A
+// body in a content coding the gateway cannot undo, and a switch to another protocol, cannot be
+// scrubbed, so they never carry a response to a request that had a credential.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
-	if x.secret == nil {
+	if x.scrub == nil {
 		return nil
 	}
-	forms := scrubForms(x.secret.Values())
-	scrubHeaders(resp.Header, forms)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return refuse(http.StatusBadGateway, RuleUnscrubbable,
+			fmt.Sprintf("the upstream switched protocols on a request that carried credential %q; an upgraded stream cannot be checked for it", x.entry.Name), "")
+	}
+	x.scrub.scrubHeaders(resp.Header)
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	ce := resp.Header.Get("Content-Encoding")
-	if ce != "" && ce != "identity" {
-		if isText(resp.Header.Get("Content-Type")) {
-			return refuse(http.StatusBadGateway, RuleUpstreamFailed,
-				fmt.Sprintf("upstream sent a %s-encoded text body where a credential was injected; it cannot be checked for the credential", ce), "")
+	if ce := resp.Header.Values("Content-Encoding"); len(ce) > 0 {
+		body, coding, ok := decoded(resp.Body, strings.Join(ce, ","))
+		if !ok {
+			resp.Body.Close()
+			return refuse(http.StatusBadGateway, RuleUnscrubbable,
+				fmt.Sprintf("upstream sent a %s-encoded body where credential %q was injected; it cannot be checked for the credential", coding, x.entry.Name),
+				"the upstream should answer with identity encoding, which the gateway asks for")
 		}
-		return nil
-	}
-	if !isText(resp.Header.Get("Content-Type")) {
-		return nil
+		// Sent on decoded: the sandbox gets the scrubbed plain bytes.
+		resp.Body = body
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength <= smallBody {
 		// A small body of known length is scrubbed whole and keeps an exact Content-Length,
@@ -432,13 +478,13 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		if err != nil {
 			return err
 		}
-		b = scrubBytes(b, forms)
+		b, _ = x.scrub.scrub(b)
 		resp.Body = io.NopCloser(bytes.NewReader(b))
 		resp.ContentLength = int64(len(b))
 		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 		return nil
 	}
-	resp.Body = newScrubReader(resp.Body, forms)
+	resp.Body = x.scrub.reader(resp.Body, resp.Trailer)
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return nil
@@ -450,9 +496,6 @@ const smallBody = 16 << 10
 
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	x := r.Context().Value(exchangeKey{}).(*exchange)
-	if x.secret != nil {
-		err = errors.New(broker.Redact(err.Error(), x.secret.Values()...))
-	}
 	ref := refusalFor(err)
 	if x.body != nil && x.body.over != nil {
 		ref = x.body.over
@@ -460,6 +503,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if ref.Rule == RuleUpstreamFailed {
 		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
 	}
+	ref.Reason = x.redact(ref.Reason)
 	x.refusal = ref
 	ref.write(w, r)
 }
@@ -467,9 +511,22 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // deny refuses r and records it.
 func (p *Proxy) deny(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
 	ref := refusalFor(err)
+	ref.Reason = x.redact(ref.Reason)
 	x.refusal, x.status = ref, ref.Status
 	ref.write(w, r)
 	p.record(r, x)
+}
+
+// redact is the one redaction step for everything the exchange says about itself (refusals sent
+// to the sandbox, audit reasons): every form of a credential it carried is replaced.
+func (x *exchange) redact(text string) string {
+	switch {
+	case x.scrub != nil:
+		return x.scrub.scrubString(text)
+	case x.secret != nil:
+		return broker.Redact(text, x.secret.Values()...)
+	}
+	return text
 }
 
 // record writes the exchange's audit record.
@@ -492,23 +549,27 @@ func (p *Proxy) record(r *http.Request, x *exchange) {
 	} else {
 		rec.Decision, rec.Rule, rec.Reason = audit.Allow, RuleScope, "scope "+x.scope.String()
 	}
-	if x.secret != nil {
-		rec.Reason = broker.Redact(rec.Reason, x.secret.Values()...)
-	}
+	rec.Reason = x.redact(rec.Reason)
 	p.metrics.observe(&rec, time.Since(x.start))
 	if err := p.cfg.Audit.Write(r.Context(), rec); err != nil {
 		p.log.Error("audit write failed", "err", err, "lease", x.b.Lease)
 	}
 }
 
+// countingWriter counts what goes back to the sandbox and scrubs informational (1xx) headers,
+// which ReverseProxy passes on as they arrive.
 type countingWriter struct {
 	http.ResponseWriter
+	x      *exchange
 	status int
 	n      int64
 }
 
 func (c *countingWriter) WriteHeader(code int) {
-	if c.status == 0 {
+	if code < 200 && c.x != nil && c.x.scrub != nil {
+		c.x.scrub.scrubHeaders(c.ResponseWriter.Header())
+	}
+	if c.status == 0 && code >= 200 {
 		c.status = code
 	}
 	c.ResponseWriter.WriteHeader(code)

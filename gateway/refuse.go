@@ -33,6 +33,9 @@ const (
 	RuleAmbiguousPath = "ambiguous-path"
 	// RuleCleartextCredential: the request would carry a credential over plain HTTP.
 	RuleCleartextCredential = "cleartext-credential"
+	// RuleUnscrubbable: a response to a request that carried a credential could not be
+	// checked for it (an upgraded stream, a content coding the gateway cannot undo).
+	RuleUnscrubbable = "unscrubbable"
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.

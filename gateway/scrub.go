@@ -1,122 +1,374 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 )
 
 const redacted = "[redacted]"
 
-// scrubForms returns the forms in which a secret value could come back in a response: plain,
-// base64 (standard and URL alphabets, padded or not), URL-escaped and JSON-escaped.
-func scrubForms(values []string) [][]byte {
+// minForm is the shortest form scrubbed: shorter ones would match by chance in ordinary bytes.
+const minForm = 4
+
+// scrubber finds every form in which an injected credential could come back in a response and
+// replaces it with "[redacted]". The forms are derived from each secret value and from each
+// value the gateway itself wrote into the request (the whole header value, the user:password of
+// basic auth): the value itself; base64 in the standard and URL alphabets, padded and not, and at
+// each of the three alignments it can have inside a longer base64 text; lower-case hex; URL query
+// and path escaping (either case of the hex digits); and JSON string escaping (with and without
+// HTML escaping, and with '/' escaped). A written value found as it is keeps its non-secret part
+// ("Bearer [redacted]"), so a reader still sees what kind of credential went. Safe for
+// concurrent use once built.
+//
+// Matching scans each byte once: the first four bytes of every form are kept in a bit filter and
+// a table, so most positions cost one table probe however many forms there are.
+type scrubber struct {
+	forms   []form
+	buckets map[uint32][]form // by their first four bytes, longest first
+	filter  [1 << 16 / 64]uint64
+	keep    int // the longest form minus one: what a stream must hold back
+}
+
+type form struct{ b, repl []byte }
+
+// newScrubber builds the scrubber for the secret values and the values written into the
+// request; nil when no value is long enough to scrub.
+func newScrubber(secrets, written []string) *scrubber {
+	s := &scrubber{buckets: map[uint32][]form{}}
 	seen := map[string]bool{}
-	var out [][]byte
-	add := func(s string) {
-		if len(s) >= 4 && !seen[s] {
-			seen[s] = true
-			out = append(out, []byte(s))
+	add := func(f, repl string) {
+		if len(f) >= minForm && !seen[f] {
+			seen[f] = true
+			s.forms = append(s.forms, form{[]byte(f), []byte(repl)})
 		}
 	}
-	for _, v := range values {
-		add(v)
-		add(base64.StdEncoding.EncodeToString([]byte(v)))
-		add(base64.RawStdEncoding.EncodeToString([]byte(v)))
-		add(base64.URLEncoding.EncodeToString([]byte(v)))
-		add(base64.RawURLEncoding.EncodeToString([]byte(v)))
-		add(url.QueryEscape(v))
-		add(url.PathEscape(v))
-		if j, err := json.Marshal(v); err == nil {
-			add(string(j[1 : len(j)-1]))
+	for _, v := range secrets {
+		if len(v) >= minForm {
+			for _, f := range derivedForms(v) {
+				add(f, redacted)
+			}
+		}
+	}
+	// A written value found as it is keeps what of it is not secret; its encodings go whole.
+	secretOnly := &scrubber{forms: s.forms}
+	secretOnly.index()
+	for _, v := range written {
+		if len(v) < minForm {
+			continue
+		}
+		repl := redacted
+		if plain, found := secretOnly.scrub([]byte(v)); found {
+			repl = string(plain)
+		}
+		add(v, repl)
+		for _, f := range derivedForms(v)[1:] {
+			add(f, redacted)
+		}
+	}
+	if len(s.forms) == 0 {
+		return nil
+	}
+	s.index()
+	return s
+}
+
+// index fills the lookup tables from forms.
+func (s *scrubber) index() {
+	s.buckets, s.filter, s.keep = map[uint32][]form{}, [1 << 16 / 64]uint64{}, 0
+	for _, f := range s.forms {
+		k := binary.LittleEndian.Uint32(f.b)
+		s.buckets[k] = append(s.buckets[k], f)
+		h := filterHash(k)
+		s.filter[h/64] |= 1 << (h % 64)
+		s.keep = max(s.keep, len(f.b)-1)
+	}
+	for k, fs := range s.buckets {
+		slices.SortFunc(fs, func(a, b form) int { return len(b.b) - len(a.b) })
+		s.buckets[k] = fs
+	}
+}
+
+// derivedForms lists the encodings of v the scrubber looks for.
+func derivedForms(v string) []string {
+	b := []byte(v)
+	out := []string{v, hex.EncodeToString(b)}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		out = append(out, enc.EncodeToString(b))
+		raw := enc.WithPadding(base64.NoPadding)
+		for k := range 3 {
+			// v preceded by k other bytes: drop the characters that mix in those bytes, and the
+			// last one when it mixes in the bytes after v.
+			e := raw.EncodeToString(append(make([]byte, k), b...))
+			e = e[[3]int{0, 2, 3}[k]:]
+			if (k+len(b))%3 != 0 {
+				e = e[:len(e)-1]
+			}
+			if len(e) >= 6 || k == 0 { // short fragments would match by chance
+				out = append(out, e)
+			}
+		}
+	}
+	for _, esc := range []string{url.QueryEscape(v), url.PathEscape(v)} {
+		out = append(out, esc, lowerEscapes(esc))
+	}
+	var j bytes.Buffer
+	enc := json.NewEncoder(&j)
+	for _, html := range []bool{true, false} {
+		j.Reset()
+		enc.SetEscapeHTML(html)
+		if enc.Encode(v) == nil {
+			s := strings.TrimSuffix(j.String(), "\n")
+			s = s[1 : len(s)-1]
+			out = append(out, s, strings.ReplaceAll(s, "/", `\/`))
 		}
 	}
 	return out
 }
 
-// scrubHeaders removes every form of the secret from response header values.
-func scrubHeaders(h http.Header, forms [][]byte) {
+// lowerEscapes lower-cases the hex digits of percent-escapes.
+func lowerEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if 'A' <= c && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+func filterHash(k uint32) uint32 { return (k * 2654435761) >> 16 }
+
+// match returns the longest form at the start of b, whose first four bytes are k, if any.
+func (s *scrubber) match(b []byte, k uint32) (form, bool) {
+	for _, f := range s.buckets[k] {
+		if bytes.HasPrefix(b, f.b) {
+			return f, true
+		}
+	}
+	return form{}, false
+}
+
+// scrub returns b with every form replaced, and whether any was; b itself is returned when none
+// was found.
+func (s *scrubber) scrub(b []byte) ([]byte, bool) {
+	var out []byte
+	last := 0
+	for i := 0; i+minForm <= len(b); {
+		k := binary.LittleEndian.Uint32(b[i:])
+		h := filterHash(k)
+		if s.filter[h>>6]&(1<<(h&63)) == 0 {
+			i++
+			continue
+		}
+		f, ok := s.match(b[i:], k)
+		if !ok {
+			i++
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(b))
+		}
+		out = append(append(out, b[last:i]...), f.repl...)
+		i += len(f.b)
+		last = i
+	}
+	if out == nil {
+		return b, false
+	}
+	return append(out, b[last:]...), true
+}
+
+func (s *scrubber) scrubString(v string) string {
+	b, found := s.scrub([]byte(v))
+	if !found {
+		return v
+	}
+	return string(b)
+}
+
+// scrubHeaders removes every form from h: values are scrubbed, and a header whose name holds
+// one is dropped.
+func (s *scrubber) scrubHeaders(h http.Header) {
 	for k, vs := range h {
+		if s.scrubString(k) != k {
+			delete(h, k)
+			continue
+		}
 		for i, v := range vs {
-			for _, f := range forms {
-				v = strings.ReplaceAll(v, string(f), redacted)
-			}
-			vs[i] = v
-		}
-		h[k] = vs
-	}
-}
-
-// isText reports whether a body of this type is text worth scrubbing.
-func isText(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return contentType == ""
-	}
-	return strings.HasPrefix(mt, "text/") || strings.HasSuffix(mt, "json") || strings.HasSuffix(mt, "xml") ||
-		strings.Contains(mt, "javascript") || mt == "application/x-www-form-urlencoded"
-}
-
-// scrubBytes replaces every form in b.
-func scrubBytes(b []byte, forms [][]byte) []byte {
-	for _, f := range forms {
-		if bytes.Contains(b, f) {
-			b = bytes.ReplaceAll(b, f, []byte(redacted))
+			vs[i] = s.scrubString(v)
 		}
 	}
-	return b
 }
 
-// scrubReader replaces secret forms in a stream, holding back just enough bytes at each chunk's
-// end that a value split across reads is still caught.
+// scrubReader replaces forms in a stream, holding back just enough bytes at each read's end that
+// a form split across reads is still caught. At the end of the body it scrubs trailers too
+// (they are filled in by then).
 type scrubReader struct {
-	src   io.ReadCloser
-	forms [][]byte
-	keep  int // longest form minus one
-	buf   []byte
-	out   []byte
-	eof   bool
+	src      io.ReadCloser
+	s        *scrubber
+	trailers http.Header
+	buf      []byte
+	out      []byte
+	eof      bool
 }
 
-func newScrubReader(src io.ReadCloser, forms [][]byte) *scrubReader {
-	keep := 0
-	for _, f := range forms {
-		keep = max(keep, len(f)-1)
-	}
-	return &scrubReader{src: src, forms: forms, keep: keep}
+func (s *scrubber) reader(src io.ReadCloser, trailers http.Header) *scrubReader {
+	return &scrubReader{src: src, s: s, trailers: trailers}
 }
 
-func (s *scrubReader) Read(p []byte) (int, error) {
-	for len(s.out) == 0 {
-		if s.eof {
+func (r *scrubReader) Read(p []byte) (int, error) {
+	for len(r.out) == 0 {
+		if r.eof {
 			return 0, io.EOF
 		}
 		chunk := copyBuffers.Get()
-		n, err := s.src.Read(chunk)
-		s.buf = append(s.buf, chunk[:n]...)
+		n, err := r.src.Read(chunk)
+		r.buf = append(r.buf, chunk[:n]...)
 		copyBuffers.Put(chunk)
-		s.buf = scrubBytes(s.buf, s.forms)
+		if b, found := r.s.scrub(r.buf); found {
+			r.buf = b
+		}
 		if err != nil {
 			if err != io.EOF {
 				return 0, err
 			}
-			s.eof = true
-			s.out, s.buf = s.buf, nil
+			r.eof = true
+			r.out, r.buf = r.buf, nil
+			r.s.scrubHeaders(r.trailers)
 			continue
 		}
-		if cut := len(s.buf) - s.keep; cut > 0 {
-			s.out = append(s.out[:0], s.buf[:cut]...)
-			s.buf = append(s.buf[:0], s.buf[cut:]...)
+		if cut := len(r.buf) - r.s.keep; cut > 0 {
+			r.out = append(r.out[:0], r.buf[:cut]...)
+			r.buf = append(r.buf[:0], r.buf[cut:]...)
 		}
 	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
+	n := copy(p, r.out)
+	r.out = r.out[n:]
 	return n, nil
 }
 
-func (s *scrubReader) Close() error { return s.src.Close() }
+func (r *scrubReader) Close() error { return r.src.Close() }
+
+// decoded returns body with the content codings named in encoding undone, innermost last, for
+// the codings the gateway can undo (gzip, x-gzip, deflate); ok is false for any other, which
+// then cannot be scrubbed.
+func decoded(body io.ReadCloser, encoding string) (io.ReadCloser, string, bool) {
+	codings := strings.Split(encoding, ",")
+	r := io.ReadCloser(body)
+	for i := len(codings) - 1; i >= 0; i-- {
+		c := strings.ToLower(strings.TrimSpace(codings[i]))
+		switch c {
+		case "", "identity":
+		case "gzip", "x-gzip":
+			r = &lazyGzip{src: r}
+		case "deflate":
+			r = &zlibOrFlate{src: r}
+		default:
+			return nil, c, false
+		}
+	}
+	return r, "", true
+}
+
+// lazyGzip opens the gzip stream on first read, so a malformed one fails the body, not the
+// response header.
+type lazyGzip struct {
+	src io.ReadCloser
+	z   *gzip.Reader
+	err error
+}
+
+func (l *lazyGzip) Read(p []byte) (int, error) {
+	if l.z == nil && l.err == nil {
+		l.z, l.err = gzip.NewReader(l.src)
+		if l.err != nil {
+			l.err = fmt.Errorf("upstream's gzip body: %w", l.err)
+		}
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	return l.z.Read(p)
+}
+
+func (l *lazyGzip) Close() error { return l.src.Close() }
+
+// zlibOrFlate undoes "deflate", which servers send either zlib-wrapped (as RFC 9110 says) or
+// raw: the first two bytes tell which.
+type zlibOrFlate struct {
+	src io.ReadCloser
+	r   io.Reader
+	err error
+}
+
+func (z *zlibOrFlate) Read(p []byte) (int, error) {
+	if z.r == nil && z.err == nil {
+		br := bufio.NewReader(z.src)
+		hdr, _ := br.Peek(2)
+		if len(hdr) == 2 && hdr[0]&0x0f == 8 && (uint16(hdr[0])<<8|uint16(hdr[1]))%31 == 0 {
+			z.r, z.err = zlib.NewReader(br)
+		} else {
+			z.r = flate.NewReader(br)
+		}
+		if z.err != nil {
+			z.err = fmt.Errorf("upstream's deflate body: %w", z.err)
+		}
+	}
+	if z.err != nil {
+		return 0, z.err
+	}
+	return z.r.Read(p)
+}
+
+func (z *zlibOrFlate) Close() error { return z.src.Close() }
+
+// scrubbers keeps the scrubber built for each set of values, so requests with the same
+// credential share one instead of deriving the forms again. Safe for concurrent use.
+type scrubbers struct {
+	mu sync.Mutex
+	m  map[string]*scrubber
+}
+
+const maxScrubbers = 4096
+
+func (c *scrubbers) of(secrets, written []string) *scrubber {
+	secrets = slices.Clone(secrets)
+	slices.Sort(secrets) // a Secret's values come in map order
+	key := strings.Join(secrets, "\x00") + "\x01" + strings.Join(written, "\x00")
+	c.mu.Lock()
+	s, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return s
+	}
+	s = newScrubber(secrets, written)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxScrubbers {
+		c.m = map[string]*scrubber{}
+	}
+	c.m[key] = s
+	c.mu.Unlock()
+	return s
+}

@@ -307,8 +307,10 @@ func (e *Entry) CheckTransport(scheme string, port int) error {
 		ErrCleartext, e.Name, scheme, port)
 }
 
-// Apply puts s into r as e says, first removing whatever the sandbox sent in its place.
-func (e *Entry) Apply(r *http.Request, s Secret) error {
+// Apply puts s into r as e says, first removing whatever the sandbox sent in its place. It
+// returns the values it wrote into the request (whole header values, the user:password of basic
+// auth, the query value), so that responses can be scrubbed of them as well as of s's values.
+func (e *Entry) Apply(r *http.Request, s Secret) ([]string, error) {
 	render := func() (string, error) {
 		var b bytes.Buffer
 		if err := e.Inject.tmpl.Execute(&b, map[string]string(s)); err != nil {
@@ -321,32 +323,40 @@ func (e *Entry) Apply(r *http.Request, s Secret) error {
 	case InjectHeader:
 		v, err := render()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r.Header.Del(e.Inject.Header)
 		r.Header.Set(e.Inject.Header, v)
+		return []string{v}, nil
 	case InjectBasic:
 		u, p := s["username"], s["password"]
 		if u == "" && p == "" {
-			return fmt.Errorf("credential %q: secret has no username or password", e.Name)
+			return nil, fmt.Errorf("credential %q: secret has no username or password", e.Name)
 		}
+		v := "Basic " + base64.StdEncoding.EncodeToString([]byte(u+":"+p))
 		r.Header.Del("Authorization")
-		r.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u+":"+p)))
+		r.Header.Set("Authorization", v)
+		return []string{v, u + ":" + p}, nil
 	case InjectQuery:
 		v, err := render()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		q := r.URL.Query()
 		q.Del(e.Inject.Param)
 		q.Set(e.Inject.Param, v)
 		r.URL.RawQuery = q.Encode()
+		return []string{v}, nil
 	case InjectClientCert:
 		// Presented in the upstream TLS handshake by the gateway's transport, not in the request.
+		return nil, nil
 	case InjectSigV4:
-		return e.signV4(r, s)
+		if err := e.signV4(r, s); err != nil {
+			return nil, err
+		}
+		return []string{r.Header.Get("Authorization")}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // signV4 signs r for the entry's region and service, replacing whatever signature headers the

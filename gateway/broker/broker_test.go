@@ -37,8 +37,12 @@ func TestCatalogAuthorizeAndApply(t *testing.T) {
 	r, _ := http.NewRequest("GET", "https://raw.githubusercontent.com/x", nil)
 	r.Header.Add("Authorization", "token forged-1")
 	r.Header.Add("authorization", "token forged-2")
-	if err := e.Apply(r, Secret{"token": "real"}); err != nil {
+	injected, err := e.Apply(r, Secret{"token": "real"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(injected) != 1 || injected[0] != "token real" {
+		t.Fatalf("Apply reports it injected %q", injected)
 	}
 	if v := r.Header.Values("Authorization"); len(v) != 1 || v[0] != "token real" {
 		t.Fatalf("Authorization = %q", v)
@@ -51,13 +55,16 @@ func TestCatalogAuthorizeAndApply(t *testing.T) {
 	}
 
 	r, _ = http.NewRequest("GET", "https://db.example.test/", nil)
-	cat["db"].Apply(r, Secret{"username": "u", "password": "p"})
+	injected, _ = cat["db"].Apply(r, Secret{"username": "u", "password": "p"})
 	if u, p, ok := r.BasicAuth(); !ok || u != "u" || p != "p" {
 		t.Fatalf("basic auth = %q %q", u, p)
 	}
+	if len(injected) != 2 || injected[0] != r.Header.Get("Authorization") || injected[1] != "u:p" {
+		t.Fatalf("basic auth: Apply reports it injected %q", injected)
+	}
 
 	// A template error never quotes the secret.
-	err = e.Apply(r, Secret{"other": "leaky-value"})
+	_, err = e.Apply(r, Secret{"other": "leaky-value"})
 	if err == nil || strings.Contains(err.Error(), "leaky-value") {
 		t.Fatalf("Apply with a missing field = %v", err)
 	}

@@ -94,7 +94,7 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 		req, _ := http.NewRequest("GET", up.URL, nil)
-		if err := cat["db"].Apply(req, s); err != nil {
+		if _, err := cat["db"].Apply(req, s); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.DefaultClient.Do(req)

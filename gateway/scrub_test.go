@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/gateway/scope"
+)
+
+// withBasicEntry adds a basic-auth credential "basic" for api.example.test and a scope that
+// uses it on /basic/*.
+func withBasicEntry(t *testing.T, h *harness) {
+	t.Helper()
+	p := h.proxyHandler()
+	catalog, err := broker.NewCatalog([]broker.Entry{{
+		Name: "demo", Source: broker.Source{Kind: broker.SourceKV, Path: "demo"},
+		Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "Bearer {{.token}}"},
+		Hosts:  []string{"api.example.test"},
+	}, {
+		Name: "basic", Source: broker.Source{Kind: broker.SourceKV, Path: "basic"},
+		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"api.example.test"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Reload(catalog, p.dyn.Load().pins, p.dyn.Load().budget)
+	h.mu.Lock()
+	h.scopes = append([]scope.Scope{{Host: "api.example.test", Credential: "basic", Paths: []string{"/basic/*"}}}, h.scopes...)
+	h.mu.Unlock()
+}
+
+// Scrubbing covers every form the gateway itself produced, wherever the upstream puts it:
+// headers, 1xx headers, trailers, and bodies of any content type, compressed ones included.
+func TestScrubEveryForm(t *testing.T) {
+	userpass := testUser + ":" + testPassword
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(userpass))
+	embed := func(prefix, v string) string { // v inside a longer base64 text, at another alignment
+		return base64.StdEncoding.EncodeToString([]byte(prefix + v + "trailing"))
+	}
+	jsonOf := func(v string) string { b, _ := json.Marshal(v); return string(b) }
+	leaks := []string{testSecret, testPassword, userpass, basic, base64.StdEncoding.EncodeToString([]byte(userpass))}
+	cases := []struct {
+		name  string
+		path  string
+		serve http.HandlerFunc
+	}{
+		{"bearer echoed in a binary body", "/v1/bin", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			fmt.Fprintf(w, "\x00\x01%s\x02%s", r.Header.Get("Authorization"), embed("x", r.Header.Get("Authorization")))
+		}},
+		{"bearer in a body with no content type", "/v1/none", func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = nil
+			io.WriteString(w, embed("ab", testSecret)+embed("abc", testSecret)+hexOf(testSecret))
+		}},
+		{"basic auth echoed whole and decoded", "/basic/echo", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			u, p, _ := r.BasicAuth()
+			fmt.Fprintf(w, "%s|%s:%s|%s|%s|%s", r.Header.Get("Authorization"), u, p, embed("z", u+":"+p), embed("zz", p),
+				jsonOf(p))
+		}},
+		{"escaped forms", "/basic/esc", func(w http.ResponseWriter, r *http.Request) {
+			_, p, _ := r.BasicAuth()
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"q":"%s","p":"%s","lower":"%s","j":%s}`, url.QueryEscape(p), url.PathEscape(p),
+				strings.ToLower(url.QueryEscape(p)), strings.ReplaceAll(jsonOf(p), "/", `\/`))
+		}},
+		{"headers, header names and trailers", "/v1/hdr", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			w.Header().Set("X-"+testSecret, "name")
+			w.Header().Set("Trailer", "X-Declared")
+			w.WriteHeader(200)
+			io.WriteString(w, "body")
+			w.Header().Set("X-Declared", testSecret)
+			w.Header().Set(http.TrailerPrefix+"X-Undeclared", base64.StdEncoding.EncodeToString([]byte(testSecret)))
+		}},
+		{"early hints", "/v1/hints", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</x>; rel=preload; tok="+testSecret)
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			io.WriteString(w, "after hints")
+		}},
+		{"gzip body", "/v1/gz", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("Content-Type", "application/octet-stream")
+			zw := gzip.NewWriter(w)
+			fmt.Fprintf(zw, "compressed %s", r.Header.Get("Authorization"))
+			zw.Close()
+		}},
+		{"large streamed body", "/v1/big", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			for range 64 {
+				io.WriteString(w, strings.Repeat("a", 1000)+testSecret)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			withBasicEntry(t, h)
+			h.answer(c.serve)
+			var hints []string
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				Got1xxResponse: func(code int, hdr textproto.MIMEHeader) error {
+					hints = append(hints, fmt.Sprint(hdr))
+					return nil
+				}})
+			req, _ := http.NewRequestWithContext(ctx, "GET", "https://api.example.test"+c.path, nil)
+			resp, err := h.client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("status %d, err %v, body %q", resp.StatusCode, err, body)
+			}
+			seen := string(body) + fmt.Sprint(resp.Header) + fmt.Sprint(resp.Trailer) + strings.Join(hints, " ")
+			for _, l := range leaks {
+				for _, f := range newScrubber([]string{l}, nil).forms {
+					if len(f.b) >= 8 && strings.Contains(seen, string(f.b)) {
+						t.Fatalf("the sandbox saw %q (a form of %q):\n%s", f.b, l, seen)
+					}
+				}
+			}
+			if !strings.Contains(seen, redacted) {
+				t.Fatalf("nothing was redacted: %s", seen)
+			}
+		})
+	}
+}
+
+func hexOf(s string) string { return fmt.Sprintf("%x", s) }
+
+// A response that cannot be scrubbed never reaches the sandbox when a credential was injected:
+// a content coding the gateway cannot undo is refused, and an upgrade is refused before the
+// credential goes out.
+func TestUnscrubbableRefused(t *testing.T) {
+	t.Run("brotli body", func(t *testing.T) {
+		h := newHarness(t)
+		h.answer(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "br")
+			io.WriteString(w, "\x0b\x02"+r.Header.Get("Authorization"))
+		})
+		resp, err := h.client().Get("https://api.example.test/v1/br")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Airlock-Rule") != RuleUnscrubbable || bytes.Contains(body, []byte(testSecret)) {
+			t.Fatalf("status %d rule %q body %q", resp.StatusCode, resp.Header.Get("X-Airlock-Rule"), body)
+		}
+		if rec := h.sink.last(); rec.Rule != RuleUnscrubbable {
+			t.Fatalf("audit record %+v", rec)
+		}
+	})
+	t.Run("websocket with a credential", func(t *testing.T) {
+		h := newHarness(t)
+		status, rule := rawIntercepted(t, h, "GET /v1/ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\n"+
+			"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+		if status != http.StatusForbidden || rule != RuleUnscrubbable {
+			t.Fatalf("status %d rule %q", status, rule)
+		}
+		if got := h.received(); len(got) > 0 || h.asked.Load() > 0 {
+			t.Fatalf("the upgrade reached the upstream (%v) or the broker (%d)", got, h.asked.Load())
+		}
+	})
+}
+
+// BenchmarkScrub1MiB scrubs a 1 MiB body holding no secret (the common case) for a basic-auth
+// credential: every form of the password, user:password and the header value.
+func BenchmarkScrub1MiB(b *testing.B) {
+	userpass := testUser + ":" + testPassword
+	s := newScrubber([]string{testUser, testPassword}, []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(userpass)), userpass})
+	body := bytes.Repeat([]byte("The quick brown fox jumps over the lazy dog; {\"k\": \"v\"} 0123456789\n"), 1<<20/67)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		out, _ := io.Copy(io.Discard, s.reader(io.NopCloser(bytes.NewReader(body)), nil))
+		if out != int64(len(body)) {
+			b.Fatal(out)
+		}
+	}
+	b.ReportMetric(float64(len(s.forms)), "forms")
+}
