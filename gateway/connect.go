@@ -110,6 +110,13 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host st
 		return
 	}
 	x.scheme, x.host, x.port = "https", host, port
+	if r.Method == http.MethodConnect {
+		// A tunnel inside the intercepted session (HTTP/1 CONNECT, or HTTP/2's extended
+		// CONNECT) would carry bytes no request check sees.
+		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleBadRequest,
+			"CONNECT inside an intercepted session is not allowed", "open a tunnel with CONNECT to the gateway itself, under a tunnel scope"))
+		return
+	}
 	h, hp, err := splitHostPort(r.Host, 443)
 	if err != nil || h != host || hp != port {
 		p.deny(w, r, x, refuse(http.StatusForbidden, RuleHostMismatch,
@@ -165,6 +172,7 @@ func hijack(w http.ResponseWriter) (net.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
+	hijacked(conn) // the tunnel is open: no longer HTTP/1
 	if brw.Reader.Buffered() > 0 {
 		return &bufferedConn{Conn: conn, r: brw.Reader}, nil
 	}

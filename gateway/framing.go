@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // framingConn checks the HTTP/1 framing of every request a client sends before net/http parses
@@ -16,11 +17,15 @@ import (
 // sizes that are not hexadecimal. A refused connection gets a 400 naming the problem and is
 // closed; the request never reaches the handler.
 //
-// It stops checking after a request that asks to switch protocols (CONNECT, Upgrade), since what
-// follows is no longer HTTP/1.
+// It stops checking only when the connection has actually switched protocols: a CONNECT that
+// was answered 200, an upgrade the upstream answered 101. Both take the connection over through
+// Hijack, and hijacked (called by whoever hijacks) is the one thing that ends the checking. A
+// request that merely asks to switch (a refused CONNECT, an Upgrade header the upstream ignored)
+// leaves it on for the rest of the connection.
 type framingConn struct {
 	net.Conn
 	onRefuse func(reason string)
+	switched atomic.Bool // the connection no longer speaks HTTP/1
 
 	mu     sync.Mutex
 	state  framingState
@@ -39,7 +44,6 @@ const (
 	stateChunkData
 	stateChunkDataEnd
 	stateTrailer
-	statePassthrough
 )
 
 // maxHead bounds a request head; net/http's own limit (1 MiB) is larger, so ours decides.
@@ -58,7 +62,7 @@ func (f *framingConn) Read(p []byte) (int, error) {
 		return 0, f.err
 	}
 	n, err := f.Conn.Read(p)
-	if n > 0 && f.state != statePassthrough {
+	if n > 0 && !f.switched.Load() {
 		if reason := f.scan(p[:n]); reason != "" {
 			f.refuse(reason)
 			return 0, f.err
@@ -81,8 +85,6 @@ func (f *framingConn) refuse(reason string) {
 func (f *framingConn) scan(b []byte) string {
 	for len(b) > 0 {
 		switch f.state {
-		case statePassthrough:
-			return ""
 		case stateHead:
 			f.head = append(f.head, b...)
 			end := bytes.Index(f.head, []byte("\r\n\r\n"))
@@ -172,7 +174,6 @@ func (f *framingConn) startRequest(head []byte) string {
 	lines := strings.Split(string(head), "\r\n")
 	method, _, _ := strings.Cut(lines[0], " ")
 	var cls, tes []string
-	upgrade := false
 	for _, l := range lines[1:] {
 		if l == "" {
 			continue
@@ -193,8 +194,6 @@ func (f *framingConn) startRequest(head []byte) string {
 			cls = append(cls, value)
 		case "transfer-encoding":
 			tes = append(tes, value)
-		case "upgrade":
-			upgrade = true
 		}
 	}
 	switch {
@@ -207,8 +206,8 @@ func (f *framingConn) startRequest(head []byte) string {
 	}
 	f.state = stateHead
 	switch {
-	case method == "CONNECT" || upgrade:
-		f.state = statePassthrough
+	case method == "CONNECT":
+		// No body; what follows is checked as HTTP until the tunnel is actually open.
 	case len(tes) == 1:
 		f.state = stateChunkSize
 	case len(cls) == 1:
@@ -221,6 +220,17 @@ func (f *framingConn) startRequest(head []byte) string {
 		}
 	}
 	return ""
+}
+
+// hijacked marks conn, if it is a framingConn, as switched to another protocol. Call it right
+// after a successful Hijack that is followed by the switch (a CONNECT's 200, an upgrade's 101).
+func hijacked(conn net.Conn) {
+	if f, ok := conn.(*framingConn); ok {
+		f.switched.Store(true)
+		f.mu.Lock()
+		f.head, f.line = nil, nil
+		f.mu.Unlock()
+	}
 }
 
 func truncate(s string, n int) string {

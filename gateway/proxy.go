@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -585,3 +586,14 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 }
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// Hijack is how ReverseProxy takes the connection over once the upstream answered 101: the
+// framing check ends there, and no sooner.
+func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	hijacked(conn)
+	return conn, brw, nil
+}

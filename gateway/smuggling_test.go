@@ -134,3 +134,78 @@ func TestFramingAllowsValidRequests(t *testing.T) {
 		}
 	}
 }
+
+// Framing checks stay on after a request that only asked to switch protocols: a refused
+// CONNECT, a refused upgrade, or an upgrade the upstream did not take. Only a completed switch
+// (CONNECT 200, upgrade 101) ends them.
+func TestFramingStaysOnAfterRefusedSwitch(t *testing.T) {
+	smuggle := "POST http://plain.example.test/v1/x HTTP/1.1\r\nHost: plain.example.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+	cases := []struct {
+		name, first string
+		status      int
+	}{
+		{"refused upgrade", "GET http://evil.example.test/ HTTP/1.1\r\nHost: evil.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 403},
+		{"upgrade the upstream ignored", "GET http://plain.example.test/v1/ws HTTP/1.1\r\nHost: plain.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 200},
+		{"refused CONNECT", "CONNECT evil.example.test:443 HTTP/1.1\r\nHost: evil.example.test:443\r\n\r\n", 403},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			addr := serveHarness(t, h)
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(conn)
+			io.WriteString(conn, c.first)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != c.status {
+				t.Fatalf("first request: %v %v, want %d", resp, err, c.status)
+			}
+			io.Copy(io.Discard, resp.Body)
+			before := len(h.received())
+			io.WriteString(conn, smuggle)
+			resp, err = http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("the smuggled request got no answer: %v", err)
+			}
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Airlock-Rule") != RuleBadRequest {
+				t.Fatalf("smuggled request after a %s: status %d rule %q", c.name, resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
+			}
+			if got := h.received()[before:]; len(got) > 0 {
+				t.Fatalf("the smuggled request reached the upstream: %v", got)
+			}
+		})
+	}
+	t.Run("intercepted, after a refused upgrade", func(t *testing.T) {
+		h := newHarness(t)
+		tc := h.intercept(t, "api.example.test:443")
+		br := bufio.NewReader(tc)
+		io.WriteString(tc, "GET /v1/ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("upgrade with a credential: %v %v", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		io.WriteString(tc, "POST /v1/x HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Airlock-Rule") != RuleBadRequest {
+			t.Fatalf("smuggled request inside the session: %v %v", resp, err)
+		}
+		if got := h.received(); len(got) > 0 {
+			t.Fatalf("the smuggled request reached the upstream: %v", got)
+		}
+	})
+}
+
+// A CONNECT sent inside an intercepted session is refused: it would open a tunnel past the
+// request checks.
+func TestNestedConnectRefused(t *testing.T) {
+	h := newHarness(t)
+	status, rule := rawIntercepted(t, h, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	if status != http.StatusBadRequest || rule != RuleBadRequest || len(h.received()) > 0 {
+		t.Fatalf("nested CONNECT: status %d rule %q, upstream saw %v", status, rule, h.received())
+	}
+}
