@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -49,48 +50,109 @@ func (b *budgets) prune() {
 	})
 }
 
-// startRequest counts one request against x's lease and refuses it when the budget is spent.
-func (p *Proxy) startRequest(x *exchange) error {
+// startRequest counts one request against x's lease and refuses it when the budget is spent,
+// or when the body it announces (contentLength, -1 when unknown) is larger than what is left of
+// the byte budget: refused before anything is sent.
+func (p *Proxy) startRequest(x *exchange, contentLength int64) error {
 	lim := p.dyn.Load().budget.Narrow(x.b.Budget)
+	x.meter = &meter{lease: x.b.Lease}
 	if lim == (scope.Budget{}) {
 		return nil
 	}
 	u := p.budgets.of(x.b.Lease, x.b.Expires)
-	x.usage, x.limit = u, lim
+	x.meter.usage, x.meter.limit = u, lim.BytesUp
 	if lim.Requests > 0 && u.requests.Add(1) > lim.Requests {
 		return refuse(http.StatusTooManyRequests, RuleBudget,
 			fmt.Sprintf("lease %s has used its budget of %d requests", x.b.Lease, lim.Requests),
 			"a fresh lease, or a task token with a larger budget")
 	}
-	if lim.BytesUp > 0 && u.bytesUp.Load() >= lim.BytesUp {
-		return refuse(http.StatusTooManyRequests, RuleBudget,
-			fmt.Sprintf("lease %s has sent its budget of %d bytes upstream", x.b.Lease, lim.BytesUp),
-			"a fresh lease, or a task token with a larger budget")
+	if lim.BytesUp > 0 {
+		left := lim.BytesUp - u.bytesUp.Load()
+		if left <= 0 {
+			return refuse(http.StatusTooManyRequests, RuleBudget,
+				fmt.Sprintf("lease %s has sent its budget of %d bytes upstream", x.b.Lease, lim.BytesUp),
+				"a fresh lease, or a task token with a larger budget")
+		}
+		if contentLength > left {
+			return refuse(http.StatusTooManyRequests, RuleBudget,
+				fmt.Sprintf("lease %s has %d of its %d bytes upstream left, and this body is %d", x.b.Lease, left, lim.BytesUp, contentLength),
+				"a fresh lease, or a task token with a larger budget")
+		}
 	}
 	return nil
 }
 
-// meteredBody counts request body bytes, against the lease's byte budget when it has one.
-type meteredBody struct {
-	io.ReadCloser
-	n     int64
-	usage *usage
-	limit int64
+// meter counts what a sandbox sends upstream (a request body, an upgraded stream, a tunnel)
+// and holds it to the lease's byte budget. It reserves budget before each read and reads no more
+// than it got, so nothing over the budget is ever read from the sandbox, let alone sent, however
+// many requests of the lease run at once. Safe for one reader at a time; n may be read
+// concurrently.
+type meter struct {
+	usage *usage // nil: no budget, only counting
+	limit int64  // bytes; zero means none
 	lease string
-	// over is set when the body went over the budget, so the proxy answers 429 whatever error
-	// the transport wraps it in.
-	over *Refusal
+	n     atomic.Int64
+	// over is set when the sandbox had more to send than the budget allowed, so the proxy
+	// answers 429 whatever error the transport wraps it in.
+	over atomic.Pointer[Refusal]
 }
 
-func (m *meteredBody) Read(b []byte) (int, error) {
-	n, err := m.ReadCloser.Read(b)
-	m.n += int64(n)
-	if m.usage != nil && n > 0 {
-		if total := m.usage.bytesUp.Add(int64(n)); m.limit > 0 && total > m.limit {
-			m.over = refuse(http.StatusTooManyRequests, RuleBudget,
-				fmt.Sprintf("lease %s went over its budget of %d bytes upstream", m.lease, m.limit), "")
-			return n, m.over
-		}
+// read reads from src into b, as much as the budget allows.
+func (m *meter) read(src io.Reader, b []byte) (int, error) {
+	if m.usage == nil || m.limit <= 0 || len(b) == 0 {
+		n, err := src.Read(b)
+		m.n.Add(int64(n))
+		return n, err
 	}
+	got := m.usage.reserve(int64(len(b)), m.limit)
+	if got == 0 {
+		// Spent: one byte more says whether the sandbox had more to send. It is not passed on.
+		var one [1]byte
+		n, err := src.Read(one[:])
+		if n == 0 {
+			return 0, err
+		}
+		ref := refuse(http.StatusTooManyRequests, RuleBudget,
+			fmt.Sprintf("lease %s went over its budget of %d bytes upstream", m.lease, m.limit), "")
+		m.over.Store(ref)
+		return 0, ref
+	}
+	n, err := src.Read(b[:got])
+	if int64(n) < got {
+		m.usage.bytesUp.Add(int64(n) - got)
+	}
+	m.n.Add(int64(n))
 	return n, err
 }
+
+// reserve takes up to n bytes of a budget of limit and returns how many it got.
+func (u *usage) reserve(n, limit int64) int64 {
+	for {
+		cur := u.bytesUp.Load()
+		left := limit - cur
+		if left <= 0 {
+			return 0
+		}
+		take := min(n, left)
+		if u.bytesUp.CompareAndSwap(cur, cur+take) {
+			return take
+		}
+	}
+}
+
+// meteredBody is a request body read through a meter.
+type meteredBody struct {
+	io.ReadCloser
+	m *meter
+}
+
+func (b *meteredBody) Read(p []byte) (int, error) { return b.m.read(b.ReadCloser, p) }
+
+// meteredConn is a sandbox connection whose reads (what it sends upstream) go through a meter:
+// an upgraded stream or a tunnel.
+type meteredConn struct {
+	net.Conn
+	m *meter
+}
+
+func (c *meteredConn) Read(p []byte) (int, error) { return c.m.read(c.Conn, p) }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/scope"
 )
 
@@ -126,8 +127,22 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host st
 	p.forward(w, r, x)
 }
 
-// tunnel splices an uninspected connection to the vetted upstream address.
+// tunnel splices an uninspected connection to the vetted upstream address. It follows the rules
+// every request does: nothing opens while the trail refuses records or the lease's budget is
+// spent, the tunnel is recorded when it opens (so a crash cannot lose it) and again when it
+// closes, and what the sandbox sends through it counts against the byte budget, which closes
+// the tunnel when it runs out.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
+	if c, ok := p.cfg.Audit.(audit.Checker); ok {
+		if err := c.Err(); err != nil {
+			p.deny(w, r, x, err)
+			return
+		}
+	}
+	if err := p.startRequest(x, -1); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
 	ap, err := p.dial.vet(r.Context(), x.host, x.port)
 	if err != nil {
 		p.deny(w, r, x, err)
@@ -144,10 +159,16 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 		up.Close()
 		return
 	}
+	x.status, x.event = http.StatusOK, "open"
+	if err := p.record(r, x); err != nil {
+		// Unrecorded means not opened.
+		conn.Close()
+		up.Close()
+		return
+	}
 	p.tunnels.Add(1)
 	defer p.tunnels.Add(-1)
 	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, tunnel: true, bearer: x.bearer, closer: conn})()
-	x.status = http.StatusOK
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -155,9 +176,13 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 		x.down, _ = io.Copy(conn, up)
 		conn.Close()
 	}()
-	x.up, _ = io.Copy(up, conn)
+	io.Copy(up, &meteredConn{Conn: conn, m: x.meter})
 	up.Close()
 	wg.Wait()
+	x.up, x.event = x.meter.n.Load(), "close"
+	if over := x.meter.over.Load(); over != nil {
+		x.refusal = over
+	}
 	p.record(r, x)
 }
 

@@ -213,7 +213,8 @@ type exchange struct {
 	status   int
 	up, down int64
 	bearer   string // the task token a client outside the pool identified with
-	body     *meteredBody
+	meter    *meter // what the sandbox sent upstream, against the lease's budget
+	event    string // a tunnel's record: "open" or "close"
 	// sendErr is set by rewrite when the prepared request must not be sent (its credential
 	// could not be applied, or it is not the request decided on); RoundTrip returns it.
 	sendErr *Refusal
@@ -292,15 +293,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
 	})
 	cw := &countingWriter{ResponseWriter: w, x: x}
-	body := &meteredBody{ReadCloser: r.Body, usage: x.usage, limit: x.limit.BytesUp, lease: x.b.Lease}
-	x.body = body
-	r.Body = body
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &meteredBody{ReadCloser: r.Body, m: x.meter}
+	}
 	p.rp.ServeHTTP(cw, r.WithContext(ctx))
 	if x.scrub != nil {
 		// Trailers are in the header map now and go out once the handler returns.
 		x.scrub.scrubHeaders(w.Header())
 	}
-	x.status, x.up, x.down = cw.status, body.n, cw.n
+	x.status, x.up, x.down = cw.status, x.meter.n.Load(), cw.n
 	p.record(r, x)
 }
 
@@ -327,7 +328,7 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 			return err
 		}
 	}
-	if err := p.startRequest(x); err != nil {
+	if err := p.startRequest(x, r.ContentLength); err != nil {
 		return err
 	}
 	return boundSignedBody(r, x)
@@ -498,8 +499,8 @@ const smallBody = 16 << 10
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	x := r.Context().Value(exchangeKey{}).(*exchange)
 	ref := refusalFor(err)
-	if x.body != nil && x.body.over != nil {
-		ref = x.body.over
+	if over := x.meter.over.Load(); over != nil {
+		ref = over
 	}
 	if ref.Rule == RuleUpstreamFailed {
 		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
@@ -530,13 +531,13 @@ func (x *exchange) redact(text string) string {
 	return text
 }
 
-// record writes the exchange's audit record.
-func (p *Proxy) record(r *http.Request, x *exchange) {
+// record writes the exchange's audit record; an error means the trail did not take it.
+func (p *Proxy) record(r *http.Request, x *exchange) error {
 	rec := audit.Record{
 		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
 		Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
 		Method: r.Method, Host: x.host, Port: x.port, Path: x.path,
-		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream,
+		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream, Event: x.event,
 		DurationMS: float64(time.Since(x.start).Microseconds()) / 1000,
 	}
 	if rec.Path == "" && r.Method != http.MethodConnect && r.URL != nil {
@@ -551,10 +552,14 @@ func (p *Proxy) record(r *http.Request, x *exchange) {
 		rec.Decision, rec.Rule, rec.Reason = audit.Allow, RuleScope, "scope "+x.scope.String()
 	}
 	rec.Reason = x.redact(rec.Reason)
-	p.metrics.observe(&rec, time.Since(x.start))
-	if err := p.cfg.Audit.Write(r.Context(), rec); err != nil {
+	if x.event != "close" { // a tunnel's decision is counted once, when it opens
+		p.metrics.observe(&rec, time.Since(x.start))
+	}
+	err := p.cfg.Audit.Write(r.Context(), rec)
+	if err != nil {
 		p.log.Error("audit write failed", "err", err, "lease", x.b.Lease)
 	}
+	return err
 }
 
 // countingWriter counts what goes back to the sandbox and scrubs informational (1xx) headers,
@@ -595,5 +600,6 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	hijacked(conn)
-	return conn, brw, nil
+	// What the sandbox sends on the upgraded stream counts against its budget too.
+	return &meteredConn{Conn: conn, m: c.x.meter}, brw, nil
 }
