@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/scope"
@@ -59,7 +61,9 @@ type Config struct {
 	CacheMaxTTL  time.Duration
 	CacheNegTTL  time.Duration
 	CacheEntries int
-	Tunnel       TunnelLimits
+	// Guard refuses names under wildcard scopes that look like data leaving (see package
+	// exfil); the node shares one with its gateway. Nil means one with the default limits.
+	Guard *exfil.Guard
 	// RateQPS and RateBurst limit queries per source address (default 200 and 400; negative
 	// disables).
 	RateQPS, RateBurst int
@@ -77,8 +81,7 @@ type Resolver struct {
 	metrics  *Metrics // nil until NewMetrics
 	pins     atomic.Pointer[map[string]netip.Addr]
 	cache    *answerCache
-	tunnel   TunnelLimits
-	distinct *distinctNames
+	guard    *exfil.Guard
 	rate     *ratelimit.Limiter[netip.Addr]
 	now      func() time.Time // the clock of the cache, the tunnel window and durations
 }
@@ -100,14 +103,15 @@ func New(cfg Config) *Resolver {
 	if cfg.RateQPS == 0 {
 		cfg.RateQPS, cfg.RateBurst = 200, 400
 	}
-	t := cfg.Tunnel.withDefaults()
+	if cfg.Guard == nil {
+		cfg.Guard = exfil.New(exfil.Limits{})
+	}
 	r := &Resolver{
 		cfg: cfg, log: cfg.Logger,
 		client:   &dns.Client{Net: "udp", Timeout: 3 * time.Second, UDPSize: 1232},
 		tcp:      &dns.Client{Net: "tcp", Timeout: 3 * time.Second},
 		cache:    newAnswerCache(cfg.CacheMaxTTL, cfg.CacheNegTTL, cfg.CacheEntries),
-		tunnel:   t,
-		distinct: newDistinctNames(t.MaxDistinct, t.Window),
+		guard:    cfg.Guard,
 		now:      time.Now,
 	}
 	r.rate = ratelimit.New[netip.Addr](cfg.RateQPS, cfg.RateBurst)
@@ -222,7 +226,7 @@ func typeName(t uint16) string {
 	if s, ok := dns.TypeToString[t]; ok {
 		return s
 	}
-	return "TYPE" + itoa(int(t))
+	return "TYPE" + strconv.Itoa(int(t))
 }
 
 // denial is why a query is refused; the zero value means it is not.
@@ -270,13 +274,9 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 	}
 	if apex, ok := strings.CutPrefix(s.Host, "*."); ok {
 		// Under a wildcard the task chooses the names: guard against data encoded in them.
-		if reason := r.tunnel.shape(name); reason != "" {
+		if reason := r.guard.Check(b.Lease, apex, name, now); reason != "" {
 			rec.Flagged = true
-			return "", denial{RuleTunnel, fmt.Sprintf("%s refused: %s", name, reason), dns.ExtendedErrorCodeBlocked}
-		}
-		if r.distinct.seen(b.Lease, apex, name, now) {
-			rec.Flagged = true
-			return "", denial{RuleTunnel, fmt.Sprintf("lease %s looked up more than %d distinct names under %s in %s", b.Lease, r.tunnel.MaxDistinct, apex, r.tunnel.Window), dns.ExtendedErrorCodeBlocked}
+			return "", denial{RuleTunnel, reason, dns.ExtendedErrorCodeBlocked}
 		}
 	}
 	return name, denial{}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/scope"
 )
@@ -143,7 +144,7 @@ func TestCacheAndCoalescing(t *testing.T) {
 }
 
 func TestTunnelDefence(t *testing.T) {
-	h := newFullHarness(t, func(c *Config) { c.Tunnel = TunnelLimits{MaxDistinct: 5} })
+	h := newFullHarness(t, func(c *Config) { c.Guard = exfil.New(exfil.Limits{MaxDistinct: 5}) })
 	for _, name := range []string{
 		strings.Repeat("a", 41) + ".files.example.",
 		"mzxw6ytboi2dcmrtgq3dsnzzha4tmnbvg4.files.example.", // base32-ish data

@@ -139,11 +139,15 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 			return
 		}
 	}
+	if err := p.guardName(x); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
 	if err := p.startRequest(x, -1); err != nil {
 		p.deny(w, r, x, err)
 		return
 	}
-	ap, err := p.dial.vet(r.Context(), x.host, x.port)
+	ap, err := p.dial.vet(r.Context(), x.host, x.port, p.recordLookup(r, x))
 	if err != nil {
 		p.deny(w, r, x, err)
 		return

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/airlock-dev/airlock/gateway/scope"
 )
@@ -24,26 +26,62 @@ type ContextDialer interface {
 
 // dialer resolves upstream names itself (the client's idea of an address is never trusted), vets
 // each address, and dials exactly the address it vetted, so no second lookup can rebind it.
+//
+// With a ttl, what a name resolved to is kept that long: the request path resolves (and records
+// the lookup) before anything is sent, and the transport's dial a moment later finds the same
+// vetted addresses instead of asking again.
 type dialer struct {
 	pins     func() map[string]netip.AddrPort // "host:port" -> pinned private upstream
 	allow    []netip.Prefix                   // operator-allowed non-public ranges
 	resolver Resolver
 	net      ContextDialer
+	ttl      time.Duration // zero: every vet looks the name up
+
+	mu    sync.Mutex
+	cache map[string]resolved
 }
 
-// vet returns the address to dial for host:port, or a Refusal.
-func (d *dialer) vet(ctx context.Context, host string, port int) (netip.AddrPort, error) {
+type resolved struct {
+	addrs   []netip.Addr
+	expires time.Time
+}
+
+// lookupTTL is how long the gateway keeps what a name resolved to.
+const lookupTTL = 30 * time.Second
+
+// maxResolved bounds the names kept.
+const maxResolved = 10000
+
+// lookup is one name lookup the dialer made, for the audit trail.
+type lookup struct {
+	host  string
+	addrs []netip.Addr
+	err   error
+	took  time.Duration
+}
+
+// vet returns the address to dial for host:port, or a Refusal. A lookup it makes (not a pin, an
+// address literal or a kept answer) is passed to onLookup first, when that is set; an error from
+// onLookup (the lookup could not be recorded) refuses the destination.
+func (d *dialer) vet(ctx context.Context, host string, port int, onLookup func(lookup) error) (netip.AddrPort, error) {
 	if ap, ok := d.pins()[net.JoinHostPort(host, strconv.Itoa(port))]; ok {
 		return ap, nil
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
-	} else {
+	} else if addrs = d.kept(host); addrs == nil {
+		start := time.Now()
 		addrs, err = d.resolver.LookupNetIP(ctx, "ip", host)
+		if onLookup != nil {
+			if rerr := onLookup(lookup{host: host, addrs: addrs, err: err, took: time.Since(start)}); rerr != nil {
+				return netip.AddrPort{}, rerr
+			}
+		}
 		if err != nil {
 			return netip.AddrPort{}, fmt.Errorf("resolving %s: %w", host, err)
 		}
+		d.keep(host, addrs)
 	}
 	for _, a := range addrs {
 		a = a.Unmap()
@@ -54,6 +92,42 @@ func (d *dialer) vet(ctx context.Context, host string, port int) (netip.AddrPort
 	return netip.AddrPort{}, refuse(http.StatusForbidden, RulePrivateAddress,
 		fmt.Sprintf("%s resolves only to non-public addresses (%v)", host, addrs),
 		"an operator can pin a private upstream by name in gateway.private_upstreams")
+}
+
+func (d *dialer) kept(host string) []netip.Addr {
+	if d.ttl <= 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.cache[host]
+	if !ok || time.Now().After(r.expires) {
+		return nil
+	}
+	return r.addrs
+}
+
+func (d *dialer) keep(host string, addrs []netip.Addr) {
+	if d.ttl <= 0 || len(addrs) == 0 {
+		return
+	}
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cache == nil {
+		d.cache = map[string]resolved{}
+	}
+	if len(d.cache) >= maxResolved {
+		for h, r := range d.cache {
+			if now.After(r.expires) {
+				delete(d.cache, h)
+			}
+		}
+		if len(d.cache) >= maxResolved {
+			clear(d.cache)
+		}
+	}
+	d.cache[host] = resolved{addrs: addrs, expires: now.Add(d.ttl)}
 }
 
 func (d *dialer) allowed(a netip.Addr) bool {
@@ -68,7 +142,8 @@ func (d *dialer) allowed(a netip.Addr) bool {
 	return false
 }
 
-// DialContext is the upstream transport's dial: address is the request's host:port.
+// DialContext is the upstream transport's dial: address is the request's host:port, which the
+// request path has already vetted (and whose lookup it recorded).
 func (d *dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
@@ -78,7 +153,7 @@ func (d *dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, fmt.Errorf("bad port in %q", address)
 	}
-	ap, err := d.vet(ctx, host, port)
+	ap, err := d.vet(ctx, host, port, nil)
 	if err != nil {
 		return nil, err
 	}

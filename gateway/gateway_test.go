@@ -189,6 +189,7 @@ type harness struct {
 	asked atomic.Int64 // broker calls
 	// handle, when set (under mu), answers for the TLS upstream instead of its echo.
 	handle http.HandlerFunc
+	target string // CONNECT target of rawIntercepted; empty means api.example.test:443
 }
 
 // answer makes the TLS upstream answer with f.

@@ -116,10 +116,15 @@ func rawPlain(t *testing.T, h *harness, req string) (int, string) {
 	return resp.StatusCode, resp.Header.Get("X-Airlock-Rule")
 }
 
-// rawIntercepted sends one raw request inside an intercepted CONNECT to api.example.test.
+// rawIntercepted sends one raw request inside an intercepted CONNECT to h.target (default
+// api.example.test:443).
 func rawIntercepted(t *testing.T, h *harness, req string) (int, string) {
 	t.Helper()
-	tc := h.intercept(t, "api.example.test:443")
+	target := h.target
+	if target == "" {
+		target = "api.example.test:443"
+	}
+	tc := h.intercept(t, target)
 	fmt.Fprint(tc, req)
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 	if err != nil {
@@ -176,4 +181,16 @@ func FuzzPathMatchedIsPathSent(f *testing.F) {
 			t.Fatalf("%q: sent %q, outside the scope's /v1/*", target, sent)
 		}
 	})
+}
+
+// connectStatus sends a CONNECT for target on c and returns the status and rule header.
+func connectStatus(t *testing.T, c net.Conn, target string) (int, string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("CONNECT %s: %v", target, err)
+	}
+	return resp.StatusCode, resp.Header.Get("X-Airlock-Rule")
 }

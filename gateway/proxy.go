@@ -16,6 +16,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
@@ -60,6 +62,10 @@ type Config struct {
 	Verify func(raw string) (token.Task, error)
 	// Budget is the per-lease default; a token's budget narrows it. Zero means no limit.
 	Budget scope.Budget
+	// Guard refuses names under wildcard scopes that look like data leaving, before the
+	// gateway looks them up (see package exfil); the node shares one with its resolver. Nil
+	// means one with the default limits.
+	Guard  *exfil.Guard
 	Logger *slog.Logger
 }
 
@@ -95,12 +101,16 @@ func New(cfg Config) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Guard == nil {
+		cfg.Guard = exfil.New(exfil.Limits{})
+	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger,
 		tokens:  &tokenIdentities{verify: cfg.Verify, now: time.Now, cache: map[[32]byte]binding.Binding{}},
 		budgets: &budgets{},
 	}
 	p.dyn.Store(&dynamic{catalog: cfg.Catalog, pins: cfg.PrivateUpstreams, budget: cfg.Budget})
-	p.dial = &dialer{pins: func() map[string]netip.AddrPort { return p.dyn.Load().pins }, resolver: cfg.Resolver, net: cfg.Dialer}
+	p.dial = &dialer{pins: func() map[string]netip.AddrPort { return p.dyn.Load().pins }, resolver: cfg.Resolver, net: cfg.Dialer,
+		ttl: lookupTTL}
 	transport := &http.Transport{
 		DialContext:           p.dial.DialContext,
 		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
@@ -280,6 +290,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		p.deny(w, r, x, err)
 		return
 	}
+	// Where it goes, before anything is borrowed for it: a name that resolves only to private
+	// addresses never costs a credential. The transport dials the address vetted here.
+	if _, err := p.dial.vet(r.Context(), x.host, x.port, p.recordLookup(r, x)); err != nil {
+		p.deny(w, r, x, err)
+		return
+	}
 	if x.entry != nil {
 		var err error
 		ctx := broker.WithLeaseExpiry(r.Context(), x.b.Expires)
@@ -317,6 +333,9 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	if err := p.decide(x, r.Method, x.path); err != nil {
 		return err
 	}
+	if err := p.guardName(x); err != nil {
+		return err
+	}
 	if x.entry != nil && upgradeType(r.Header) != "" {
 		return refuse(http.StatusForbidden, RuleUnscrubbable,
 			fmt.Sprintf("scope %s injects credential %q, and a %s stream could not be checked for it on the way back",
@@ -332,6 +351,41 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 		return err
 	}
 	return boundSignedBody(r, x)
+}
+
+// guardName refuses, before the gateway looks it up, a name under a wildcard scope that looks
+// like data leaving: the same guard, and the same counts, as the resolver's.
+func (p *Proxy) guardName(x *exchange) error {
+	apex, ok := strings.CutPrefix(x.scope.Host, "*.")
+	if !ok {
+		return nil
+	}
+	if reason := p.cfg.Guard.Check(x.b.Lease, apex, x.host, time.Now()); reason != "" {
+		return &Refusal{Status: http.StatusForbidden, Rule: RuleTunnel, Reason: reason, Flagged: true,
+			Hint: "names under a wildcard scope must not carry data; name the host in a scope of its own"}
+	}
+	return nil
+}
+
+// recordLookup records each name lookup the gateway makes for x, as the resolver records the
+// sandbox's own: a lookup that cannot be recorded refuses the request.
+func (p *Proxy) recordLookup(r *http.Request, x *exchange) func(lookup) error {
+	return func(l lookup) error {
+		rec := audit.Record{Time: time.Now().Add(-l.took), Kind: audit.KindDNS, Event: "gateway-lookup", Node: p.cfg.Node,
+			Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
+			QName: l.host, QType: "A+AAAA", Answers: len(l.addrs), Decision: audit.Allow, Rule: RuleScope,
+			Reason: "looked up by the gateway for " + x.scope.String(),
+			DurationMS: float64(l.took.Microseconds()) / 1000}
+		if l.err != nil {
+			rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleUpstreamFailed, l.err.Error()
+		} else if !slices.ContainsFunc(l.addrs, func(a netip.Addr) bool { return p.dial.allowed(a.Unmap()) }) {
+			rec.Decision, rec.Rule, rec.Reason = audit.Deny, RulePrivateAddress, fmt.Sprintf("resolved only to non-public addresses %v", l.addrs)
+		}
+		if err := p.cfg.Audit.Write(r.Context(), rec); err != nil {
+			return err
+		}
+		return nil
+	}
 }
 
 // upgradeType is the protocol a request asks to switch to, as ReverseProxy reads it; "" when
@@ -547,7 +601,7 @@ func (p *Proxy) record(r *http.Request, x *exchange) error {
 		rec.Credential = x.entry.Name
 	}
 	if x.refusal != nil {
-		rec.Decision, rec.Rule, rec.Reason = audit.Deny, x.refusal.Rule, x.refusal.Reason
+		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.Reason, x.refusal.Flagged
 	} else {
 		rec.Decision, rec.Rule, rec.Reason = audit.Allow, RuleScope, "scope "+x.scope.String()
 	}

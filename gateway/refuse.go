@@ -36,6 +36,9 @@ const (
 	// RuleUnscrubbable: a response to a request that carried a credential could not be
 	// checked for it (an upgraded stream, a content coding the gateway cannot undo).
 	RuleUnscrubbable = "unscrubbable"
+	// RuleTunnel: a name under a wildcard scope looks like data leaving (see package exfil);
+	// the resolver refuses such names under the same rule.
+	RuleTunnel = "tunnel"
 )
 
 // Refusal is a decision to deny, with the status it maps to and words an operator understands.
@@ -45,7 +48,9 @@ type Refusal struct {
 	Reason string
 	// Hint says what would allow the request, when there is something to say.
 	Hint string
-	Err  error
+	// Flagged marks a refusal a security reviewer should look at (data leaving in a name).
+	Flagged bool
+	Err     error
 }
 
 func (r *Refusal) Error() string { return r.Rule + ": " + r.Reason }

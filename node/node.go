@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
@@ -197,10 +198,15 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		verifier.Issuers[deps.DevIssuer.Name] = deps.DevIssuer.Issuer(maxTTL)
 		minter = devMinter{deps.DevIssuer}
 	}
+	// One exfiltration guard for the resolver and the gateway: a name counts once, whichever
+	// of them is asked to look it up.
+	lim := cfg.Resolver.Tunnel
+	guard := exfil.New(exfil.Limits{MaxLabel: lim.MaxLabel, MaxName: lim.MaxName, EntropyBits: lim.EntropyBits,
+		MaxDistinct: lim.MaxDistinct, Window: lim.Window})
 	proxy := gateway.New(gateway.Config{
 		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: catalog, Broker: vb, Audit: sink,
 		PrivateUpstreams: pins, UpstreamRoots: roots, Logger: log,
-		Verify: verifier.Verify, Budget: cfg.Gateway.Budget,
+		Verify: verifier.Verify, Budget: cfg.Gateway.Budget, Guard: guard,
 	})
 	gwAddr := net.JoinHostPort(hostIP.String(), strconv.Itoa(cfg.Gateway.Port))
 	gwLn, err := net.Listen("tcp", gwAddr)
@@ -222,8 +228,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		Node: cfg.Node, Bindings: cache, Audit: sink, Pins: dnsPins, Upstreams: upstreams, Logger: log,
 		NXDomain: rc.NXDomain, CacheMaxTTL: rc.CacheMaxTTL, CacheNegTTL: rc.CacheNegTTL,
 		RateQPS: rc.RateQPS, RateBurst: rc.RateBurst,
-		Tunnel: dnsfilter.TunnelLimits{MaxLabel: rc.Tunnel.MaxLabel, MaxName: rc.Tunnel.MaxName,
-			EntropyBits: rc.Tunnel.EntropyBits, MaxDistinct: rc.Tunnel.MaxDistinct, Window: rc.Tunnel.Window},
+		Guard: guard,
 	})
 	dnsfilter.NewMetrics(reg, resolver)
 	dnsAddr := net.JoinHostPort(hostIP.String(), strconv.Itoa(cfg.Resolver.Port))

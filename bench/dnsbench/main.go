@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/bench/benchcmd"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/scope"
@@ -82,7 +83,7 @@ func runResolver(ctx context.Context, args []string) error {
 		Node: "bench", Audit: sink, Upstreams: []string{*upstream}, RateQPS: -1, Workers: *workers,
 		// One source stands for all sandboxes here, so the per-lease distinct-name limit is
 		// raised past the benchmark's name count; the shape checks stay on.
-		Tunnel: dnsfilter.TunnelLimits{MaxDistinct: 1 << 20},
+		Guard: exfil.New(exfil.Limits{MaxDistinct: 1 << 20}),
 		Bindings: binding.Static{Binding: binding.Binding{Lease: "l-bench", Task: "bench", Scopes: set,
 			Expires: time.Now().Add(24 * time.Hour)}},
 	})

@@ -1,15 +1,15 @@
-package dnsfilter
+package exfil
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
-// TunnelLimits are the heuristics that guard names under wildcard scopes, where a task could
-// otherwise encode data in the names it looks up. Zero fields take the defaults.
-type TunnelLimits struct {
+// Limits are the heuristics. Zero fields take the defaults.
+type Limits struct {
 	MaxLabel      int           // longest label; default 40
 	MaxName       int           // longest name; default 120
 	EntropyBits   float64       // Shannon entropy per character on long labels; default 3.8
@@ -18,38 +18,71 @@ type TunnelLimits struct {
 	Window        time.Duration // default 5m
 }
 
-func (t TunnelLimits) withDefaults() TunnelLimits {
-	if t.MaxLabel == 0 {
-		t.MaxLabel = 40
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxLabel == 0 {
+		l.MaxLabel = 40
 	}
-	if t.MaxName == 0 {
-		t.MaxName = 120
+	if l.MaxName == 0 {
+		l.MaxName = 120
 	}
-	if t.EntropyBits == 0 {
-		t.EntropyBits = 3.8
+	if l.EntropyBits == 0 {
+		l.EntropyBits = 3.8
 	}
-	if t.EntropyMinLen == 0 {
-		t.EntropyMinLen = 16
+	if l.EntropyMinLen == 0 {
+		l.EntropyMinLen = 16
 	}
-	if t.MaxDistinct == 0 {
-		t.MaxDistinct = 200
+	if l.MaxDistinct == 0 {
+		l.MaxDistinct = 200
 	}
-	if t.Window == 0 {
-		t.Window = 5 * time.Minute
+	if l.Window == 0 {
+		l.Window = 5 * time.Minute
 	}
-	return t
+	return l
+}
+
+// Guard applies Limits to the names looked up under wildcard scopes. Safe for concurrent use;
+// one Guard serves a node's resolver and gateway, so their lookups count together.
+type Guard struct {
+	limits   Limits
+	distinct *distinctNames
+}
+
+// New returns a Guard with l (zero fields take the defaults).
+func New(l Limits) *Guard {
+	l = l.WithDefaults()
+	return &Guard{limits: l, distinct: newDistinctNames(l.MaxDistinct, l.Window)}
+}
+
+// Limits returns the limits in force.
+func (g *Guard) Limits() Limits { return g.limits }
+
+// Check decides whether lease may look up name, a canonical name under the wildcard scope of
+// apex, at now. It returns "" to allow, or why the name looks like data leaving: its shape (too
+// long, high entropy), or one name too many under apex for the lease in the window. A name the
+// lease already looked up in the window is always allowed; a refused one is not counted.
+func (g *Guard) Check(lease, apex, name string, now time.Time) string {
+	if reason := g.shape(name); reason != "" {
+		return name + " refused: " + reason
+	}
+	if g.distinct.seen(lease, apex, name, now) {
+		return "lease " + lease + " looked up more than " + strconv.Itoa(g.limits.MaxDistinct) +
+			" distinct names under " + apex + " in " + g.limits.Window.String()
+	}
+	return ""
 }
 
 // shape checks a name's form; it returns a reason when the name looks like a tunnel.
-func (t TunnelLimits) shape(name string) string {
+func (g *Guard) shape(name string) string {
+	t := g.limits
 	if len(name) > t.MaxName {
-		return "name longer than " + itoa(t.MaxName) + " characters"
+		return "name longer than " + strconv.Itoa(t.MaxName) + " characters"
 	}
 	for rest := name; rest != ""; {
 		var l string
 		l, rest, _ = strings.Cut(rest, ".")
 		if len(l) > t.MaxLabel {
-			return "label longer than " + itoa(t.MaxLabel) + " characters"
+			return "label longer than " + strconv.Itoa(t.MaxLabel) + " characters"
 		}
 		if len(l) >= t.EntropyMinLen && entropy(l) > t.EntropyBits {
 			return "high-entropy label (encoded data?)"
@@ -74,20 +107,6 @@ func entropy(s string) float64 {
 	return h
 }
 
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
-}
-
 // distinctNames counts the distinct names each lease looks up under each apex within a sliding
 // window (two fixed halves), so a slow drip of unique names is caught too.
 type distinctNames struct {
@@ -103,7 +122,6 @@ type leaseApex struct{ lease, apex string }
 type nameBucket struct {
 	start     time.Time
 	cur, prev map[string]struct{}
-	flagged   bool
 }
 
 func newDistinctNames(limit int, window time.Duration) *distinctNames {
@@ -111,7 +129,7 @@ func newDistinctNames(limit int, window time.Duration) *distinctNames {
 }
 
 // seen records name for lease under apex and reports whether the lease is over the limit for a
-// new name. A name already seen in the window is always answered.
+// new name.
 func (d *distinctNames) seen(lease, apex, name string, now time.Time) (over bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -139,9 +157,7 @@ func (d *distinctNames) seen(lease, apex, name string, now time.Time) (over bool
 		b.cur[name] = struct{}{}
 		return false
 	}
-	distinct := len(b.cur) + len(b.prev)
-	if distinct >= d.limit {
-		b.flagged = true
+	if len(b.cur)+len(b.prev) >= d.limit {
 		return true
 	}
 	b.cur[name] = struct{}{}
