@@ -74,16 +74,16 @@ type Config struct {
 
 // Resolver is the DNS handler. Safe for concurrent use.
 type Resolver struct {
-	cfg      Config
-	client   *dns.Client
-	tcp      *dns.Client
-	log      *slog.Logger
-	metrics  *Metrics // nil until NewMetrics
-	pins     atomic.Pointer[map[string]netip.Addr]
-	cache    *answerCache
-	guard    *exfil.Guard
-	rate     *ratelimit.Limiter[netip.Addr]
-	now      func() time.Time // the clock of the cache, the tunnel window and durations
+	cfg     Config
+	client  *dns.Client
+	tcp     *dns.Client
+	log     *slog.Logger
+	metrics *Metrics // nil until NewMetrics
+	pins    atomic.Pointer[map[string]netip.Addr]
+	cache   *answerCache
+	guard   *exfil.Guard
+	rate    *ratelimit.Limiter[netip.Addr]
+	now     func() time.Time // the clock of the cache, the tunnel window and durations
 }
 
 // New returns a Resolver.
@@ -108,11 +108,11 @@ func New(cfg Config) *Resolver {
 	}
 	r := &Resolver{
 		cfg: cfg, log: cfg.Logger,
-		client:   &dns.Client{Net: "udp", Timeout: 3 * time.Second, UDPSize: 1232},
-		tcp:      &dns.Client{Net: "tcp", Timeout: 3 * time.Second},
-		cache:    newAnswerCache(cfg.CacheMaxTTL, cfg.CacheNegTTL, cfg.CacheEntries),
-		guard:    cfg.Guard,
-		now:      time.Now,
+		client: &dns.Client{Net: "udp", Timeout: 3 * time.Second, UDPSize: 1232},
+		tcp:    &dns.Client{Net: "tcp", Timeout: 3 * time.Second},
+		cache:  newAnswerCache(cfg.CacheMaxTTL, cfg.CacheNegTTL, cfg.CacheEntries),
+		guard:  cfg.Guard,
+		now:    time.Now,
 	}
 	r.rate = ratelimit.New[netip.Addr](cfg.RateQPS, cfg.RateBurst)
 	r.SetPins(cfg.Pins)

@@ -374,7 +374,7 @@ func (p *Proxy) recordLookup(r *http.Request, x *exchange) func(lookup) error {
 		rec := audit.Record{Time: time.Now().Add(-l.took), Kind: audit.KindDNS, Event: "gateway-lookup", Node: p.cfg.Node,
 			Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
 			QName: l.host, QType: "A+AAAA", Answers: len(l.addrs), Decision: audit.Allow, Rule: RuleScope,
-			Reason: "looked up by the gateway for " + x.scope.String(),
+			Reason:     "looked up by the gateway for " + x.scope.String(),
 			DurationMS: float64(l.took.Microseconds()) / 1000}
 		if l.err != nil {
 			rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleUpstreamFailed, l.err.Error()
