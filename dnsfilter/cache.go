@@ -1,6 +1,7 @@
 package dnsfilter
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -111,7 +112,9 @@ func (c *answerCache) put(k cacheKey, m *dns.Msg, now time.Time) {
 		return
 	}
 	stored := m.Copy()
-	stored.Extra = nil // never cache EDNS options of one exchange
+	// Never cache the EDNS options of one exchange; other additional records stay, so a cached
+	// answer is refused for a private address in them exactly as the first one was.
+	stored.Extra = slices.DeleteFunc(stored.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 	w := packWire(k, stored)
 	c.mu.Lock()
 	defer c.mu.Unlock()

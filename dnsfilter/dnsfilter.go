@@ -333,18 +333,53 @@ func (r *Resolver) pinned(name string) (netip.Addr, bool) {
 	return a, ok
 }
 
-// firstPrivate returns the first non-public address among m's answers, CNAME chain included.
+// firstPrivate returns the first non-public address anywhere in m: A and AAAA records in every
+// section (answer, authority, additional), and the ipv4hint and ipv6hint of HTTPS and SVCB
+// records. A sandbox must get no private address for a public name, whatever record carries it.
 func firstPrivate(m *dns.Msg) (netip.Addr, bool) {
-	for _, rr := range m.Answer {
-		var ip net.IP
-		switch v := rr.(type) {
-		case *dns.A:
-			ip = v.A
-		case *dns.AAAA:
-			ip = v.AAAA
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			if a, ok := privateIn(rr); ok {
+				return a, true
+			}
 		}
-		if a, ok := netip.AddrFromSlice(ip); ok && !scope.IsPublicAddr(a) {
-			return a.Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// privateIn returns a non-public address that rr carries, if any.
+func privateIn(rr dns.RR) (netip.Addr, bool) {
+	check := func(ips ...net.IP) (netip.Addr, bool) {
+		for _, ip := range ips {
+			if a, ok := netip.AddrFromSlice(ip); ok && !scope.IsPublicAddr(a.Unmap()) {
+				return a.Unmap(), true
+			}
+		}
+		return netip.Addr{}, false
+	}
+	var svcb *dns.SVCB
+	switch v := rr.(type) {
+	case *dns.A:
+		return check(v.A)
+	case *dns.AAAA:
+		return check(v.AAAA)
+	case *dns.SVCB:
+		svcb = v
+	case *dns.HTTPS:
+		svcb = &v.SVCB
+	default:
+		return netip.Addr{}, false
+	}
+	for _, kv := range svcb.Value {
+		switch h := kv.(type) {
+		case *dns.SVCBIPv4Hint:
+			if a, ok := check(h.Hint...); ok {
+				return a, true
+			}
+		case *dns.SVCBIPv6Hint:
+			if a, ok := check(h.Hint...); ok {
+				return a, true
+			}
 		}
 	}
 	return netip.Addr{}, false

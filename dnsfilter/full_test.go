@@ -41,8 +41,26 @@ func (u *countingUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60},
 				Txt: []string{fmt.Sprintf("%02d-%s", i, strings.Repeat("t", 60))}})
 		}
+	case strings.HasPrefix(q.Name, "hint"):
+		// An HTTPS or SVCB answer whose address hints name a private address.
+		hint := []dns.SVCBKeyValue{&dns.SVCBIPv4Hint{Hint: []net.IP{net.ParseIP("93.184.215.14"), net.ParseIP("127.0.0.1")}}}
+		if strings.HasPrefix(q.Name, "hint6.") {
+			hint = []dns.SVCBKeyValue{&dns.SVCBIPv6Hint{Hint: []net.IP{net.ParseIP("fd00::1")}}}
+		}
+		svcb := dns.SVCB{Hdr: dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: 300}, Priority: 1, Target: ".", Value: hint}
+		if q.Qtype == dns.TypeHTTPS {
+			m.Answer = append(m.Answer, &dns.HTTPS{SVCB: svcb})
+		} else {
+			m.Answer = append(m.Answer, &svcb)
+		}
 	default:
 		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP("93.184.215.14")})
+		switch {
+		case strings.HasPrefix(q.Name, "glue."): // a private address in the additional section
+			m.Extra = append(m.Extra, &dns.A{Hdr: dns.RR_Header{Name: "ns.files.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP("10.1.2.3")})
+		case strings.HasPrefix(q.Name, "auth."): // and in the authority section
+			m.Ns = append(m.Ns, &dns.AAAA{Hdr: dns.RR_Header{Name: "ns.files.example.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 300}, AAAA: net.ParseIP("::ffff:192.168.1.1")})
+		}
 	}
 	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
 		size := dns.MinMsgSize
@@ -216,5 +234,41 @@ func TestRateLimitAndMalformed(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // refill the bucket
 	if m := h.ask(t, "exact.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after garbage: rcode %d", m.Rcode)
+	}
+}
+
+// The resolver never hands a sandbox a private address for a public name, in any section: the
+// additional and authority sections and the address hints of HTTPS and SVCB answers included,
+// on the general path and from the cache.
+func TestNoPrivateAddressInAnySection(t *testing.T) {
+	h := newFullHarness(t, nil)
+	for _, c := range []struct {
+		name  string
+		qtype uint16
+	}{
+		{"glue.files.example.", dns.TypeA},
+		{"auth.files.example.", dns.TypeA},
+		{"hint4.files.example.", dns.TypeHTTPS},
+		{"hint4.files.example.", dns.TypeSVCB},
+		{"hint6.files.example.", dns.TypeHTTPS},
+	} {
+		for _, try := range []string{"first", "cached"} {
+			for _, edns := range []bool{false, true} {
+				m := h.ask(t, c.name, c.qtype, edns, "udp")
+				rec := h.sink.last()
+				if m.Rcode != dns.RcodeRefused || rec.Rule != RuleRebinding {
+					t.Errorf("%s %s (%s, edns %v): rcode %d, record rule %q: %v", c.name, dns.TypeToString[c.qtype], try, edns, m.Rcode, rec.Rule, m)
+				}
+				for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+					if len(sec) > 0 && sec[0].Header().Rrtype != dns.TypeOPT {
+						t.Errorf("%s: the refusal carries records: %v", c.name, m)
+					}
+				}
+			}
+		}
+	}
+	// A plain public answer still resolves.
+	if m := h.ask(t, "ok.files.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		t.Fatalf("public answer: %v", m)
 	}
 }
