@@ -65,9 +65,13 @@ func (v *Verifier) Verify(raw string) (Task, error) {
 	if v.Now != nil {
 		now = v.Now
 	}
+	if err := checkStrict(raw); err != nil {
+		return Task{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	var claims Claims
 	var iss Issuer
 	parser := jwt.NewParser(
+		jwt.WithStrictDecoding(),
 		jwt.WithValidMethods([]string{"ES256", "EdDSA", "RS256"}),
 		jwt.WithAudience(v.Audience),
 		jwt.WithExpirationRequired(),
