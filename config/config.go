@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -152,6 +153,10 @@ type Issuer struct {
 	Name   string            `yaml:"name"`
 	Keys   map[string]string `yaml:"keys"` // kid -> PEM public key file
 	MaxTTL time.Duration     `yaml:"max_ttl"`
+	// Tenants the issuer may speak for: a lease's API key, or a token presented to the
+	// gateway by a client outside the pool, for any other tenant is refused. Required; "*"
+	// allows every tenant, for an issuer that serves them all.
+	Tenants []string `yaml:"tenants"`
 }
 
 // Pool holds node-wide pool settings.
@@ -349,6 +354,9 @@ func (c *Config) Validate() error {
 		}
 		if len(iss.Keys) == 0 {
 			bad(fmt.Sprintf("tokens.issuers[%d].keys", i), "at least one key file is required")
+		}
+		if len(iss.Tenants) == 0 || slices.Contains(iss.Tenants, "") {
+			bad(fmt.Sprintf("tokens.issuers[%d].tenants", i), "list the tenants this issuer may speak for (\"*\" for every tenant)")
 		}
 	}
 	if c.Dev.DemoUpstream != "" {

@@ -186,6 +186,7 @@ tokens:
     - name: e2e-issuer
       keys: {k1: %q}
       max_ttl: 1h
+      tenants: [dev]
 templates:
   - name: default
     min_warm: 2

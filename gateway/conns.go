@@ -61,7 +61,7 @@ func (p *Proxy) recheck(ctx context.Context) {
 		var allowed bool
 		b, err := p.cfg.Bindings.Lookup(ctx, oc.src)
 		if err != nil && oc.bearer != "" {
-			b, err = p.tokens.lookup(oc.bearer)
+			b, err = p.tokens.lookup(ctx, oc.bearer)
 		}
 		if err == nil && b.Lease == oc.lease {
 			s, ok := b.Scopes.Match(scope.Request{Host: oc.host, Port: oc.port})

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
 )
 
 // Explanation is what the gateway would decide for one request of a task, without sending it.
@@ -25,6 +27,8 @@ type Explanation struct {
 	// Upstream says how the destination address will be chosen at dial time.
 	Upstream string `json:"upstream,omitempty"`
 }
+
+var errNoVerifier = fmt.Errorf("%w: this gateway verifies no task tokens", binding.ErrUnknown)
 
 // Explain verifies raw like the gateway does and decides method and rawURL under its scopes and
 // the current catalog. It returns an error only for a request it cannot read.
@@ -49,10 +53,16 @@ func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
 	if path == "" {
 		path = "/" // what a client sends for a URL without one
 	}
-	b, err := p.tokens.lookup(raw)
+	err = errNoVerifier
+	var task token.Task
+	if p.cfg.Verify != nil {
+		if task, err = p.cfg.Verify(raw); err != nil {
+			err = fmt.Errorf("%w: %v", binding.ErrUnknown, err)
+		}
+	}
 	if err == nil {
-		x.b = b
-		ex.Task = b.Task
+		x.b = binding.Binding{Task: task.ID, Tenant: task.Tenant, Scopes: task.Scopes}
+		ex.Task = task.ID
 		if perr := scope.CheckPath(path); perr != nil {
 			err = pathRefusal(perr)
 		} else {

@@ -13,7 +13,7 @@ func TestExplain(t *testing.T) {
 	dev, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": dev.Issuer(time.Hour)}}
 	p := h.proxyHandler()
-	p.tokens.verify = v.Verify
+	p.cfg.Verify = v.Verify
 	raw, _ := dev.Mint("task-e", "", []scope.Scope{
 		{Host: "api.example.test", Methods: []string{"GET"}, Paths: []string{"/v1/*"}, Credential: "demo"},
 		{Host: "evil.example.test", Credential: "demo"},

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -14,12 +15,12 @@ import (
 	"github.com/airlock-dev/airlock/gateway/token"
 )
 
-// tokenIdentities verifies task tokens presented in Proxy-Authorization by clients outside the
-// pool, caching each verified token until it expires so only the first request pays for the
-// signature check.
+// tokenIdentities admits task tokens presented in Proxy-Authorization by clients outside the
+// pool, caching each admitted token until it expires so only the first request pays for the
+// signature check and the claim on its jti.
 type tokenIdentities struct {
-	verify func(raw string) (token.Task, error)
-	now    func() time.Time
+	admit func(ctx context.Context, raw string) (token.Task, error)
+	now   func() time.Time
 
 	mu    sync.Mutex
 	cache map[[32]byte]binding.Binding
@@ -27,8 +28,8 @@ type tokenIdentities struct {
 
 const maxCachedTokens = 10000
 
-func (t *tokenIdentities) lookup(raw string) (binding.Binding, error) {
-	if t.verify == nil {
+func (t *tokenIdentities) lookup(ctx context.Context, raw string) (binding.Binding, error) {
+	if t.admit == nil {
 		return binding.Binding{}, fmt.Errorf("%w (this gateway accepts no task tokens from clients outside the pool)", binding.ErrUnknown)
 	}
 	key := sha256.Sum256([]byte(raw))
@@ -42,7 +43,7 @@ func (t *tokenIdentities) lookup(raw string) (binding.Binding, error) {
 		}
 		return b, nil
 	}
-	task, err := t.verify(raw)
+	task, err := t.admit(ctx, raw)
 	if err != nil {
 		return binding.Binding{}, fmt.Errorf("%w: %v", binding.ErrUnknown, err)
 	}
@@ -92,7 +93,7 @@ func (p *Proxy) identify(r *http.Request, x *exchange, inherited string) error {
 		}
 		if raw != "" {
 			x.bearer = raw
-			b, err = p.tokens.lookup(raw)
+			b, err = p.tokens.lookup(r.Context(), raw)
 		}
 	}
 	if err != nil {

@@ -74,7 +74,7 @@ func TestProxyAuthorizationForClientsOutsideThePool(t *testing.T) {
 	dev, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": dev.Issuer(time.Hour)}}
 	p := h.proxyHandler()
-	p.tokens.verify = v.Verify
+	p.tokens.admit = func(_ context.Context, raw string) (token.Task, error) { return v.VerifyFor(raw, "") }
 	raw, _ := dev.Mint("task-9", "", []scope.Scope{{Host: "api.example.test", Credential: "demo"}}, time.Minute)
 
 	pu, _ := url.Parse(h.proxy.URL)

@@ -57,8 +57,13 @@ type Config struct {
 	Resolver Resolver
 	// Dialer opens upstream connections; nil means a net.Dialer with a 10s timeout.
 	Dialer ContextDialer
-	// Verify checks task tokens that clients outside the pool present in
-	// Proxy-Authorization: Bearer; nil refuses such clients.
+	// Admit decides on a task token that a client outside the pool presents in
+	// Proxy-Authorization: Bearer, exactly as a lease is decided on (pool.Manager.AdmitBearer:
+	// the issuer may speak for the token's tenant, deployment policy, one use of its jti). Nil
+	// refuses such clients.
+	Admit func(ctx context.Context, raw string) (token.Task, error)
+	// Verify checks a token's signature and claims only, for Explain; nil means Explain
+	// refuses every token.
 	Verify func(raw string) (token.Task, error)
 	// Budget is the per-lease default; a token's budget narrows it. Zero means no limit.
 	Budget scope.Budget
@@ -105,7 +110,7 @@ func New(cfg Config) *Proxy {
 		cfg.Guard = exfil.New(exfil.Limits{})
 	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger,
-		tokens:  &tokenIdentities{verify: cfg.Verify, now: time.Now, cache: map[[32]byte]binding.Binding{}},
+		tokens:  &tokenIdentities{admit: cfg.Admit, now: time.Now, cache: map[[32]byte]binding.Binding{}},
 		budgets: &budgets{},
 	}
 	p.dyn.Store(&dynamic{catalog: cfg.Catalog, pins: cfg.PrivateUpstreams, budget: cfg.Budget})
@@ -148,6 +153,9 @@ type dynamic struct {
 func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip.AddrPort, budget scope.Budget) {
 	p.dyn.Store(&dynamic{catalog: catalog, pins: privateUpstreams, budget: budget})
 }
+
+// Catalog returns the credential catalog in force (the one the last Reload brought).
+func (p *Proxy) Catalog() broker.Catalog { return p.dyn.Load().catalog }
 
 // Serve answers sandboxes on l until Close. Every connection's HTTP/1 framing is checked first
 // (see framingConn).

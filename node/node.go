@@ -203,10 +203,26 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	lim := cfg.Resolver.Tunnel
 	guard := exfil.New(exfil.Limits{MaxLabel: lim.MaxLabel, MaxName: lim.MaxName, EntropyBits: lim.EntropyBits,
 		MaxDistinct: lim.MaxDistinct, Window: lim.Window})
-	proxy := gateway.New(gateway.Config{
+	apiLn, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	// The pool decides on every use of a task token (a lease, a token swap, a client outside the
+	// pool at the gateway), under the catalog the gateway has at that moment.
+	var proxy *gateway.Proxy
+	mgr, err := pool.New(pool.Config{
+		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
+		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(proxy.Catalog(), t) },
+		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Revoke: vb.Release, Logger: log,
+		API: "http://" + apiLn.Addr().String(),
+	})
+	if err != nil {
+		return err
+	}
+	proxy = gateway.New(gateway.Config{
 		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: catalog, Broker: vb, Audit: sink,
 		PrivateUpstreams: pins, UpstreamRoots: roots, Logger: log,
-		Verify: verifier.Verify, Budget: cfg.Gateway.Budget, Guard: guard,
+		Admit: mgr.AdmitBearer, Verify: verifier.Verify, Budget: cfg.Gateway.Budget, Guard: guard,
 	})
 	gwAddr := net.JoinHostPort(hostIP.String(), strconv.Itoa(cfg.Gateway.Port))
 	gwLn, err := net.Listen("tcp", gwAddr)
@@ -243,19 +259,6 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 
-	apiLn, err := net.Listen("tcp", cfg.API.Listen)
-	if err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
-	mgr, err := pool.New(pool.Config{
-		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
-		Verify: verifier.Verify, CheckTask: func(t token.Task) error { return checkCredentials(catalog, t) },
-		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Revoke: vb.Release, Logger: log,
-		API: "http://" + apiLn.Addr().String(),
-	})
-	if err != nil {
-		return err
-	}
 	pool.NewMetrics(reg, mgr)
 	poolErr := make(chan error, 1)
 	pctx, stopPool := context.WithCancel(ctx)
@@ -423,7 +426,7 @@ func hostNameservers() []string {
 }
 
 func loadIssuer(iss config.Issuer) (token.Issuer, error) {
-	ti := token.Issuer{Name: iss.Name, MaxTTL: iss.MaxTTL, Keys: map[string]crypto.PublicKey{}}
+	ti := token.Issuer{Name: iss.Name, MaxTTL: iss.MaxTTL, Keys: map[string]crypto.PublicKey{}, Tenants: iss.Tenants}
 	for kid, path := range iss.Keys {
 		b, err := os.ReadFile(path)
 		if err != nil {

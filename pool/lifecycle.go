@@ -22,7 +22,7 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 		return Lease{}, err
 	}
 	t := m.templates[l.Template]
-	task, err := m.cfg.Verify(l.Token)
+	task, err := m.cfg.Verify(l.Token, l.Tenant)
 	if err != nil {
 		return Lease{}, fmt.Errorf("%w: the lease's task token no longer verifies (%v); lease again with a fresh token", ErrTokenRefused, err)
 	}
@@ -58,20 +58,12 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	if err != nil {
 		return Lease{}, err
 	}
-	task, err := m.cfg.Verify(raw)
+	task, err := m.admit(raw, l.Tenant)
 	if err != nil {
-		return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+		return Lease{}, err
 	}
 	if task.ID != l.Task {
 		return Lease{}, fmt.Errorf("%w: the new token is for task %q, the lease for %q", ErrTokenRefused, task.ID, l.Task)
-	}
-	if task.Tenant != "" && l.Tenant != "" && task.Tenant != l.Tenant {
-		return Lease{}, fmt.Errorf("%w: the new token is for tenant %q", ErrTokenRefused, task.Tenant)
-	}
-	if m.cfg.CheckTask != nil {
-		if err := m.cfg.CheckTask(task); err != nil {
-			return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
-		}
 	}
 	oldJTI := l.JTI
 	now := time.Now()

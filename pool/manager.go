@@ -32,9 +32,12 @@ type Config struct {
 	Store     Store
 	Binder    Binder
 	Audit     audit.Sink
-	// Verify checks a task token; CheckTask then applies deployment policy (for example that
-	// every credential a scope names is in the catalog and may go to that host).
-	Verify    func(raw string) (token.Task, error)
+	// Verify checks a task token used on behalf of a tenant ("" for a client outside the
+	// pool; see token.Verifier.VerifyFor); CheckTask then applies deployment policy (for
+	// example that every credential a scope names is in the catalog and may go to that host).
+	// Leases, token swaps and the gateway's clients outside the pool (AdmitBearer) all pass
+	// through both.
+	Verify    func(raw, tenant string) (token.Task, error)
 	CheckTask func(t token.Task) error
 	// RefillParallel bounds concurrent sandbox creations; zero means 2.
 	RefillParallel int
@@ -346,17 +349,9 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if !ok {
 		return Lease{}, fmt.Errorf("%w %q", ErrUnknownTemplate, req.Template)
 	}
-	task, err := m.cfg.Verify(req.Token)
+	task, err := m.admit(req.Token, req.Tenant)
 	if err != nil {
-		return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
-	}
-	if req.Tenant != "" && task.Tenant != "" && task.Tenant != req.Tenant {
-		return Lease{}, fmt.Errorf("%w: token is for tenant %q, the API key for %q", ErrTokenRefused, task.Tenant, req.Tenant)
-	}
-	if m.cfg.CheckTask != nil {
-		if err := m.cfg.CheckTask(task); err != nil {
-			return Lease{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
-		}
+		return Lease{}, err
 	}
 	ttl := req.TTL
 	if ttl <= 0 {
@@ -392,6 +387,42 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	m.metrics.observeLease(time.Since(now))
 	return l, nil
 }
+
+// admit verifies raw for tenant and applies deployment policy: the one check every use of a
+// task token passes, whether it binds a lease, replaces a lease's token or is presented to the
+// gateway by a client outside the pool.
+func (m *Manager) admit(raw, tenant string) (token.Task, error) {
+	task, err := m.cfg.Verify(raw, tenant)
+	if err != nil {
+		return token.Task{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+	}
+	if m.cfg.CheckTask != nil {
+		if err := m.cfg.CheckTask(task); err != nil {
+			return token.Task{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+		}
+	}
+	return task, nil
+}
+
+// AdmitBearer decides on a task token that a client outside the pool presents to this node's
+// gateway, exactly as a lease would: verified for the tenant it names (its issuer must be
+// allowed to speak for it), under the same deployment policy, and bound to one use of its jti,
+// which no lease may then take and which no other node's gateway may use (the token must not
+// already bind a lease either). Safe for concurrent use.
+func (m *Manager) AdmitBearer(ctx context.Context, raw string) (token.Task, error) {
+	task, err := m.admit(raw, "")
+	if err != nil {
+		return token.Task{}, err
+	}
+	if err := m.cfg.Store.ClaimJTI(ctx, task.JTI, BearerHolder(m.cfg.Node), task.Expires); err != nil {
+		return token.Task{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+	}
+	return task, nil
+}
+
+// BearerHolder is what holds a token id while a node's gateway serves it to a client outside
+// the pool.
+func BearerHolder(node string) string { return "bearer:" + node }
 
 const heartbeatEvery = 5 * time.Second
 

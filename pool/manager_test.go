@@ -47,7 +47,7 @@ func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	rt := &pooltest.Runtime{Gate: gate}
 	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{tmpl}, Runtime: rt, Store: store, Binder: cache,
-		Audit: audit.Discard{}, Verify: v.Verify, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Audit: audit.Discard{}, Verify: v.VerifyFor, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

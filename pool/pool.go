@@ -104,8 +104,13 @@ type Store interface {
 	Claim(ctx context.Context, node, template string) (Sandbox, error)
 	WarmCount(ctx context.Context, node, template string) (int, error)
 	// Bind records the lease and its binding together and announces the binding; it fails with
-	// ErrJTIInUse when the token already binds another live lease.
+	// ErrJTIInUse when the token already binds another live lease or is held by a gateway
+	// (ClaimJTI).
 	Bind(ctx context.Context, l Lease, b binding.Binding) error
+	// ClaimJTI records that holder uses the token id jti until until; it fails with
+	// ErrJTIInUse when the id binds a lease or another holder has it. Claiming an id one
+	// already holds succeeds.
+	ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error
 	// Rebind replaces a live lease's record and binding (renewal, token swap: oldJTI is the token
 	// id it held, freed when l carries a new one) and announces the binding; it fails with
 	// ErrLeaseNotFound when the lease is gone and ErrJTIInUse when the new token id is taken.

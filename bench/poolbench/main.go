@@ -70,7 +70,7 @@ func main() {
 	tmpl := pool.Template{Name: "default", MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{tmpl}, Runtime: &pooltest.Runtime{}, Store: store,
-		Binder: cache, Audit: sink, Verify: v.Verify, RefillParallel: 8, Logger: quiet})
+		Binder: cache, Audit: sink, Verify: v.VerifyFor, RefillParallel: 8, Logger: quiet})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -49,6 +50,10 @@ type Issuer struct {
 	Keys map[string]crypto.PublicKey
 	// MaxTTL caps exp-iat; zero means one day.
 	MaxTTL time.Duration
+	// Tenants are the tenants this issuer may speak for: a token for any other is refused
+	// (see VerifyFor). Empty means any, which only the dev issuer uses (it mints for the
+	// caller's own tenant); config.Validate makes operators list them, "*" for any.
+	Tenants []string
 }
 
 // Verifier checks task tokens against trusted issuers. Safe for concurrent use once built.
@@ -123,6 +128,31 @@ func (v *Verifier) Verify(raw string) (Task, error) {
 		ID: claims.Subject, JTI: claims.ID, Issuer: iss.Name, Tenant: claims.Tenant,
 		Expires: claims.ExpiresAt.Time, Scopes: scopes, Budget: claims.Budget,
 	}, nil
+}
+
+// VerifyFor verifies raw as a token used on behalf of tenant: a lease's API key's tenant, or
+// "" for a client outside the pool, whose token must then name its own. A token that names
+// another tenant than the API key's is refused, and so is a tenant its issuer may not speak for
+// (Issuer.Tenants). The task returned carries the tenant it acts for.
+func (v *Verifier) VerifyFor(raw, tenant string) (Task, error) {
+	task, err := v.Verify(raw)
+	if err != nil {
+		return Task{}, err
+	}
+	switch {
+	case tenant != "" && task.Tenant != "" && task.Tenant != tenant:
+		return Task{}, fmt.Errorf("%w: token is for tenant %q, the API key for %q", ErrInvalid, task.Tenant, tenant)
+	case tenant != "":
+		task.Tenant = tenant
+	}
+	iss := v.Issuers[task.Issuer]
+	if len(iss.Tenants) > 0 && !slices.Contains(iss.Tenants, "*") && !slices.Contains(iss.Tenants, task.Tenant) {
+		if task.Tenant == "" {
+			return Task{}, fmt.Errorf("%w: issuer %q speaks only for tenants %v, and the token names none", ErrInvalid, task.Issuer, iss.Tenants)
+		}
+		return Task{}, fmt.Errorf("%w: issuer %q may not speak for tenant %q", ErrInvalid, task.Issuer, task.Tenant)
+	}
+	return task, nil
 }
 
 // checkAlg refuses a key whose type does not fit the token's algorithm, so an RSA public key can

@@ -81,3 +81,30 @@ func TestVerify(t *testing.T) {
 		})
 	}
 }
+
+func TestVerifyForTenants(t *testing.T) {
+	dev, _ := NewDevIssuer("dev", "aud")
+	iss := dev.Issuer(time.Hour)
+	v := &Verifier{Audience: "aud", Issuers: map[string]Issuer{"dev": iss}}
+	mint := func(tenant string) string { s, _ := dev.Mint("t", tenant, nil, time.Minute); return s }
+	// Unrestricted (the dev issuer): the API key's tenant, or the token's own.
+	if task, err := v.VerifyFor(mint(""), "acme"); err != nil || task.Tenant != "acme" {
+		t.Fatalf("claimless token for acme: %+v %v", task, err)
+	}
+	if _, err := v.VerifyFor(mint("globex"), "acme"); err == nil {
+		t.Fatal("a globex token was accepted through acme's key")
+	}
+	iss.Tenants = []string{"acme"}
+	v.Issuers["dev"] = iss
+	if _, err := v.VerifyFor(mint("globex"), ""); err == nil || !strings.Contains(err.Error(), "may not speak for") {
+		t.Fatalf("restricted issuer, other tenant: %v", err)
+	}
+	if task, err := v.VerifyFor(mint("acme"), ""); err != nil || task.Tenant != "acme" {
+		t.Fatalf("restricted issuer, its tenant: %+v %v", task, err)
+	}
+	iss.Tenants = []string{"*"}
+	v.Issuers["dev"] = iss
+	if _, err := v.VerifyFor(mint("globex"), ""); err != nil {
+		t.Fatalf("issuer for every tenant: %v", err)
+	}
+}

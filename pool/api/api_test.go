@@ -40,7 +40,7 @@ func TestAPI(t *testing.T) {
 	iss, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.Verify,
+	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor,
 		Templates: []pool.Template{{Name: "default", MinWarm: 3, MaxTotal: 10, DefaultTTL: time.Minute, MaxTTL: time.Hour}}, Logger: quiet})
 	go m.Run(ctx)
 	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, RatePerKey: 5, BurstPerKey: 20,

@@ -175,6 +175,27 @@ func encode(l pool.Lease, b binding.Binding) (lease, bind, event []byte, err err
 	return lease, bind, event, err
 }
 
+// claimScript gives a token id to a holder until a time, unless a lease or another holder has it.
+var claimScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[2]) then
+  return 1
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  return 1
+end
+return redis.error_reply('JTI_IN_USE ' .. tostring(holder))
+`)
+
+// ClaimJTI implements pool.Store.
+func (s *Store) ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error {
+	err := claimScript.Run(ctx, s.rdb, []string{s.key("jti", jti)}, holder, until.UnixMilli()).Err()
+	if h, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
+		return fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, jti, h)
+	}
+	return wrap(err)
+}
+
 // Bind records l and b and announces b.
 func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error {
 	lb, bb, ev, err := encode(l, b)
@@ -188,7 +209,7 @@ func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error
 	}
 	err = bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
 	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
-		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, holder)
+		return fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, l.JTI, holder)
 	}
 	return wrap(err)
 }
