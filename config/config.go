@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,13 +45,34 @@ type Config struct {
 
 // API is the pool API listener.
 type API struct {
-	Listen string `yaml:"listen"` // loopback only unless TLS is configured (not yet supported)
+	// Listen is ADDRESS:PORT; beyond loopback only with TLS.
+	Listen string `yaml:"listen"`
+	// TLS serves the API over TLS with this certificate and key (PEM files).
+	TLS APITLS `yaml:"tls"`
+	// Advertise is the URL other nodes reach this API at (for example
+	// https://node-2.internal:7070); empty derives it from listen.
+	Advertise string `yaml:"advertise"`
+	// NodeSecretFile holds the deployment's node secret, which signs the calls nodes forward
+	// to each other; every node must have the same one. Empty: the nodes share one through
+	// Redis (made by the first node to start).
+	NodeSecretFile string `yaml:"node_secret_file"`
+	// PeerCAFile holds extra roots (PEM) for verifying other nodes' API certificates.
+	PeerCAFile string `yaml:"peer_ca_file"`
 	// Keys are the API keys, stored as the hex SHA-256 of the key, each belonging to a tenant.
 	Keys []APIKey `yaml:"keys"`
 	// RatePerKey and BurstPerKey limit requests per API key (429 past them); 0 disables.
 	RatePerKey  int `yaml:"rate_per_key"`
 	BurstPerKey int `yaml:"burst_per_key"`
 }
+
+// APITLS is the API's certificate.
+type APITLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether a certificate is configured.
+func (t APITLS) Enabled() bool { return t.CertFile != "" }
 
 // APIKey is one API key, by its hash.
 type APIKey struct {
@@ -271,8 +293,18 @@ func (c *Config) Validate() error {
 	}
 	if ap, err := netip.ParseAddrPort(c.API.Listen); err != nil {
 		bad("api.listen", "%q is not ADDRESS:PORT", c.API.Listen)
-	} else if !ap.Addr().IsLoopback() {
-		bad("api.listen", "%s is not a loopback address; the API may listen beyond loopback only with TLS, which this version does not serve", ap.Addr())
+	} else if !ap.Addr().IsLoopback() && !c.API.TLS.Enabled() {
+		bad("api.listen", "%s is not a loopback address; the API may listen beyond loopback only with TLS (api.tls.cert_file and key_file)", ap.Addr())
+	}
+	if (c.API.TLS.CertFile == "") != (c.API.TLS.KeyFile == "") {
+		bad("api.tls", "cert_file and key_file go together")
+	}
+	if a := c.API.Advertise; a != "" {
+		if u, err := url.Parse(a); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+			bad("api.advertise", "%q is not a URL such as https://node-2.internal:7070", a)
+		} else if (u.Scheme == "https") != c.API.TLS.Enabled() {
+			bad("api.advertise", "its scheme must be https exactly when api.tls is set")
+		}
 	}
 	for i, k := range c.API.Keys {
 		if k.Tenant == "" {

@@ -26,6 +26,9 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"credential kind", "credentials:\n  - name: x\n    source: {kind: nope, path: a}\n", "credentials[0] (x).source.kind"},
 		{"proxy env", "templates:\n  - name: e\n    env: {HTTPS_PROXY: x}\n", "templates[0].env.HTTPS_PROXY"},
 		{"pinned address", "gateway:\n  private_upstreams:\n    - {host: a.test, port: 443, address: nowhere}\n", "gateway.private_upstreams[0].address"},
+		{"api cert without key", "api:\n  tls: {cert_file: /c.pem}\n", "api.tls"},
+		{"api advertised over plain http with tls", "api:\n  tls: {cert_file: /c.pem, key_file: /k.pem}\n  advertise: http://n2:7070\n", "api.advertise"},
+		{"issuer without tenants", "tokens:\n  issuers:\n    - {name: i, keys: {k1: /k.pem}}\n", "tokens.issuers[0].tenants"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,6 +39,15 @@ func TestLoadNamesTheField(t *testing.T) {
 				t.Fatalf("Load = %v, want an error naming %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The API listens beyond loopback once it serves TLS.
+func TestAPIBeyondLoopbackWithTLS(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("api:\n  listen: 0.0.0.0:7070\n  tls: {cert_file: /c.pem, key_file: /k.pem}\n  advertise: https://n2.internal:7070\n"), 0o600)
+	if _, err := Load(path); err != nil {
+		t.Fatalf("API beyond loopback with TLS: %v", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -21,14 +22,18 @@ func TestTwoNodesShareRedis(t *testing.T) {
 	up := startUpstream(t)
 	base, _ := os.ReadFile(writeConfig(t, dir, up))
 	const key = "e2e-shared-api-key"
+	// Both APIs serve TLS, as nodes on different hosts must, with a certificate the other node
+	// verifies through api.peer_ca_file.
+	caFile, certFile, keyFile := apiCert(t, dir)
 	nodeConfig := func(node, network, bridge, subnet string, minWarm int, extra string) string {
+		tlsConf := fmt.Sprintf("  tls: {cert_file: %q, key_file: %q}\n  peer_ca_file: %q\n", certFile, keyFile, caFile)
 		cfg := strings.NewReplacer(
 			"node: "+testNode+"\n", "node: "+node+"\n",
 			"name: airlock-e2e\n", "name: "+network+"\n",
 			"bridge: "+testBridge+"\n", "bridge: "+bridge+"\n",
 			testSubnet, subnet,
 			"    min_warm: 2\n", fmt.Sprintf("    min_warm: %d\n", minWarm),
-			"api:\n", "api:\n  keys: [{tenant: dev, sha256: "+api.HashKey(key)+"}]\n",
+			"api:\n", "api:\n  keys: [{tenant: dev, sha256: "+api.HashKey(key)+"}]\n"+tlsConf,
 		).Replace(string(base)) + extra
 		// Each node its own API port.
 		cfg = regexp.MustCompile(`listen: 127\.0\.0\.1:\d+`).ReplaceAllString(cfg, fmt.Sprintf("listen: 127.0.0.1:%d", freePort(t)))
@@ -44,7 +49,11 @@ func TestTwoNodesShareRedis(t *testing.T) {
 	defer b.stop(t)
 
 	ctx := context.Background()
-	ca := &client.Client{Addr: a.client.Addr, Token: key}
+	if !strings.HasPrefix(a.client.Addr, "https://") {
+		t.Fatalf("node A's API is at %s, not over TLS", a.client.Addr)
+	}
+	tlsClient := tlsClientFor(t, caFile)
+	ca := &client.Client{Addr: a.client.Addr, Token: key, HTTP: tlsClient}
 	l, err := ca.Lease(ctx, api.LeaseRequest{Template: "default", Allow: []string{"api.example.test=demo"}})
 	if err != nil {
 		t.Fatalf("lease through A: %v", err)
@@ -67,9 +76,17 @@ func TestTwoNodesShareRedis(t *testing.T) {
 	if _, err := ca.GetFile(ctx, l.ID, "hello.txt", &got, false); err != nil || got.String() != "from A" {
 		t.Fatalf("download through A: %v %q", err, got.String())
 	}
-	if err := ca.Release(ctx, l.ID); err != nil {
-		t.Fatalf("release through A: %v", err)
+	// The attack of a tenant: release at A, claiming the call was already routed, so that A
+	// would drop the records while B's container kept running. A ignores the header and
+	// routes the call to B, signed, and B releases the lease.
+	req, _ := http.NewRequest("DELETE", a.client.Addr+"/v1/leases/"+l.ID, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set(api.RoutedHeader, "e2e-b")
+	resp, err := tlsClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("release through A with a forged routing header: %v %v", resp, err)
 	}
+	resp.Body.Close()
 	if out, err := docker(t, "inspect", l.Sandbox); err == nil {
 		t.Fatalf("B's container survived a release through A: %s", out[:80])
 	}

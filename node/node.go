@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -63,6 +64,9 @@ type Ready struct {
 	Network  string `json:"network"`
 	CA       string `json:"ca"`
 	Audit    string `json:"audit"`
+	// Warm reports, without a call to the API, whether every template's pool holds its
+	// min_warm sandboxes, and if not which one lags.
+	Warm func(context.Context) (bool, string) `json:"-"`
 }
 
 // Run runs the node until ctx ends, calling ready once leases can be served; it removes every
@@ -203,9 +207,13 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	lim := cfg.Resolver.Tunnel
 	guard := exfil.New(exfil.Limits{MaxLabel: lim.MaxLabel, MaxName: lim.MaxName, EntropyBits: lim.EntropyBits,
 		MaxDistinct: lim.MaxDistinct, Window: lim.Window})
-	apiLn, err := net.Listen("tcp", cfg.API.Listen)
+	apiLn, apiURL, err := listenAPI(cfg)
 	if err != nil {
-		return fmt.Errorf("api: %w", err)
+		return err
+	}
+	nodeAuth, peers, err := nodeTrust(ctx, cfg, store, authority)
+	if err != nil {
+		return err
 	}
 	// The pool decides on every use of a task token (a lease, a token swap, a client outside the
 	// pool at the gateway), under the catalog the gateway has at that moment.
@@ -214,7 +222,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: rt, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(proxy.Catalog(), t) },
 		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: keep, Revoke: vb.Release, Logger: log,
-		API: "http://" + apiLn.Addr().String(),
+		API: apiURL,
 	})
 	if err != nil {
 		return err
@@ -268,7 +276,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 
 	apiSrv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush}), ReadHeaderTimeout: 10 * time.Second}
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush,
+		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go apiSrv.Serve(apiLn)
 	defer apiSrv.Close()
 
@@ -286,7 +295,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	if ready != nil {
-		ready(Ready{API: "http://" + apiLn.Addr().String(), Gateway: gwAddr, Resolver: dnsAddr, Network: cfg.Network.Name,
+		ready(Ready{API: apiURL, Warm: poolsWarm(mgr), Gateway: gwAddr, Resolver: dnsAddr, Network: cfg.Network.Name,
 			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: auditPath})
 	}
 	select {
@@ -295,6 +304,90 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	case err := <-poolErr:
 		poolErr <- err
 		return fmt.Errorf("pool stopped: %w", err)
+	}
+}
+
+// listenAPI opens the API's listener (TLS when api.tls is set) and returns the URL other nodes
+// and clients reach it at.
+func listenAPI(cfg config.Config) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("api: %w", err)
+	}
+	scheme := "http"
+	if cfg.API.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile)
+		if err != nil {
+			ln.Close()
+			return nil, "", fmt.Errorf("api.tls: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"}})
+		scheme = "https"
+	}
+	u := cfg.API.Advertise
+	if u == "" {
+		u = scheme + "://" + ln.Addr().String()
+	}
+	return ln, u, nil
+}
+
+// nodeTrust returns what the node signs forwarded calls with and checks other nodes' with (the
+// deployment's node secret: from api.node_secret_file, or shared through Redis), and the
+// transport it forwards over, which trusts the system roots, api.peer_ca_file and the
+// deployment CA.
+func nodeTrust(ctx context.Context, cfg config.Config, store *redisstore.Store, authority *ca.Authority) (*api.NodeAuth, http.RoundTripper, error) {
+	var secret []byte
+	if f := cfg.API.NodeSecretFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("api.node_secret_file: %w", err)
+		}
+		if secret = []byte(strings.TrimSpace(string(b))); len(secret) < 16 {
+			return nil, nil, fmt.Errorf("api.node_secret_file: %s holds fewer than 16 bytes", f)
+		}
+	} else {
+		var err error
+		if secret, err = store.NodeSecret(ctx); err != nil {
+			return nil, nil, fmt.Errorf("node secret: %w", err)
+		}
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	roots.AddCert(authority.Cert)
+	if f := cfg.API.PeerCAFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("api.peer_ca_file: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(b) {
+			return nil, nil, fmt.Errorf("api.peer_ca_file: %s holds no PEM certificate", f)
+		}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	// HTTP/1.1 between nodes: an HTTP/2 answer may come with a Content-Length where a download
+	// declares a trailer (its checksum), which an HTTP/1.1 client of the forwarding node would
+	// then never get.
+	t.ForceAttemptHTTP2 = false
+	return &api.NodeAuth{Node: cfg.Node, Secret: secret}, t, nil
+}
+
+// poolsWarm reports whether every pool of mgr holds its min_warm sandboxes.
+func poolsWarm(mgr *pool.Manager) func(context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		ps, err := mgr.Pools(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range ps {
+			if p.Warm < p.MinWarm {
+				return false, fmt.Sprintf("template %s has %d of %d warm sandboxes", p.Template, p.Warm, p.MinWarm)
+			}
+		}
+		return true, ""
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // Renew extends tenant's lease id by ttl from now (zero: the template's default), capped by the
 // template's maximum and by the task token's expiry: renewing past the token needs a fresh one.
 func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duration) (Lease, error) {
-	l, err := m.Get(ctx, tenant, id)
+	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -54,7 +54,7 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 // request, and tunnels the new scopes refuse are closed), and the lease's expiry is capped by
 // the new token's.
 func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease, error) {
-	l, err := m.Get(ctx, tenant, id)
+	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -90,7 +90,7 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 // leaseFile returns tenant's lease id and p resolved inside its template's workspace, refusing
 // anything outside it.
 func (m *Manager) leaseFile(ctx context.Context, tenant, id, p string) (Lease, string, error) {
-	l, err := m.Get(ctx, tenant, id)
+	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, "", err
 	}

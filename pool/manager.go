@@ -559,9 +559,24 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (Lease, error) {
 	return l, nil
 }
 
+// Held returns tenant's lease id if this node holds it: everything that acts on a lease (its
+// sandbox, its credentials, its binding) happens on the node that holds it, whose engine runs the
+// sandbox and whose broker minted for it. Another node's lease fails with ErrNotOwner, so no
+// request, however it got here, can act on a lease from the wrong node.
+func (m *Manager) Held(ctx context.Context, tenant, id string) (Lease, error) {
+	l, err := m.Get(ctx, tenant, id)
+	if err != nil {
+		return Lease{}, err
+	}
+	if l.Node != m.cfg.Node {
+		return Lease{}, fmt.Errorf("%w: lease %s is on node %s, not %s", ErrNotOwner, id, l.Node, m.cfg.Node)
+	}
+	return l, nil
+}
+
 // Release ends tenant's lease id: unbind first, then destroy the sandbox, then refill.
 func (m *Manager) Release(ctx context.Context, tenant, id string) error {
-	l, err := m.Get(ctx, tenant, id)
+	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
@@ -609,7 +624,7 @@ func (m *Manager) reap(ctx context.Context) {
 
 // Exec runs req in tenant's lease id.
 func (m *Manager) Exec(ctx context.Context, tenant, id string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	l, err := m.Get(ctx, tenant, id)
+	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return -1, err
 	}

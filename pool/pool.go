@@ -19,6 +19,8 @@ var (
 	ErrBadRequest      = errors.New("bad lease request")
 	ErrTokenRefused    = errors.New("task token refused")
 	ErrJTIInUse        = errors.New("token id already binds a lease")
+	// ErrNotOwner: the lease is held by another node, which alone acts on it.
+	ErrNotOwner = errors.New("lease is held by another node")
 )
 
 // Template describes one kind of sandbox. Hardening is not part of it: every sandbox gets it.

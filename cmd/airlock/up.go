@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -145,7 +144,7 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 		if err != nil {
 			log.Error("writing client file", "err", err)
 		}
-		waitWarm(ctx, r.API, apiKey)
+		waitWarm(ctx, r.Warm)
 		fmt.Fprintf(os.Stderr, `
 airlock is up: node %s
   API       %s  (key and addresses in %s)
@@ -164,23 +163,23 @@ Ctrl-C stops airlock and removes everything it made.
 	})
 }
 
-// waitWarm waits (bounded) until the API says every pool is warm, so the example works at once.
-func waitWarm(ctx context.Context, addr, key string) {
+// waitWarm waits (bounded) until every pool is warm, so the example works at once.
+func waitWarm(ctx context.Context, warm func(context.Context) (bool, string)) {
 	fmt.Fprint(os.Stderr, "airlock: warming the pool")
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/readyz", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				fmt.Fprintln(os.Stderr, " done")
-				return
-			}
+		if ok, _ := warm(ctx); ok {
+			fmt.Fprintln(os.Stderr, " done")
+			return
 		}
 		fmt.Fprint(os.Stderr, ".")
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	fmt.Fprintln(os.Stderr, " not yet warm; leases may wait")
+	_, why := warm(ctx)
+	fmt.Fprintf(os.Stderr, " not yet warm (%s); leases may wait\n", why)
 }
 
 func devOnly(tok string, dev bool) string {

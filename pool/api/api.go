@@ -56,7 +56,14 @@ type Config struct {
 	// when set, is called first so the answer includes every record accepted so far.
 	AuditPath  string
 	AuditFlush func(context.Context) error
-	Logger     *slog.Logger
+	// NodeAuth signs the calls this node forwards to the node holding a lease, and checks the
+	// ones other nodes forward here. Nil (or no secret): nothing is forwarded, and a routing
+	// header is never believed.
+	NodeAuth *NodeAuth
+	// PeerTransport carries forwarded calls (TLS towards other nodes' APIs); nil means
+	// http.DefaultTransport.
+	PeerTransport http.RoundTripper
+	Logger        *slog.Logger
 }
 
 // Server is the HTTP API. Safe for concurrent use.
@@ -128,21 +135,25 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 
 func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey{}).(string) }
 
-// RoutedHeader marks a request one node forwarded to the node that holds the lease.
-const RoutedHeader = "X-Airlock-Routed-By"
-
 // owned serves a request about one lease here when this node holds it, and otherwise forwards it
 // to the node that does (whose engine runs the sandbox and whose broker minted its credentials),
-// with the caller's own API key: every node knows the deployment's keys.
+// with the caller's own API key, signed as coming from this node. A call another node forwarded
+// (its signature checked) is served here and never forwarded again; the pool refuses it if this
+// node does not hold the lease after all. Routing headers a client sends are dropped unread.
 func (s *Server) owned(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(RoutedHeader) != "" {
-			h(w, r) // already routed once: never bounce
+		if _, routed := s.cfg.NodeAuth.Verify(r); routed {
+			h(w, r)
 			return
 		}
 		l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), r.PathValue("id"))
 		if err != nil || l.Node == s.cfg.Pool.Node() {
 			h(w, r)
+			return
+		}
+		if s.cfg.NodeAuth == nil || len(s.cfg.NodeAuth.Secret) == 0 {
+			writeError(w, http.StatusServiceUnavailable, "node_down",
+				fmt.Sprintf("lease %s is on node %s, and this node has no node secret to forward with", l.ID, l.Node))
 			return
 		}
 		api, err := s.cfg.Pool.NodeAPI(r.Context(), l.Node)
@@ -161,8 +172,9 @@ func (s *Server) owned(h http.HandlerFunc) http.HandlerFunc {
 		rp := &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(target)
-				pr.Out.Header.Set(RoutedHeader, s.cfg.Pool.Node())
+				s.cfg.NodeAuth.Sign(pr.Out)
 			},
+			Transport:     s.cfg.PeerTransport,
 			FlushInterval: -1, // exec output streams as it comes
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				writeError(w, http.StatusBadGateway, "node_unreachable", fmt.Sprintf("node %s: %v", l.Node, err))
@@ -478,7 +490,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout}
 	tenant, id := tenantOf(r), r.PathValue("id")
-	if _, err := s.cfg.Pool.Get(r.Context(), tenant, id); err != nil {
+	if _, err := s.cfg.Pool.Held(r.Context(), tenant, id); err != nil {
 		writePoolError(w, err)
 		return
 	}
@@ -649,6 +661,8 @@ func writePoolError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusServiceUnavailable, "no_warm_sandbox", err.Error())
 	case errors.Is(err, pool.ErrBadRequest):
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, pool.ErrNotOwner):
+		writeError(w, http.StatusConflict, "not_owner", err.Error())
 	default:
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 	}

@@ -54,7 +54,7 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 	if port < 1 || port > 65535 {
 		return PortView{}, fmt.Errorf("%w: port %d out of range", pool.ErrBadRequest, port)
 	}
-	l, err := p.pool.Get(ctx, tenant, id)
+	l, err := p.pool.Held(ctx, tenant, id)
 	if err != nil {
 		return PortView{}, err
 	}

@@ -23,6 +23,8 @@ type Runtime struct {
 	Gate chan struct{}
 	// Running is what List reports (sandboxes left by an earlier run).
 	Running []pool.Sandbox
+	// Node is the node its sandboxes belong to; empty means "n1".
+	Node string
 
 	n         atomic.Uint32
 	sick      sync.Map
@@ -42,7 +44,13 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		}
 	}
 	n := r.n.Add(1)
-	return pool.Sandbox{ID: fmt.Sprintf("sb-%d", n), Template: t.Name, Node: "n1",
+	node, id := r.Node, fmt.Sprintf("sb-%d", n)
+	if node == "" {
+		node = "n1"
+	} else {
+		id = fmt.Sprintf("sb-%s-%d", node, n)
+	}
+	return pool.Sandbox{ID: id, Template: t.Name, Node: node,
 		Addr: netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), Created: time.Now()}, nil
 }
 

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +31,7 @@ import (
 //	binding:{node}:{addr}    the binding (JSON), expiring with the lease
 //	bindings:{node}          channel of binding.Event
 //	node:{node}              the node's API address, expiring unless the node heartbeats
+//	node-secret              the deployment's node secret (hex), unless nodes are given one
 type Store struct {
 	rdb    *redis.Client
 	prefix string
@@ -389,6 +392,24 @@ func wrap(err error) error {
 		return nil
 	}
 	return fmt.Errorf("redis: %w", err)
+}
+
+// NodeSecret returns the deployment's node secret, which signs node-to-node API calls, making it
+// (32 random bytes) if no node has yet. Every node of the deployment gets the same one.
+func (s *Store) NodeSecret(ctx context.Context) ([]byte, error) {
+	var fresh [32]byte
+	if _, err := rand.Read(fresh[:]); err != nil {
+		return nil, err
+	}
+	k := s.key("node-secret")
+	if err := s.rdb.SetNX(ctx, k, hex.EncodeToString(fresh[:]), 0).Err(); err != nil {
+		return nil, wrap(err)
+	}
+	v, err := s.rdb.Get(ctx, k).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return hex.DecodeString(v)
 }
 
 // Heartbeat records that node is alive and where its API is, for ttl.
