@@ -193,7 +193,9 @@ type Pool struct {
 
 // Dev holds what only the all-in-one dev node does.
 type Dev struct {
-	// Issuer mints task tokens from --allow lists. Never on a production node.
+	// Issuer mints task tokens from --allow lists, with any scope, for any API key: off by
+	// default, on only in the embedded defaults of `airlock up` without --config (and refused
+	// with an API beyond loopback). Never on a production node.
 	Issuer bool `yaml:"issuer"`
 	// DemoUpstream, when set, runs a tiny HTTPS server there that checks the demo credential,
 	// pinned as api.example.test:443.
@@ -203,7 +205,8 @@ type Dev struct {
 // DemoHost is the name the demo upstream answers to.
 const DemoHost = "api.example.test"
 
-// Default returns the embedded defaults: an all-in-one dev node.
+// Default returns the defaults a configuration file is read over: safe for production, so the
+// dev-only parts (the dev issuer, the demo upstream) are off. DevDefaults turns them on.
 func Default() Config {
 	return Config{
 		Node:       "node-1",
@@ -215,7 +218,6 @@ func Default() Config {
 		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond},
-		Dev:   Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -233,6 +235,15 @@ func Default() Config {
 	}
 }
 
+// DevDefaults are the embedded defaults of `airlock up` run without a configuration file: an
+// all-in-one dev node on loopback, with the dev issuer (which mints tokens with any scope for
+// any API key) and the demo upstream on.
+func DevDefaults() Config {
+	c := Default()
+	c.Dev = Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"}
+	return c
+}
+
 // DefaultTemplate is the hardened default sandbox.
 func DefaultTemplate() pool.Template {
 	return pool.Template{
@@ -242,13 +253,15 @@ func DefaultTemplate() pool.Template {
 	}
 }
 
-// Load reads path over the defaults and validates the result. Templates and credentials given
-// in the file replace the default lists whole; each template starts from DefaultTemplate.
+// Load reads path over Default and validates the result; an empty path means DevDefaults.
+// Templates and credentials given in the file replace the default lists whole; each template
+// starts from DefaultTemplate.
 func Load(path string) (Config, error) {
-	c := Default()
 	if path == "" {
+		c := DevDefaults()
 		return c, c.Validate()
 	}
+	c := Default()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
@@ -389,6 +402,11 @@ func (c *Config) Validate() error {
 		}
 		if len(iss.Tenants) == 0 || slices.Contains(iss.Tenants, "") {
 			bad(fmt.Sprintf("tokens.issuers[%d].tenants", i), "list the tenants this issuer may speak for (\"*\" for every tenant)")
+		}
+	}
+	if c.Dev.Issuer {
+		if ap, err := netip.ParseAddrPort(c.API.Listen); err == nil && !ap.Addr().IsLoopback() {
+			bad("dev.issuer", "the dev issuer mints tokens with any scope for whoever holds an API key; it may be on only while the API listens on loopback")
 		}
 	}
 	if c.Dev.DemoUpstream != "" {

@@ -8,9 +8,30 @@ import (
 )
 
 func TestDefaultIsValid(t *testing.T) {
-	c := Default()
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
+	for _, c := range []Config{Default(), DevDefaults()} {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The dev issuer mints any scope for any API key: it is off unless asked for, on only in the
+// embedded dev defaults, and never with an API beyond loopback.
+func TestDevIssuerOffByDefault(t *testing.T) {
+	if Default().Dev.Issuer || Default().Dev.DemoUpstream != "" {
+		t.Fatal("the defaults a configuration file is read over have the dev issuer or demo on")
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("node: n\n"), 0o600)
+	if c, err := Load(path); err != nil || c.Dev.Issuer {
+		t.Fatalf("a file that does not ask for the dev issuer got it: %v %v", c.Dev.Issuer, err)
+	}
+	if c, err := Load(""); err != nil || !c.Dev.Issuer {
+		t.Fatalf("the embedded dev defaults: issuer %v, %v", c.Dev.Issuer, err)
+	}
+	os.WriteFile(path, []byte("dev: {issuer: true}\napi:\n  listen: 0.0.0.0:7070\n  tls: {cert_file: /c, key_file: /k}\n"), 0o600)
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "dev.issuer") {
+		t.Fatalf("dev issuer with the API beyond loopback: %v", err)
 	}
 }
 

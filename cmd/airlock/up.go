@@ -154,12 +154,10 @@ airlock is up: node %s
   redis     %s
   vault     %s
 
-Try it (api.example.test is a local demo upstream that checks the injected credential):
-  id=$(airlock lease --allow api.example.test=demo)
-  airlock exec $id -- curl -sS https://api.example.test/whoami
-
+%s
 Ctrl-C stops airlock and removes everything it made.
-`, cfg.Node, r.API, filepath.Join(cfg.StateDir, "client.json"), r.Gateway, r.Resolver, r.Network, r.CA, r.Audit, deps.RedisURL, deps.VaultAddr)
+`, cfg.Node, r.API, filepath.Join(cfg.StateDir, "client.json"), r.Gateway, r.Resolver, r.Network, r.CA, r.Audit, deps.RedisURL, deps.VaultAddr,
+			devIssuerNote(cfg.Dev.Issuer))
 	})
 }
 
@@ -180,6 +178,18 @@ func waitWarm(ctx context.Context, warm func(context.Context) (bool, string)) {
 	}
 	_, why := warm(ctx)
 	fmt.Fprintf(os.Stderr, " not yet warm (%s); leases may wait\n", why)
+}
+
+// devIssuerNote is the banner's word on the dev issuer.
+func devIssuerNote(on bool) string {
+	if on {
+		return "  dev issuer ON: every API key can mint task tokens with any scope (lease --allow).\n" +
+			"  These are the embedded dev defaults; a --config file turns it on only with dev.issuer: true.\n\n" +
+			"Try it (api.example.test is a local demo upstream that checks the injected credential):\n" +
+			"  id=$(airlock lease --allow api.example.test=demo)\n" +
+			"  airlock exec $id -- curl -sS https://api.example.test/whoami\n"
+	}
+	return "  dev issuer off: leases need a task token from a configured issuer (airlock lease --token).\n"
 }
 
 func devOnly(tok string, dev bool) string {
