@@ -39,9 +39,9 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 	}
 	b := binding.Binding{
 		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
-		Template: l.Template, Expires: l.Expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
+		Template: l.Template, Expires: l.Expires, Scopes: task.Scopes, Budget: task.Budget,
 	}
-	if err := m.cfg.Store.Rebind(ctx, l, l.JTI, b); err != nil {
+	if b.Version, err = m.cfg.Store.Rebind(ctx, l, l.JTI, b); err != nil {
 		return Lease{}, err
 	}
 	m.bindLocal(b)
@@ -66,16 +66,15 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 		return Lease{}, fmt.Errorf("%w: the new token is for task %q, the lease for %q", ErrTokenRefused, task.ID, l.Task)
 	}
 	oldJTI := l.JTI
-	now := time.Now()
 	l.Token, l.JTI = raw, task.JTI
 	if task.Expires.Before(l.Expires) {
 		l.Expires = task.Expires
 	}
 	b := binding.Binding{
 		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
-		Template: l.Template, Expires: l.Expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
+		Template: l.Template, Expires: l.Expires, Scopes: task.Scopes, Budget: task.Budget,
 	}
-	if err := m.cfg.Store.Rebind(ctx, l, oldJTI, b); err != nil {
+	if b.Version, err = m.cfg.Store.Rebind(ctx, l, oldJTI, b); err != nil {
 		return Lease{}, err
 	}
 	m.bindLocal(b)

@@ -375,9 +375,9 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	b := binding.Binding{
 		Lease: l.ID, Node: l.Node, Addr: sb.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: sb.ID,
-		Template: t.Name, Expires: expires, Version: now.UnixNano(), Scopes: task.Scopes, Budget: task.Budget,
+		Template: t.Name, Expires: expires, Scopes: task.Scopes, Budget: task.Budget,
 	}
-	if err := m.cfg.Store.Bind(ctx, l, b); err != nil {
+	if b.Version, err = m.cfg.Store.Bind(ctx, l, b); err != nil {
 		// The claimed sandbox was never visible to the task: destroy it rather than reuse it.
 		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 		return Lease{}, err

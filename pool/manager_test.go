@@ -230,7 +230,7 @@ func TestReconcileAdoptsAndCleans(t *testing.T) {
 	store.AddWarm(ctx, warmGone)
 	bind := func(id string, s pool.Sandbox, expires time.Time) {
 		l := pool.Lease{ID: id, JTI: "j-" + id, Node: "n1", Template: "default", Sandbox: s, Expires: expires, Tenant: "acme"}
-		if err := store.Bind(ctx, l, binding.Binding{Lease: id, Node: "n1", Addr: s.Addr, Expires: expires, Version: 1}); err != nil {
+		if _, err := store.Bind(ctx, l, binding.Binding{Lease: id, Node: "n1", Addr: s.Addr, Expires: expires, Version: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

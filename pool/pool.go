@@ -105,18 +105,20 @@ type Store interface {
 	// Claim takes one warm sandbox of template on node, or fails with ErrNoWarm.
 	Claim(ctx context.Context, node, template string) (Sandbox, error)
 	WarmCount(ctx context.Context, node, template string) (int, error)
-	// Bind records the lease and its binding together and announces the binding; it fails with
-	// ErrJTIInUse when the token already binds another live lease or is held by a gateway
-	// (ClaimJTI).
-	Bind(ctx context.Context, l Lease, b binding.Binding) error
+	// Bind records the lease and its binding together and announces the binding, returning the
+	// version the store gave it (versions are ordered by the store, never by a node's clock);
+	// it fails with ErrJTIInUse when the token already binds another live lease or is held by
+	// a gateway (ClaimJTI).
+	Bind(ctx context.Context, l Lease, b binding.Binding) (int64, error)
 	// ClaimJTI records that holder uses the token id jti until until; it fails with
 	// ErrJTIInUse when the id binds a lease or another holder has it. Claiming an id one
 	// already holds succeeds.
 	ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error
 	// Rebind replaces a live lease's record and binding (renewal, token swap: oldJTI is the token
-	// id it held, freed when l carries a new one) and announces the binding; it fails with
-	// ErrLeaseNotFound when the lease is gone and ErrJTIInUse when the new token id is taken.
-	Rebind(ctx context.Context, l Lease, oldJTI string, b binding.Binding) error
+	// id it held, freed when l carries a new one) and announces the binding, returning its new
+	// version; it fails with ErrLeaseNotFound when the lease is gone and ErrJTIInUse when the
+	// new token id is taken.
+	Rebind(ctx context.Context, l Lease, oldJTI string, b binding.Binding) (int64, error)
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
 	// Expired returns node's leases that expired at or before now; LeasedCount counts node's

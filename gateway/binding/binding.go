@@ -77,6 +77,12 @@ type Source interface {
 }
 
 // Cache answers lookups for one node. Safe for concurrent use.
+//
+// It never serves a binding older than one it has heard is gone or replaced: for each address
+// it keeps the newest version it has heard of (versions are ordered by the store, not by any
+// node's clock), and a generation that every change bumps, so a binding fetched on a miss is kept
+// only if nothing about that address changed while it was being fetched. A release that lands
+// between a miss's lookup and its put therefore never leaves the released binding cached.
 type Cache struct {
 	node  string
 	src   Source
@@ -85,10 +91,18 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	entries map[netip.Addr]Binding
+	fences  map[netip.Addr]fence // bounded by the node's sandbox subnet
+	epoch   uint64               // bumped at every resync: every fence changes at once
 	// downSince is when the feed was lost; zero while it is up. Cached entries serve for at most
 	// grace after it, then every lookup fails until the feed is back and the cache resynced.
 	downSince time.Time
 	live      bool
+}
+
+// fence is what the cache has heard about one address.
+type fence struct {
+	version int64  // the newest binding version heard of (bound or unbound)
+	gen     uint64 // bumped by every change to the address
 }
 
 // NewCache returns a cache for node; grace zero means 10s. Run must be running for it to serve.
@@ -96,7 +110,8 @@ func NewCache(node string, src Source, grace time.Duration) *Cache {
 	if grace == 0 {
 		grace = 10 * time.Second
 	}
-	return &Cache{node: node, src: src, grace: grace, now: time.Now, entries: map[netip.Addr]Binding{}}
+	return &Cache{node: node, src: src, grace: grace, now: time.Now, entries: map[netip.Addr]Binding{},
+		fences: map[netip.Addr]fence{}}
 }
 
 // Run keeps the cache fed until ctx ends, reconnecting with a short backoff.
@@ -122,37 +137,55 @@ func (c *Cache) Run(ctx context.Context) {
 func (c *Cache) resync() {
 	c.mu.Lock()
 	clear(c.entries)
+	c.epoch++ // events may have been missed: no fetch that started before now is kept
 	c.live, c.downSince = true, time.Time{}
 	c.mu.Unlock()
+}
+
+// changed records a change to addr at version v (0: unknown) and drops its entry unless the
+// entry is newer. The caller holds mu.
+func (c *Cache) changed(addr netip.Addr, v int64) {
+	f := c.fences[addr]
+	f.gen++
+	f.version = max(f.version, v)
+	c.fences[addr] = f
+	if cur, ok := c.entries[addr]; !ok || cur.Version <= v || v == 0 {
+		delete(c.entries, addr)
+	}
 }
 
 func (c *Cache) apply(e Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur, ok := c.entries[e.Addr]
-	if ok && cur.Version > e.Version {
-		return
-	}
-	// Drop the entry either way: a bind is fetched on next use, so the cache never serves a
-	// binding older than the event.
-	delete(c.entries, e.Addr)
+	// Drop the entry either way (unless it is newer than the event): a bind is fetched on next
+	// use, so the cache never serves a binding older than the event.
+	c.changed(e.Addr, e.Version)
 }
 
 // Put records b locally; the node that binds a lease calls it before returning the lease, so the
-// gateway and resolver recognise the sandbox at once.
+// gateway and resolver recognise the sandbox at once. A binding older than one the cache has
+// heard of is not kept.
 func (c *Cache) Put(b Binding) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.put(b)
+}
+
+func (c *Cache) put(b Binding) {
+	if b.Version < c.fences[b.Addr].version {
+		return
+	}
 	if cur, ok := c.entries[b.Addr]; ok && cur.Version > b.Version {
 		return
 	}
 	c.entries[b.Addr] = b
 }
 
-// Delete forgets addr locally; the node calls it first when it unbinds a lease.
+// Delete forgets addr locally; the node calls it first when it unbinds a lease. A fetch of addr
+// under way is not kept.
 func (c *Cache) Delete(addr netip.Addr) {
 	c.mu.Lock()
-	delete(c.entries, addr)
+	c.changed(addr, 0)
 	c.mu.Unlock()
 }
 
@@ -164,25 +197,50 @@ func (c *Cache) Lookup(ctx context.Context, addr netip.Addr) (Binding, error) {
 	c.mu.RLock()
 	b, ok := c.entries[addr]
 	live, down := c.live, c.downSince
+	gen, epoch := c.fences[addr].gen, c.epoch
 	c.mu.RUnlock()
 	if !live && (down.IsZero() || now.Sub(down) > c.grace) {
 		return Binding{}, fmt.Errorf("%w: binding feed down", ErrUnavailable)
 	}
 	if !ok {
 		var err error
-		b, err = c.src.Lookup(ctx, c.node, addr)
+		if b, err = c.fetch(ctx, addr, gen, epoch); err != nil {
+			return Binding{}, err
+		}
+	}
+	if !now.Before(b.Expires) {
+		return Binding{}, fmt.Errorf("%w: lease %s expired at %s", ErrUnknown, b.Lease, b.Expires.UTC().Format(time.RFC3339))
+	}
+	return b, nil
+}
+
+// fetch asks the store for addr's binding and keeps it, unless the address changed while it was
+// being read (gen and epoch are what the cache knew before): then what was read may already be
+// gone, so it is neither kept nor served, and the store is asked again.
+func (c *Cache) fetch(ctx context.Context, addr netip.Addr, gen, epoch uint64) (Binding, error) {
+	for range 3 {
+		b, err := c.src.Lookup(ctx, c.node, addr)
 		if errors.Is(err, ErrUnknown) {
 			return Binding{}, err
 		}
 		if err != nil {
 			return Binding{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		c.Put(b)
+		c.mu.Lock()
+		f := c.fences[addr]
+		if f.gen == gen && c.epoch == epoch {
+			if b.Version < f.version {
+				c.mu.Unlock()
+				return Binding{}, fmt.Errorf("%w: lease %s was replaced or released", ErrUnknown, b.Lease)
+			}
+			c.put(b)
+			c.mu.Unlock()
+			return b, nil
+		}
+		gen, epoch = f.gen, c.epoch
+		c.mu.Unlock()
 	}
-	if !now.Before(b.Expires) {
-		return Binding{}, fmt.Errorf("%w: lease %s expired at %s", ErrUnknown, b.Lease, b.Expires.UTC().Format(time.RFC3339))
-	}
-	return b, nil
+	return Binding{}, fmt.Errorf("%w: the binding of %s kept changing while it was read", ErrUnavailable, addr)
 }
 
 // Live reports whether the cache currently follows the binding channel.

@@ -19,6 +19,9 @@ type fakeSource struct {
 	down     bool
 	feed     chan Event
 	broken   chan struct{}
+	// during, when set, runs inside Lookup after the binding was read and before it is
+	// returned: what happens meanwhile elsewhere.
+	during func()
 }
 
 var _ Source = (*fakeSource)(nil)
@@ -31,6 +34,12 @@ func (f *fakeSource) Lookup(_ context.Context, _ string, addr netip.Addr) (Bindi
 		return Binding{}, errors.New("connection refused")
 	}
 	b, ok := f.bindings[addr]
+	if during := f.during; during != nil {
+		f.during = nil
+		f.mu.Unlock()
+		during()
+		f.mu.Lock()
+	}
 	if !ok {
 		return Binding{}, ErrUnknown
 	}
@@ -126,5 +135,60 @@ func TestCacheRefusesExpired(t *testing.T) {
 	c.Put(Binding{Lease: "l-1", Addr: a, Expires: time.Now().Add(-time.Second)})
 	if _, err := c.Lookup(context.Background(), a); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("expired lease = %v, want ErrUnknown", err)
+	}
+}
+
+// A binding released between a miss's lookup and its put is never cached: the cache neither
+// keeps nor serves what it read while the address changed, and a binding older than one it has
+// heard of is not kept, whoever puts it.
+func TestCacheNeverKeepsAReleasedBinding(t *testing.T) {
+	a := netip.MustParseAddr("10.0.0.4")
+	set, _ := scope.Parse([]scope.Scope{{Host: "a.example"}})
+	src := &fakeSource{bindings: map[netip.Addr]Binding{a: {Lease: "l-1", Addr: a, Expires: time.Now().Add(time.Hour), Scopes: set, Version: 5}}}
+	c := NewCache("n1", src, 0)
+	c.live = true
+	release := func(how func()) func() {
+		return func() {
+			src.mu.Lock()
+			delete(src.bindings, a)
+			src.mu.Unlock()
+			how()
+		}
+	}
+	for name, how := range map[string]func(){
+		"unbind event": func() { c.apply(Event{Addr: a, Lease: "l-1", Version: 6}) },
+		"local delete": func() { c.Delete(a) },
+		"resync":       func() { c.resync() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			src.mu.Lock()
+			src.bindings[a] = Binding{Lease: "l-1", Addr: a, Expires: time.Now().Add(time.Hour), Scopes: set, Version: 5}
+			src.during = release(how)
+			src.mu.Unlock()
+			c.mu.Lock()
+			delete(c.entries, a)
+			c.fences[a] = fence{}
+			c.mu.Unlock()
+			if b, err := c.Lookup(context.Background(), a); !errors.Is(err, ErrUnknown) {
+				t.Fatalf("lookup racing a release = %+v, %v; want ErrUnknown", b, err)
+			}
+			c.mu.RLock()
+			_, kept := c.entries[a]
+			c.mu.RUnlock()
+			if kept {
+				t.Fatal("the released binding was cached")
+			}
+		})
+	}
+	// After an unbind at version 6, a put of version 5 (a late local bind, a slow fetch) is
+	// not kept; version 7 is.
+	c.apply(Event{Addr: a, Lease: "l-1", Version: 6})
+	c.Put(Binding{Lease: "l-1", Addr: a, Expires: time.Now().Add(time.Hour), Version: 5})
+	if _, err := c.Lookup(context.Background(), a); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("a stale put was served: %v", err)
+	}
+	c.Put(Binding{Lease: "l-2", Addr: a, Expires: time.Now().Add(time.Hour), Version: 7})
+	if b, err := c.Lookup(context.Background(), a); err != nil || b.Lease != "l-2" {
+		t.Fatalf("a newer put: %+v %v", b, err)
 	}
 }

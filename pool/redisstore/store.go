@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -32,6 +33,7 @@ import (
 //	bindings:{node}          channel of binding.Event
 //	node:{node}              the node's API address, expiring unless the node heartbeats
 //	node-secret              the deployment's node secret (hex), unless nodes are given one
+//	binding-version          the counter that orders every binding change of the deployment
 type Store struct {
 	rdb    *redis.Client
 	prefix string
@@ -150,31 +152,44 @@ func (s *Store) scan(ctx context.Context, match string) ([]string, error) {
 // token id expire with the lease itself.
 const recordGrace = time.Hour
 
+// Binding versions come from one counter per deployment, bumped inside each script that changes
+// a binding, so every node orders the changes the same way whatever its clock says. The binding
+// and its announcement are encoded with versionMark in place of the version; the script writes
+// the counter's value there.
+const versionMark = `"version":-1`
+
 // bindScript records a lease atomically: the token id must be free, then the lease, its index
 // entry, the token id and the binding are written with the lease's expiry, and the binding is
-// announced.
+// announced. It returns the binding's version.
 var bindScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[5]) == false then
   return redis.error_reply('JTI_IN_USE ' .. redis.call('GET', KEYS[1]))
 end
+local v = redis.call('INCR', KEYS[8])
+local mark = '"version":%-1'
 redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('SADD', KEYS[7], ARGV[1])
-redis.call('SET', KEYS[4], ARGV[3], 'PXAT', ARGV[5])
+redis.call('SET', KEYS[4], (string.gsub(ARGV[3], mark, '"version":' .. v, 1)), 'PXAT', ARGV[5])
 redis.call('DEL', KEYS[5])
-redis.call('PUBLISH', KEYS[6], ARGV[4])
-return 1
+redis.call('PUBLISH', KEYS[6], (string.gsub(ARGV[4], mark, '"version":' .. v, 1)))
+return v
 `)
 
-// encode returns the stored forms of a lease, its binding and the binding's announcement.
+// encode returns the stored forms of a lease, its binding and the binding's announcement, the
+// last two with versionMark for the version.
 func encode(l pool.Lease, b binding.Binding) (lease, bind, event []byte, err error) {
 	if lease, err = json.Marshal(l); err != nil {
 		return nil, nil, nil, err
 	}
+	b.Version = -1
 	if bind, err = b.Encode(); err != nil {
 		return nil, nil, nil, err
 	}
-	event, err = json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: b.Version, Bound: true})
+	event, err = json.Marshal(binding.Event{Addr: b.Addr, Lease: l.ID, Version: -1, Bound: true})
+	if err == nil && (bytes.Count(bind, []byte(versionMark)) != 1 || bytes.Count(event, []byte(versionMark)) != 1) {
+		err = errors.New("binding: cannot mark the version") // never: no other field is spelt so
+	}
 	return lease, bind, event, err
 }
 
@@ -199,27 +214,27 @@ func (s *Store) ClaimJTI(ctx context.Context, jti, holder string, until time.Tim
 	return wrap(err)
 }
 
-// Bind records l and b and announces b.
-func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) error {
+// Bind records l and b and announces b, returning the version the binding was given.
+func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) (int64, error) {
 	lb, bb, ev, err := encode(l, b)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	keys := []string{
 		s.key("jti", l.JTI), s.key("lease", l.ID), s.key("leases", l.Node),
 		s.key("binding", l.Node, b.Addr.String()), s.key("sandbox", l.Sandbox.ID), s.key("bindings", l.Node),
-		s.key("tleases", l.Node, l.Template),
+		s.key("tleases", l.Node, l.Template), s.key("binding-version"),
 	}
-	err = bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
+	v, err := bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Int64()
 	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
-		return fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, l.JTI, holder)
+		return 0, fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, l.JTI, holder)
 	}
-	return wrap(err)
+	return v, wrap(err)
 }
 
 // rebindScript replaces a lease that still exists: its token id (moved when a token swap brings
 // a new one, which must be free), the record, the binding and their expiries, and announces the
-// new binding.
+// new binding. It returns the binding's version.
 var rebindScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return redis.error_reply('LEASE_GONE')
@@ -232,30 +247,33 @@ if KEYS[1] ~= KEYS[6] then
 else
   redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[5])
 end
+local v = redis.call('INCR', KEYS[7])
+local mark = '"version":%-1'
 redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[6])
-redis.call('SET', KEYS[3], ARGV[3], 'PXAT', ARGV[5])
+redis.call('SET', KEYS[3], (string.gsub(ARGV[3], mark, '"version":' .. v, 1)), 'PXAT', ARGV[5])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
-redis.call('PUBLISH', KEYS[4], ARGV[4])
-return 1
+redis.call('PUBLISH', KEYS[4], (string.gsub(ARGV[4], mark, '"version":' .. v, 1)))
+return v
 `)
 
-// Rebind stores l's new token id, expiry and binding b, if the lease still exists. oldJTI is the
-// token id the lease held before (the same for a renewal).
-func (s *Store) Rebind(ctx context.Context, l pool.Lease, oldJTI string, b binding.Binding) error {
+// Rebind stores l's new token id, expiry and binding b, if the lease still exists, returning the
+// version the binding was given. oldJTI is the token id the lease held before (the same for a
+// renewal).
+func (s *Store) Rebind(ctx context.Context, l pool.Lease, oldJTI string, b binding.Binding) (int64, error) {
 	lb, bb, ev, err := encode(l, b)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	keys := []string{s.key("jti", l.JTI), s.key("lease", l.ID), s.key("binding", l.Node, b.Addr.String()),
-		s.key("bindings", l.Node), s.key("leases", l.Node), s.key("jti", oldJTI)}
-	err = rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Err()
+		s.key("bindings", l.Node), s.key("leases", l.Node), s.key("jti", oldJTI), s.key("binding-version")}
+	v, err := rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Int64()
 	if strings.HasPrefix(errText(err), "LEASE_GONE") {
-		return fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
+		return 0, fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
 	}
 	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
-		return fmt.Errorf("%w: jti %s binds lease %s", pool.ErrJTIInUse, l.JTI, holder)
+		return 0, fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, l.JTI, holder)
 	}
-	return wrap(err)
+	return v, wrap(err)
 }
 
 // GetLease returns lease id.
@@ -308,25 +326,39 @@ func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lea
 	return out, nil
 }
 
+// unbindScript removes a lease's binding, announcing the removal under a new version, then its
+// records.
+var unbindScript = redis.NewScript(`
+if KEYS[1] ~= '' then
+  local v = redis.call('INCR', KEYS[7])
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[2], (string.gsub(ARGV[2], '"version":%-1', '"version":' .. v, 1)))
+end
+redis.call('DEL', KEYS[3])
+if KEYS[4] ~= '' then
+  redis.call('DEL', KEYS[4])
+end
+redis.call('ZREM', KEYS[5], ARGV[1])
+if KEYS[6] ~= '' then
+  redis.call('SREM', KEYS[6], ARGV[1])
+end
+return 1
+`)
+
 // Unbind removes l's binding (announcing it) and then its records.
 func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
-	ev, _ := json.Marshal(binding.Event{Addr: l.Sandbox.Addr, Lease: l.ID, Version: time.Now().UnixNano()})
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if l.Sandbox.Addr.IsValid() {
-			p.Del(ctx, s.key("binding", l.Node, l.Sandbox.Addr.String()))
-			p.Publish(ctx, s.key("bindings", l.Node), ev)
-		}
-		p.Del(ctx, s.key("lease", l.ID))
-		if l.JTI != "" {
-			p.Del(ctx, s.key("jti", l.JTI))
-		}
-		p.ZRem(ctx, s.key("leases", l.Node), l.ID)
-		if l.Template != "" {
-			p.SRem(ctx, s.key("tleases", l.Node, l.Template), l.ID)
-		}
-		return nil
-	})
-	return wrap(err)
+	ev, _ := json.Marshal(binding.Event{Addr: l.Sandbox.Addr, Lease: l.ID, Version: -1})
+	keys := []string{"", s.key("bindings", l.Node), s.key("lease", l.ID), "", s.key("leases", l.Node), "", s.key("binding-version")}
+	if l.Sandbox.Addr.IsValid() {
+		keys[0] = s.key("binding", l.Node, l.Sandbox.Addr.String())
+	}
+	if l.JTI != "" {
+		keys[3] = s.key("jti", l.JTI)
+	}
+	if l.Template != "" {
+		keys[5] = s.key("tleases", l.Node, l.Template)
+	}
+	return wrap(unbindScript.Run(ctx, s.rdb, keys, l.ID, ev).Err())
 }
 
 // Lookup implements binding.Source.

@@ -84,7 +84,7 @@ func TestBindRebindUnbindAndWatch(t *testing.T) {
 	l := pool.Lease{ID: "l-1", JTI: "j-1", Node: "n1", Task: "t", Template: "default",
 		Sandbox: pool.Sandbox{ID: "sb-1", Addr: addr}, Expires: time.Now().Add(time.Minute)}
 	b := binding.Binding{Lease: "l-1", Node: "n1", Addr: addr, Task: "t", Expires: l.Expires, Version: 1, Scopes: set}
-	if err := s.Bind(ctx, l, b); err != nil {
+	if _, err := s.Bind(ctx, l, b); err != nil {
 		t.Fatal(err)
 	}
 	if e := <-events; !e.Bound || e.Lease != "l-1" {
@@ -97,12 +97,12 @@ func TestBindRebindUnbindAndWatch(t *testing.T) {
 	// One token id binds one lease at a time.
 	l2 := l
 	l2.ID = "l-2"
-	if err := s.Bind(ctx, l2, b); !errors.Is(err, pool.ErrJTIInUse) {
+	if _, err := s.Bind(ctx, l2, b); !errors.Is(err, pool.ErrJTIInUse) {
 		t.Fatalf("second bind with the same jti = %v", err)
 	}
 	// Renewal moves the expiry.
 	l.Expires, b.Expires, b.Version = time.Now().Add(time.Hour), time.Now().Add(time.Hour), 2
-	if err := s.Rebind(ctx, l, l.JTI, b); err != nil {
+	if _, err := s.Rebind(ctx, l, l.JTI, b); err != nil {
 		t.Fatal(err)
 	}
 	<-events
@@ -119,11 +119,52 @@ func TestBindRebindUnbindAndWatch(t *testing.T) {
 		t.Fatalf("lookup after unbind = %v", err)
 	}
 	// A released lease cannot be renewed back to life.
-	if err := s.Rebind(ctx, l, l.JTI, b); !errors.Is(err, pool.ErrLeaseNotFound) {
+	if _, err := s.Rebind(ctx, l, l.JTI, b); !errors.Is(err, pool.ErrLeaseNotFound) {
 		t.Fatalf("rebind after release = %v", err)
 	}
 	// The token id is free again.
-	if err := s.Bind(ctx, l2, b); err != nil {
+	if _, err := s.Bind(ctx, l2, b); err != nil {
 		t.Fatalf("bind after release: %v", err)
+	}
+}
+
+// Binding versions are ordered by Redis: every change, from whichever node and whatever its
+// clock, gets a higher version than the one before, and the stored binding and its announcement
+// carry the same one.
+func TestBindingVersionsOrderedByRedis(t *testing.T) {
+	s := newStore(t)
+	other := New(s.rdb, "test:") // a second node on the same deployment
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	synced := make(chan struct{}, 4)
+	events := make(chan binding.Event, 16)
+	go s.Watch(ctx, "n1", func() { synced <- struct{}{} }, func(e binding.Event) { events <- e })
+	<-synced
+	addr := netip.MustParseAddr("10.0.0.8")
+	set, _ := scope.Parse([]scope.Scope{{Host: "a.example"}})
+	l := pool.Lease{ID: "l-v", JTI: "j-v", Node: "n1", Template: "default", Sandbox: pool.Sandbox{ID: "sb-v", Addr: addr},
+		Expires: time.Now().Add(time.Minute)}
+	// Whatever version the caller writes (a clock far ahead, say), the store's counter decides.
+	b := binding.Binding{Lease: l.ID, Node: "n1", Addr: addr, Expires: l.Expires, Scopes: set, Version: time.Now().Add(24 * time.Hour).UnixNano()}
+	v1, err := s.Bind(ctx, l, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := <-events; e.Version != v1 {
+		t.Fatalf("bind announced version %d, returned %d", e.Version, v1)
+	}
+	if got, _ := s.Lookup(ctx, "n1", addr); got.Version != v1 {
+		t.Fatalf("stored version %d, returned %d", got.Version, v1)
+	}
+	v2, err := other.Rebind(ctx, l, l.JTI, b)
+	if err != nil || v2 <= v1 {
+		t.Fatalf("rebind from another node: version %d after %d (%v)", v2, v1, err)
+	}
+	<-events
+	if err := other.Unbind(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-events; e.Bound || e.Version <= v2 {
+		t.Fatalf("unbind announced %+v, after version %d", e, v2)
 	}
 }
