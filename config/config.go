@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -248,7 +247,7 @@ func DevDefaults() Config {
 func DefaultTemplate() pool.Template {
 	return pool.Template{
 		Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace",
-		CPUs: 1, MemoryMB: 512, Pids: 256, WorkspaceMB: 256, TmpMB: 64, Runtime: "runc",
+		CPUs: 1, MemoryMB: 512, Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc",
 		MinWarm: 2, MaxTotal: 16, OnEmpty: "wait", WaitFor: 10 * time.Second, DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
 	}
 }
@@ -423,56 +422,12 @@ func (c *Config) Validate() error {
 	names := map[string]bool{}
 	for i, t := range c.Templates {
 		f := fmt.Sprintf("templates[%d]", i)
-		switch {
-		case t.Name == "":
-			bad(f+".name", "required")
-		case names[t.Name]:
+		if t.Name != "" && names[t.Name] {
 			bad(f+".name", "duplicate %q", t.Name)
 		}
 		names[t.Name] = true
-		if t.Image == "" {
-			bad(f+".image", "required")
-		}
-		if uid, _, _ := strings.Cut(t.User, ":"); uid == "" || uid == "0" || uid == "root" {
-			bad(f+".user", "must name a non-root uid:gid")
-		}
-		if !filepath.IsAbs(t.Workdir) || t.Workdir == "/" {
-			bad(f+".workdir", "must be an absolute path other than /")
-		}
-		if t.CPUs <= 0 {
-			bad(f+".cpus", "must be > 0")
-		}
-		if t.MemoryMB < 16 {
-			bad(f+".memory_mb", "must be >= 16")
-		}
-		if t.Pids <= 0 {
-			bad(f+".pids", "must be > 0")
-		}
-		if t.WorkspaceMB <= 0 {
-			bad(f+".workspace_mb", "must be > 0")
-		}
-		if t.TmpMB <= 0 {
-			bad(f+".tmp_mb", "must be > 0")
-		}
-		if t.Runtime != "runc" && t.Runtime != "runsc" {
-			bad(f+".runtime", "%q is not runc or runsc", t.Runtime)
-		}
-		if t.MinWarm < 0 || (t.MaxTotal > 0 && t.MinWarm > t.MaxTotal) {
-			bad(f+".min_warm", "must be between 0 and max_total")
-		}
-		if t.OnEmpty != "" && t.OnEmpty != "wait" && t.OnEmpty != "cold" {
-			bad(f+".on_empty", "%q is not wait or cold", t.OnEmpty)
-		}
-		if t.WaitFor < 0 || t.WaitFor > 5*time.Minute {
-			bad(f+".wait_for", "must be between 0 and 5m")
-		}
-		if t.DefaultTTL <= 0 || t.MaxTTL < t.DefaultTTL {
-			bad(f+".default_ttl", "must be > 0 and at most max_ttl")
-		}
-		for k := range t.Env {
-			if strings.Contains(strings.ToUpper(k), "PROXY") || strings.HasSuffix(strings.ToUpper(k), "CA_BUNDLE") || k == "SSL_CERT_FILE" || k == "HOME" {
-				bad(f+".env."+k, "is set by airlock and cannot be overridden")
-			}
+		for _, err := range t.Validate() {
+			errs = append(errs, fmt.Errorf("%s.%w", f, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -41,6 +41,10 @@ func TestLoadNamesTheField(t *testing.T) {
 	}{
 		{"memory", "templates:\n  - name: big\n    memory_mb: 0\n", "templates[0].memory_mb: must be >= 16"},
 		{"root user", "templates:\n  - name: r\n    user: \"0:0\"\n", "templates[0].user"},
+		{"root user, zero-padded", "templates:\n  - name: r\n    user: \"00:00\"\n", "templates[0].user"},
+		{"root user by name", "templates:\n  - name: r\n    user: root\n", "templates[0].user"},
+		{"root group", "templates:\n  - name: r\n    user: \"10001:0\"\n", "templates[0].user"},
+		{"no nofile limit", "templates:\n  - name: r\n    nofile: 0\n", "templates[0].nofile"},
 		{"api beyond loopback", "api:\n  listen: 0.0.0.0:7070\n", "api.listen"},
 		{"unknown field", "gatewy:\n  port: 1\n", "field gatewy not found"},
 		{"bad subnet", "network:\n  subnet: 10.0.0.1/24\n", "network.subnet"},

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -342,6 +343,38 @@ func TestNode(t *testing.T) {
 		}
 		if _, _, code := n.cli(t, "release", b.ID); code != 0 {
 			t.Error("releasing B failed")
+		}
+	})
+
+	t.Run("hardened: no setuid files, limits, no IPv6, not root", func(t *testing.T) {
+		if out, errs, code := n.exec(t, a.ID, "sh", "-c", "find / -xdev -type f \\( -perm -4000 -o -perm -2000 \\) 2>/dev/null"); strings.TrimSpace(out) != "" {
+			t.Errorf("setuid or setgid files in the sandbox (exit %d, %s):\n%s", code, errs, out)
+		}
+		out, errs, code := n.exec(t, a.ID, "bash", "-c", "echo $(id -u):$(id -g) $(ulimit -n) $(ulimit -u) $(cat /proc/sys/net/ipv6/conf/all/disable_ipv6); ip -6 addr")
+		if code != 0 {
+			t.Fatalf("probe: exit %d: %s", code, errs)
+		}
+		if first := strings.SplitN(out, "\n", 2)[0]; first != "10001:10001 4096 4096 1" {
+			t.Errorf("uid:gid nofile nproc ipv6-disabled = %q, want \"10001:10001 4096 4096 1\"", first)
+		}
+		if strings.Contains(out, "inet6") {
+			t.Errorf("the sandbox has IPv6 addresses:\n%s", out)
+		}
+		// The host's side of the bridge has a link-local IPv6 address; a listener on every
+		// address of the host is out of reach over it.
+		ll, err := exec.Command("ip", "-6", "-o", "addr", "show", "dev", testBridge, "scope", "link").CombinedOutput()
+		if f := strings.Fields(string(ll)); err == nil && len(f) >= 4 {
+			addr := strings.Split(f[3], "/")[0]
+			l, err := net.Listen("tcp", "[::]:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			port := l.Addr().(*net.TCPAddr).Port
+			script := fmt.Sprintf("import socket,sys\ns=socket.socket(socket.AF_INET6)\ns.settimeout(3)\ntry:\n s.connect(('%s%%eth0',%d,0,0))\n print('connected')\nexcept OSError as e:\n print('refused', e)", addr, port)
+			if out, _, _ := n.exec(t, a.ID, "python3", "-c", script); strings.Contains(out, "connected") {
+				t.Errorf("the sandbox reached the host over IPv6 link-local %s: %s", addr, out)
+			}
 		}
 	})
 

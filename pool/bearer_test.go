@@ -52,7 +52,7 @@ func TestAdmitBearerIsLeaseAdmission(t *testing.T) {
 	node := func(name string) *pool.Manager {
 		cache := binding.NewCache(name, store, 0)
 		go cache.Run(ctx)
-		m, err := pool.New(pool.Config{Node: name, Templates: []pool.Template{base}, Runtime: &pooltest.Runtime{}, Store: store,
+		m, err := pool.New(pool.Config{Node: name, Templates: []pool.Template{pooltest.Template(base)}, Runtime: &pooltest.Runtime{}, Store: store,
 			Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor, CheckTask: checkTask, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)

@@ -83,6 +83,12 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
 		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}}
 	for _, t := range cfg.Templates {
+		if errs := t.Validate(); len(errs) > 0 {
+			return nil, fmt.Errorf("template %q: %w", t.Name, errors.Join(errs...))
+		}
+		if _, dup := m.templates[t.Name]; dup {
+			return nil, fmt.Errorf("template %q: defined twice", t.Name)
+		}
 		m.templates[t.Name] = t
 	}
 	return m, nil

@@ -46,7 +46,7 @@ func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
 	iss, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	rt := &pooltest.Runtime{Gate: gate}
-	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{tmpl}, Runtime: rt, Store: store, Binder: cache,
+	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{pooltest.Template(tmpl)}, Runtime: rt, Store: store, Binder: cache,
 		Audit: audit.Discard{}, Verify: v.VerifyFor, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestReconcileAdoptsAndCleans(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	rt := &pooltest.Runtime{Running: []pool.Sandbox{warmKept, leased, expired, orphan}}
 	m, _ := pool.New(pool.Config{Node: "n1", Runtime: rt, Store: store, Binder: cache, Audit: audit.Discard{},
-		Templates: []pool.Template{base}, KeepOnStop: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Templates: []pool.Template{pooltest.Template(base)}, KeepOnStop: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

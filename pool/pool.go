@@ -3,8 +3,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
+	"path"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/gateway/binding"
@@ -33,11 +37,16 @@ type Template struct {
 	MemoryMB int64   `yaml:"memory_mb"`
 	Pids     int64   `yaml:"pids"`
 	// WorkspaceMB and TmpMB cap the tmpfs mounts at Workdir and /tmp.
-	WorkspaceMB int64             `yaml:"workspace_mb"`
-	TmpMB       int64             `yaml:"tmp_mb"`
-	Runtime     string            `yaml:"runtime"` // "runc" (default) or "runsc"
-	Env         map[string]string `yaml:"env"`     // non-secret environment
-	MinWarm     int               `yaml:"min_warm"`
+	WorkspaceMB int64 `yaml:"workspace_mb"`
+	TmpMB       int64 `yaml:"tmp_mb"`
+	// NoFile caps open files per process (RLIMIT_NOFILE). NProc caps processes of the sandbox
+	// user (RLIMIT_NPROC), which the kernel counts across every sandbox running as that uid on
+	// the host, so it must leave room for all of them; Pids is what bounds one sandbox.
+	NoFile  int64             `yaml:"nofile"`
+	NProc   int64             `yaml:"nproc"`
+	Runtime string            `yaml:"runtime"` // "runc" (default) or "runsc"
+	Env     map[string]string `yaml:"env"`     // non-secret environment
+	MinWarm int               `yaml:"min_warm"`
 	// OnEmpty says what a lease does when no sandbox is warm: "wait" (default) up to WaitFor for
 	// the refill, or "cold" to start one for this lease.
 	OnEmpty    string        `yaml:"on_empty"`
@@ -45,6 +54,100 @@ type Template struct {
 	MaxTotal   int           `yaml:"max_total"`
 	DefaultTTL time.Duration `yaml:"default_ttl"`
 	MaxTTL     time.Duration `yaml:"max_ttl"`
+}
+
+// Validate checks t, returning one error per field that is wrong, each naming the field by its
+// configuration name ("memory_mb: must be >= 16"). config.Validate and New both call it.
+func (t Template) Validate() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if t.Name == "" {
+		bad("name", "required")
+	}
+	if t.Image == "" {
+		bad("image", "required")
+	}
+	if _, _, err := ParseUser(t.User); err != nil {
+		bad("user", "%v", err)
+	}
+	if !path.IsAbs(t.Workdir) || path.Clean(t.Workdir) != t.Workdir || t.Workdir == "/" {
+		bad("workdir", "must be a clean absolute path other than /")
+	}
+	if t.CPUs <= 0 {
+		bad("cpus", "must be > 0")
+	}
+	if t.MemoryMB < 16 {
+		bad("memory_mb", "must be >= 16")
+	}
+	if t.Pids <= 0 {
+		bad("pids", "must be > 0")
+	}
+	if t.WorkspaceMB <= 0 {
+		bad("workspace_mb", "must be > 0")
+	}
+	if t.TmpMB <= 0 {
+		bad("tmp_mb", "must be > 0")
+	}
+	if t.NoFile < 64 {
+		bad("nofile", "must be >= 64")
+	}
+	if t.NProc < t.Pids {
+		bad("nproc", "must be at least pids (%d): it counts the processes of every sandbox of the uid", t.Pids)
+	}
+	if t.Runtime != "runc" && t.Runtime != "runsc" {
+		bad("runtime", "%q is not runc or runsc", t.Runtime)
+	}
+	if t.MinWarm < 0 || (t.MaxTotal > 0 && t.MinWarm > t.MaxTotal) {
+		bad("min_warm", "must be between 0 and max_total")
+	}
+	if t.OnEmpty != "" && t.OnEmpty != "wait" && t.OnEmpty != "cold" {
+		bad("on_empty", "%q is not wait or cold", t.OnEmpty)
+	}
+	if t.WaitFor < 0 || t.WaitFor > 5*time.Minute {
+		bad("wait_for", "must be between 0 and 5m")
+	}
+	if t.DefaultTTL <= 0 || t.MaxTTL < t.DefaultTTL {
+		bad("default_ttl", "must be > 0 and at most max_ttl")
+	}
+	for k := range t.Env {
+		u := strings.ToUpper(k)
+		if strings.Contains(u, "PROXY") || strings.HasSuffix(u, "CA_BUNDLE") || u == "SSL_CERT_FILE" || u == "HOME" {
+			bad("env."+k, "is set by airlock and cannot be overridden")
+		}
+	}
+	return errs
+}
+
+// ParseUser reads a template's user, "UID:GID" in decimal, and refuses root in any spelling: a
+// uid or gid of 0 however written ("0", "00", "0:1"), and names, which could map to uid 0 in the
+// image ("root", "toor").
+func ParseUser(s string) (uid, gid uint32, err error) {
+	u, g, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q must be UID:GID in numbers, such as 10001:10001", s)
+	}
+	num := func(v string) (uint32, error) {
+		if v == "" || strings.Trim(v, "0123456789") != "" {
+			return 0, fmt.Errorf("%q must be UID:GID in numbers (a name could be root in the image)", s)
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q: %v", s, err)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%q is root: sandboxes never run as uid or gid 0", s)
+		}
+		return uint32(n), nil
+	}
+	if uid, err = num(u); err != nil {
+		return 0, 0, err
+	}
+	if gid, err = num(g); err != nil {
+		return 0, 0, err
+	}
+	return uid, gid, nil
 }
 
 // Sandbox is a running container the pool manages.

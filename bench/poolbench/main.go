@@ -69,7 +69,7 @@ func main() {
 	v := &token.Verifier{Audience: "airlock-bench", Issuers: map[string]token.Issuer{"bench": iss.Issuer(time.Hour)}}
 	tmpl := pool.Template{Name: "default", MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{tmpl}, Runtime: &pooltest.Runtime{}, Store: store,
+	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{pooltest.Template(tmpl)}, Runtime: &pooltest.Runtime{}, Store: store,
 		Binder: cache, Audit: sink, Verify: v.VerifyFor, RefillParallel: 8, Logger: quiet})
 	if err != nil {
 		log.Fatal(err)
@@ -159,7 +159,7 @@ func coldStarts(n int, image string) {
 	}
 	defer rt.RemoveNetwork(ctx)
 	t := pool.Template{Name: "default", Image: image, User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
-		Pids: 256, WorkspaceMB: 256, TmpMB: 64, Runtime: "runc"}
+		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc"}
 	var took []time.Duration
 	var ids []string
 	defer func() {

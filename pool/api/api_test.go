@@ -41,7 +41,7 @@ func TestAPI(t *testing.T) {
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor,
-		Templates: []pool.Template{{Name: "default", MinWarm: 3, MaxTotal: 10, DefaultTTL: time.Minute, MaxTTL: time.Hour}}, Logger: quiet})
+		Templates: []pool.Template{pooltest.Template(pool.Template{MinWarm: 3, MaxTotal: 10})}, Logger: quiet})
 	go m.Run(ctx)
 	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, RatePerKey: 5, BurstPerKey: 20,
 		Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}}))

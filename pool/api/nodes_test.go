@@ -55,7 +55,7 @@ func TestNodesTrustOnlyNodes(t *testing.T) {
 		go cache.Run(ctx)
 		n.srv = httptest.NewUnstartedServer(nil)
 		n.m, _ = pool.New(pool.Config{Node: name, Runtime: n.rt, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor,
-			Templates: []pool.Template{{Name: "default", MinWarm: warm, MaxTotal: 4, DefaultTTL: time.Minute, MaxTTL: time.Hour}},
+			Templates: []pool.Template{pooltest.Template(pool.Template{MinWarm: warm, MaxTotal: 4})},
 			Logger:    quiet, API: "http://" + n.srv.Listener.Addr().String()})
 		n.srv.Config.Handler = api.New(api.Config{Pool: n.m, Logger: quiet, Keys: keys, NodeAuth: &api.NodeAuth{Node: name, Secret: secret}})
 		n.srv.Start()

@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,7 +50,30 @@ type exposed struct {
 	tenant string
 }
 
+// portCookie is the prefix of the capability cookie's name; each exposed port's cookie is named
+// for its listener, and no sandbox may set a cookie under the prefix.
 const portCookie = "airlock_port"
+
+// listen opens the exposed port's listener. A browser scopes cookies by host, not port, so on a
+// loopback API each exposed port gets a loopback address of its own (127.x.y.z; Linux answers on
+// all of 127.0.0.0/8): its capability cookie is then never sent to, readable by or settable from
+// another exposed port. Elsewhere every port shares the host, and the cookie is bound by name
+// to its listener instead, while Set-Cookie headers under the prefix are stripped from what
+// sandboxes send.
+func (p *ports) listen() (net.Listener, error) {
+	if a, err := netip.ParseAddr(p.host); err == nil && a.Is4() && a.IsLoopback() {
+		for range 8 {
+			var b [3]byte
+			rand.Read(b[:])
+			b[2] = 2 + b[2]%250 // not .0, .1, .255
+			ln, err := net.Listen("tcp", netip.AddrFrom4([4]byte{127, b[0], b[1], b[2]}).String()+":0")
+			if err == nil {
+				return ln, nil
+			}
+		}
+	}
+	return net.Listen("tcp", net.JoinHostPort(p.host, "0"))
+}
 
 func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortView, error) {
 	if port < 1 || port > 65535 {
@@ -59,26 +84,35 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 		return PortView{}, err
 	}
 	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(l.Sandbox.Addr.String(), strconv.Itoa(port))}
-	ln, err := net.Listen("tcp", net.JoinHostPort(p.host, "0"))
+	ln, err := p.listen()
 	if err != nil {
 		return PortView{}, err
 	}
 	var b [24]byte
 	rand.Read(b[:])
 	e := &exposed{secret: hex.EncodeToString(b[:]), tenant: tenant}
+	cookie := fmt.Sprintf("%s_%d", portCookie, ln.Addr().(*net.TCPAddr).Port)
 	e.url = fmt.Sprintf("http://%s/?%s=%s", ln.Addr(), portCookie, e.secret)
-	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
-		pr.SetURL(target)
-		pr.Out.Host = pr.In.Host
-		// The capability never travels on to the sandbox.
-		q := pr.Out.URL.Query()
-		q.Del(portCookie)
-		pr.Out.URL.RawQuery = q.Encode()
-		removeCookie(pr.Out, portCookie)
-	}}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+			// The capability never travels on to the sandbox: neither this port's cookie nor
+			// any other port's that the browser sends along.
+			q := pr.Out.URL.Query()
+			q.Del(portCookie)
+			pr.Out.URL.RawQuery = q.Encode()
+			removeCookies(pr.Out, portCookie)
+		},
+		// Nor may the sandbox set, overwrite or shadow one.
+		ModifyResponse: func(resp *http.Response) error {
+			stripSetCookies(resp.Header, portCookie)
+			return nil
+		},
+	}
 	e.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q := r.URL.Query().Get(portCookie); q != "" && subtle.ConstantTimeCompare([]byte(q), []byte(e.secret)) == 1 {
-			http.SetCookie(w, &http.Cookie{Name: portCookie, Value: e.secret, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.SetCookie(w, &http.Cookie{Name: cookie, Value: e.secret, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			u := *r.URL
 			v := u.Query()
 			v.Del(portCookie)
@@ -86,8 +120,7 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
 		}
-		c, err := r.Cookie(portCookie)
-		if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(e.secret)) != 1 {
+		if !hasCookie(r, cookie, e.secret) {
 			http.Error(w, "airlock: this port needs the URL airlock port printed", http.StatusUnauthorized)
 			return
 		}
@@ -111,6 +144,17 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 	}
 	p.mu.Unlock()
 	return PortView{Lease: id, Port: port, URL: e.url}, nil
+}
+
+// hasCookie reports whether any cookie named name in r holds secret: a browser may send several
+// of one name (other paths), and one of them being wrong must not lock the owner out.
+func hasCookie(r *http.Request, name, secret string) bool {
+	for _, c := range r.CookiesNamed(name) {
+		if subtle.ConstantTimeCompare([]byte(c.Value), []byte(secret)) == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // closeLease closes every port exposed for lease id.
@@ -157,12 +201,31 @@ func (p *ports) sweep() {
 	}
 }
 
-func removeCookie(r *http.Request, name string) {
+// removeCookies drops from r every cookie whose name starts with prefix (any case).
+func removeCookies(r *http.Request, prefix string) {
 	cs := r.Cookies()
 	r.Header.Del("Cookie")
 	for _, c := range cs {
-		if c.Name != name {
+		if !hasPrefixFold(c.Name, prefix) {
 			r.AddCookie(c)
 		}
 	}
+}
+
+// stripSetCookies drops every Set-Cookie in h that names a cookie starting with prefix (any
+// case), or that does not parse, so a browser cannot read it some other way.
+func stripSetCookies(h http.Header, prefix string) {
+	vs := h.Values("Set-Cookie")
+	h.Del("Set-Cookie")
+	for _, v := range vs {
+		c, err := http.ParseSetCookie(v)
+		if err != nil || hasPrefixFold(c.Name, prefix) || hasPrefixFold(strings.TrimSpace(v), prefix) {
+			continue
+		}
+		h.Add("Set-Cookie", v)
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

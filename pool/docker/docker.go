@@ -135,14 +135,14 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	for k, v := range t.Env {
 		env = append(env, k+"="+v)
 	}
-	uid, gid, _ := strings.Cut(t.User, ":")
+	uid, gid, err := pool.ParseUser(t.User)
+	if err != nil {
+		return pool.Sandbox{}, fmt.Errorf("docker: template %s: user %w", t.Name, err)
+	}
 	tmpfsOpt := func(mb int64, mode string) string {
 		o := fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=%s", mb, mode)
-		if mode == "0700" && uid != "" {
-			o += ",uid=" + uid
-			if gid != "" {
-				o += ",gid=" + gid
-			}
+		if mode == "0700" {
+			o += fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
 		}
 		return o
 	}
@@ -173,12 +173,23 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 			Memory:    t.MemoryMB << 20,
 			NanoCPUs:  int64(t.CPUs * 1e9),
 			PidsLimit: &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: t.NoFile, Hard: t.NoFile},
+				{Name: "nproc", Soft: t.NProc, Hard: t.NProc},
+			},
+		},
+		// IPv6 is off inside the sandbox: the internal network is IPv4 only, and a link-local
+		// IPv6 address would reach the host's bridge beside the IPv4 firewall (seen: fe80::
+		// addresses come up on every interface unless this is set).
+		Sysctls: map[string]string{
+			"net.ipv6.conf.all.disable_ipv6":     "1",
+			"net.ipv6.conf.default.disable_ipv6": "1",
 		},
 		RestartPolicy: container.RestartPolicy{Name: "no"},
 	}
 	cc := &container.Config{
 		Image:      t.Image,
-		User:       t.User,
+		User:       fmt.Sprintf("%d:%d", uid, gid),
 		WorkingDir: t.Workdir,
 		Env:        env,
 		// The sandbox idles until a command is executed in it.
@@ -229,7 +240,9 @@ func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && exec 4<>/dev/tcp/%s/53", u.Hostname(), u.Port(), r.gw)
+	// Also that it does not run as root, whatever the image or template said.
+	probe := fmt.Sprintf(`[ "$(id -u)" != 0 ] && [ "$(id -g)" != 0 ] || { echo "runs as root" >&2; exit 1; }; `+
+		"exec 3<>/dev/tcp/%s/%s && exec 4<>/dev/tcp/%s/53", u.Hostname(), u.Port(), r.gw)
 	var stderr strings.Builder
 	code, err := r.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"bash", "-c", probe}, Timeout: 5 * time.Second}, nil, io.Discard, &stderr)
 	if err != nil {

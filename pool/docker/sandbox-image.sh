@@ -9,7 +9,7 @@ suite=${AIRLOCK_IMAGE_SUITE:-bookworm}
 packages="bash,coreutils,curl,git,python3,ca-certificates,procps,iproute2,dnsutils,netcat-openbsd"
 cache=${AIRLOCK_CACHE:-/var/cache/airlock}
 # The sandbox user's uid and gid are fixed so templates and file transfers can rely on them.
-setup_version=1
+setup_version=2
 key=$(printf '%s|%s|%s' "$suite" "$packages" "$setup_version" | sha256sum | cut -c1-12)
 tag="airlock/default:$key"
 
@@ -32,6 +32,12 @@ if [ ! -s "$tarball" ]; then
 	chroot "$root" useradd --uid 10001 --gid 10001 --home-dir /workspace --no-create-home --shell /bin/bash sandbox
 	mkdir -p "$root/workspace" "$root/etc/airlock"
 	chown 10001:10001 "$root/workspace"
+	# No setuid or setgid file: no-new-privileges already stops them from raising privileges,
+	# and this leaves nothing for it to stop (su, passwd, mount and the like lose the bits).
+	find "$root" -xdev -type f \( -perm -4000 -o -perm -2000 \) -exec chmod ug-s {} +
+	if [ -n "$(find "$root" -xdev -type f \( -perm -4000 -o -perm -2000 \) | head -1)" ]; then
+		echo "sandbox image: setuid or setgid files are left" >&2; exit 1
+	fi
 	# Nothing in the image may hold a credential; drop apt lists and caches to keep it small.
 	rm -rf "$root/var/lib/apt/lists/"* "$root/var/cache/apt/"*.bin "$root/usr/share/doc" "$root/usr/share/man"
 	tar -C "$root" --numeric-owner -cf "$tarball.tmp" .

@@ -25,6 +25,8 @@ type Runtime struct {
 	Running []pool.Sandbox
 	// Node is the node its sandboxes belong to; empty means "n1".
 	Node string
+	// Addr, when set, is every sandbox's address (a test server standing in for them).
+	Addr netip.Addr
 
 	n         atomic.Uint32
 	sick      sync.Map
@@ -50,8 +52,11 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	} else {
 		id = fmt.Sprintf("sb-%s-%d", node, n)
 	}
-	return pool.Sandbox{ID: id, Template: t.Name, Node: node,
-		Addr: netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), Created: time.Now()}, nil
+	addr := r.Addr
+	if !addr.IsValid() {
+		addr = netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+	}
+	return pool.Sandbox{ID: id, Template: t.Name, Node: node, Addr: addr, Created: time.Now()}, nil
 }
 
 // Exec runs nothing and exits 0.
@@ -92,3 +97,44 @@ func (r *Runtime) Destroyed(id string) bool {
 
 // List reports Running.
 func (r *Runtime) List(context.Context) ([]pool.Sandbox, error) { return r.Running, nil }
+
+// Template returns t with every field Template.Validate requires and t leaves empty filled in
+// with small valid values, so tests name only what they are about.
+func Template(t pool.Template) pool.Template {
+	fill := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if t.Name == "" {
+		t.Name = "default"
+	}
+	if t.Image == "" {
+		t.Image = "test/image"
+	}
+	if t.User == "" {
+		t.User = "10001:10001"
+	}
+	if t.Workdir == "" {
+		t.Workdir = "/workspace"
+	}
+	if t.CPUs == 0 {
+		t.CPUs = 1
+	}
+	if t.Runtime == "" {
+		t.Runtime = "runc"
+	}
+	fill(&t.MemoryMB, 64)
+	fill(&t.Pids, 64)
+	fill(&t.WorkspaceMB, 16)
+	fill(&t.TmpMB, 16)
+	fill(&t.NoFile, 1024)
+	fill(&t.NProc, 1024)
+	if t.DefaultTTL == 0 {
+		t.DefaultTTL = time.Minute
+	}
+	if t.MaxTTL == 0 {
+		t.MaxTTL = time.Hour
+	}
+	return t
+}

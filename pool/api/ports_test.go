@@ -1,0 +1,165 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/pooltest"
+	"github.com/airlock-dev/airlock/pool/redisstore"
+)
+
+// sitePage is a sandbox's web page that tries to take another exposed port's capability: it
+// sets cookies under the capability's names, and records the cookies it is sent.
+type sitePage struct {
+	mu      sync.Mutex
+	cookies []string
+	set     []string // Set-Cookie values it answers with
+}
+
+func (p *sitePage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.cookies = append(p.cookies, r.Header.Get("Cookie"))
+	for _, c := range p.set {
+		w.Header().Add("Set-Cookie", c)
+	}
+	p.mu.Unlock()
+	io.WriteString(w, "page")
+}
+
+func (p *sitePage) sawCookies() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.cookies, "|")
+}
+
+// An exposed port's capability cookie cannot be read or overwritten by another exposed port or
+// sandbox: not sent on to any sandbox, not settable by one, on a loopback API not even shared by
+// host, and elsewhere bound by name to its own listener.
+func TestPortCookieIsolated(t *testing.T) {
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		t.Run(host, func(t *testing.T) {
+			if l, err := net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+				t.Skipf("no %s here: %v", host, err)
+			} else {
+				l.Close()
+			}
+			portCookieIsolation(t, host)
+		})
+	}
+}
+
+func portCookieIsolation(t *testing.T, host string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rs, err := devstack.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatalf("redis-server: %v (make test installs it)", err)
+	}
+	defer rs.Stop()
+	opts, _ := redis.ParseURL(rs.URL)
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	store := redisstore.New(rdb, "ports:")
+	cache := binding.NewCache("n1", store, 0)
+	go cache.Run(ctx)
+	iss, _ := token.NewDevIssuer("dev", "aud")
+	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The sandboxes' pages listen on the host itself, standing in for sandbox addresses.
+	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{Addr: netip.MustParseAddr(host)}, Store: store, Binder: cache,
+		Audit: audit.Discard{}, Verify: v.VerifyFor, Templates: []pool.Template{pooltest.Template(pool.Template{MinWarm: 2, MaxTotal: 4})}, Logger: quiet})
+	go m.Run(ctx)
+	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, PortHost: host, Keys: map[string]string{api.HashKey("k"): "acme"}}))
+	defer srv.Close()
+	for range 300 {
+		if ps, _ := m.Pools(ctx); ps[0].Warm == 2 && cache.Live() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	apiCall := func(method, path, body string, out any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %v %v", method, path, resp, err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	expose := func(page *sitePage) string {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &http.Server{Handler: page}
+		go s.Serve(l)
+		t.Cleanup(func() { s.Close() })
+		tok, _ := iss.Mint("task", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+		var lease api.LeaseView
+		apiCall("POST", "/v1/leases", `{"token":"`+tok+`"}`, &lease)
+		var pv api.PortView
+		apiCall("POST", "/v1/leases/"+lease.ID+"/ports", `{"port":`+strconv.Itoa(l.Addr().(*net.TCPAddr).Port)+`}`, &pv)
+		return pv.URL
+	}
+	a, b := &sitePage{}, &sitePage{}
+	aURL := expose(a)
+	bURL := expose(b)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	get := func(u string) int {
+		t.Helper()
+		resp, err := browser.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(aURL); st != 200 {
+		t.Fatalf("port A through its capability URL: %d", st)
+	}
+	aPort := strings.Split(strings.TrimPrefix(aURL, "http://"), "/")[0]
+	_, aPortNum, _ := net.SplitHostPort(aPort)
+	// B's page tries to overwrite and shadow A's capability cookie.
+	b.mu.Lock()
+	b.set = []string{"airlock_port_" + aPortNum + "=evil; Path=/", "airlock_port_" + aPortNum + "=evil; Path=/deep",
+		"AIRLOCK_PORT_" + aPortNum + "=evil", "airlock_port=evil"}
+	b.mu.Unlock()
+	if st := get(bURL); st != 200 {
+		t.Fatalf("port B through its capability URL: %d", st)
+	}
+	for _, u := range []string{"http://" + aPort + "/", "http://" + aPort + "/deep"} {
+		if st := get(u); st != 200 {
+			t.Fatalf("port A after B's page tried to overwrite its cookie: %s answered %d", u, st)
+		}
+	}
+	for name, page := range map[string]*sitePage{"A": a, "B": b} {
+		if c := page.sawCookies(); strings.Contains(strings.ToLower(c), "airlock_port") {
+			t.Fatalf("sandbox %s was sent a capability cookie: %q", name, c)
+		}
+	}
+}
