@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what airlock and its tests need on a Debian machine, idempotently: the Docker
-# engine (Debian's docker.io, dockerd started when no engine answers), redis-server, debootstrap
-# and iptables. Runs as root; on a machine that already has everything it returns in a moment.
+# engine (Debian's docker.io; engine.sh starts dockerd, in a session of its own, when none
+# answers), redis-server, debootstrap and iptables. Runs as root; on a machine that already has
+# everything it returns in a moment.
 set -euo pipefail
 
 need=()
@@ -19,13 +20,4 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if ! docker info >/dev/null 2>&1; then
-	echo "deps: starting dockerd"
-	mkdir -p /var/log
-	nohup dockerd >/var/log/airlock-dockerd.log 2>&1 &
-	for _ in $(seq 1 60); do
-		docker info >/dev/null 2>&1 && break
-		sleep 0.5
-	done
-	docker info >/dev/null 2>&1 || { echo "deps: dockerd did not start:"; tail -20 /var/log/airlock-dockerd.log; exit 1; }
-fi
+"$(dirname "$0")/engine.sh"

@@ -1,0 +1,139 @@
+package scripts
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A stand-in for dockerd: like the real one (a Go program calling signal.Notify), it stops on
+// SIGINT even when started with SIGINT ignored, which a backgrounded command of a script is.
+const stubDockerd = `#!/usr/bin/env python3
+import os, signal, sys, time
+d = os.environ["STUB_DIR"]
+open(os.environ["DOCKER_PIDFILE"], "w").write(str(os.getpid()))
+def stop(sig, frame):
+    open(os.path.join(d, "signals"), "a").write("INT\n")
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
+lifetime = float(os.environ.get("STUB_LIFETIME", "0"))
+start = time.time()
+if lifetime == 0:
+    open(os.path.join(d, "ready"), "w").write(str(start))
+while lifetime == 0 or time.time() - start < lifetime:
+    time.sleep(0.05)
+`
+
+// stubs writes the stand-ins and returns the environment that points engine.sh at them.
+func stubs(t *testing.T) (dir string, env []string) {
+	t.Helper()
+	dir = t.TempDir()
+	os.WriteFile(filepath.Join(dir, "dockerd"), []byte(stubDockerd), 0o755)
+	os.WriteFile(filepath.Join(dir, "docker"), []byte("#!/bin/sh\n[ \"$1\" = info ] && [ -e \""+dir+"/ready\" ]\n"), 0o755)
+	env = append(os.Environ(), "STUB_DIR="+dir, "DOCKER="+filepath.Join(dir, "docker"), "DOCKERD="+filepath.Join(dir, "dockerd"),
+		"DOCKER_PIDFILE="+filepath.Join(dir, "docker.pid"), "DOCKERD_LOG="+filepath.Join(dir, "dockerd.log"))
+	return dir, env
+}
+
+func pidOf(t *testing.T, dir string) int {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(dir, "docker.pid"))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("no pid file: %q", b)
+	}
+	return pid
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// waitGone waits (bounded) for pid to exit and reports whether it did.
+func waitGone(pid int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reap it if it is our child
+		if !alive(pid) {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// The engine make started itself survives a Ctrl-C at the terminal: the signal goes to the
+// whole foreground process group, and the engine is not in it.
+func TestEngineSurvivesCtrlC(t *testing.T) {
+	dir, env := stubs(t)
+	// `make up` in the foreground: engine.sh runs in the terminal's process group.
+	cmd := exec.Command("bash", "engine.sh")
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("engine.sh: %v\n%s", err, out.String())
+	}
+	pid := pidOf(t, dir)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) // Ctrl-C
+	if waitGone(pid, time.Second) {
+		t.Fatalf("Ctrl-C at the terminal stopped the engine make started:\n%s", out.String())
+	}
+
+	// Control: an engine started the old way (in the same process group) does stop, so the
+	// stand-in reacts to Ctrl-C as dockerd does.
+	ctl := exec.Command("bash", "-c", `rm -f "$STUB_DIR/ready"; nohup "$DOCKERD" >/dev/null 2>&1 & sleep 0.5`)
+	ctl.Env = append(env, "DOCKER_PIDFILE="+filepath.Join(dir, "ctl.pid"))
+	ctl.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := ctl.Run(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "ctl.pid"))
+	cpid, _ := strconv.Atoi(string(b))
+	syscall.Kill(-ctl.Process.Pid, syscall.SIGINT)
+	if !waitGone(cpid, 5*time.Second) {
+		syscall.Kill(cpid, syscall.SIGKILL)
+		t.Fatal("control: the stand-in ignored Ctrl-C in its own process group")
+	}
+}
+
+// A second start while an engine is still shutting down waits for it to go, then starts a new
+// one, instead of failing on its pid file.
+func TestEngineStartWaitsForOneShuttingDown(t *testing.T) {
+	dir, env := stubs(t)
+	old := exec.Command(filepath.Join(dir, "dockerd"))
+	old.Env = append(env, "STUB_LIFETIME=1.5") // shutting down: alive a while, never answering
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go old.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, _ := os.ReadFile(filepath.Join(dir, "docker.pid")); len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old engine stand-in wrote no pid file within 5s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd := exec.Command("bash", "engine.sh")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("engine.sh with an engine shutting down: %v\n%s", err, out)
+	}
+	pid := pidOf(t, dir)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if pid == old.Process.Pid || alive(old.Process.Pid) || !strings.Contains(string(out), "waiting") {
+		t.Fatalf("new engine pid %d, old %d (alive %v):\n%s", pid, old.Process.Pid, alive(old.Process.Pid), out)
+	}
+}
