@@ -240,6 +240,45 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("what a sandbox sends cannot break the trail or widen a scope", func(t *testing.T) {
+		code := func(args ...string) string {
+			t.Helper()
+			out, _, _ := n.exec(t, a.ID, append([]string{"curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}"}, args...)...)
+			return strings.TrimSpace(out)
+		}
+		// A path holding bytes that are not UTF-8, and terminal escapes.
+		code("--path-as-is", "https://api.example.test/%ff%1b%5b2J")
+		// Paths that servers resolve to another path are refused before the credential goes.
+		for _, p := range []string{"/x/%2e%2e/whoami", "/x//../whoami", "/x/y/../../whoami"} {
+			if c := code("--path-as-is", "https://api.example.test"+p); c != "400" {
+				t.Errorf("%s answered %s, want 400", p, c)
+			}
+		}
+		// The credential never goes in clear text.
+		if c := code("http://api.example.test/whoami"); c != "403" {
+			t.Errorf("plain http with a credential scope answered %s, want 403", c)
+		}
+		// A file whose name is not UTF-8.
+		if _, errs, c := n.cliStdin(t, strings.NewReader("x"), "cp", "-", a.ID+":bad-\xff-name"); c != 0 {
+			t.Errorf("uploading a file with a non-UTF-8 name: %s", errs)
+		}
+		out, errs, c := n.cli(t, "logs", "--lease", a.ID)
+		if c != 0 || strings.Contains(out, "\x1b[2J") || strings.Contains(errs, "warning") {
+			t.Fatalf("airlock logs after hostile bytes: exit %d, %s\n%s", c, errs, out)
+		}
+		rules := map[string]bool{}
+		for _, r := range n.auditRecords(t) { // fails on any line that does not verify
+			if r.Lease == a.ID {
+				rules[r.Rule] = true
+			}
+		}
+		for _, rule := range []string{"ambiguous-path", "cleartext-credential"} {
+			if !rules[rule] {
+				t.Errorf("no audit record under rule %s (have %v)", rule, rules)
+			}
+		}
+	})
+
 	t.Run("no secret inside the sandbox", func(t *testing.T) {
 		key := make([]byte, 32)
 		rand.Read(key)
