@@ -236,8 +236,6 @@ type exchange struct {
 	// sendErr is set by rewrite when the prepared request must not be sent (its credential
 	// could not be applied, or it is not the request decided on); RoundTrip returns it.
 	sendErr *Refusal
-	usage   *usage
-	limit   scope.Budget
 }
 
 type exchangeKey struct{}
@@ -389,10 +387,7 @@ func (p *Proxy) recordLookup(r *http.Request, x *exchange) func(lookup) error {
 		} else if !slices.ContainsFunc(l.addrs, func(a netip.Addr) bool { return p.dial.allowed(a.Unmap()) }) {
 			rec.Decision, rec.Rule, rec.Reason = audit.Deny, RulePrivateAddress, fmt.Sprintf("resolved only to non-public addresses %v", l.addrs)
 		}
-		if err := p.cfg.Audit.Write(r.Context(), rec); err != nil {
-			return err
-		}
-		return nil
+		return p.cfg.Audit.Write(r.Context(), rec)
 	}
 }
 

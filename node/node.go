@@ -295,7 +295,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	if ready != nil {
-		ready(Ready{API: apiURL, Warm: poolsWarm(mgr), Gateway: gwAddr, Resolver: dnsAddr, Network: cfg.Network.Name,
+		ready(Ready{API: apiURL, Warm: mgr.Warm, Gateway: gwAddr, Resolver: dnsAddr, Network: cfg.Network.Name,
 			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: auditPath})
 	}
 	select {
@@ -373,22 +373,6 @@ func nodeTrust(ctx context.Context, cfg config.Config, store *redisstore.Store, 
 	// then never get.
 	t.ForceAttemptHTTP2 = false
 	return &api.NodeAuth{Node: cfg.Node, Secret: secret}, t, nil
-}
-
-// poolsWarm reports whether every pool of mgr holds its min_warm sandboxes.
-func poolsWarm(mgr *pool.Manager) func(context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
-		ps, err := mgr.Pools(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range ps {
-			if p.Warm < p.MinWarm {
-				return false, fmt.Sprintf("template %s has %d of %d warm sandboxes", p.Template, p.Warm, p.MinWarm)
-			}
-		}
-		return true, ""
-	}
 }
 
 func apiHost(listen string) string {

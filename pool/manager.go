@@ -321,22 +321,36 @@ func (m *Manager) checkWarm(ctx context.Context) {
 			return
 		}
 		for range warm {
-			sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
-			if err != nil {
-				break
-			}
-			if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
-				m.log.Error("warm sandbox failed its health check; replacing it", "template", name, "sandbox", sb.ID, "err", err)
-				m.cfg.Store.Forget(ctx, sb)
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-				m.metrics.unhealthy()
-				continue
-			}
-			if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-			}
+			// While it is out of the warm set for its check, the sandbox counts as one being
+			// created, so a refill meanwhile does not replace it and overfill the pool.
+			m.mu.Lock()
+			m.creating[name]++
+			m.mu.Unlock()
+			m.checkOne(ctx, t)
+			m.mu.Lock()
+			m.creating[name]--
+			m.mu.Unlock()
 		}
 		m.kick(name)
+	}
+}
+
+// checkOne takes one warm sandbox of t out of the warm set, checks it, and puts it back if it is
+// healthy or destroys it if not.
+func (m *Manager) checkOne(ctx context.Context, t Template) {
+	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	if err != nil {
+		return
+	}
+	if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
+		m.log.Error("warm sandbox failed its health check; replacing it", "template", t.Name, "sandbox", sb.ID, "err", err)
+		m.cfg.Store.Forget(ctx, sb)
+		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+		m.metrics.unhealthy()
+		return
+	}
+	if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
+		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 	}
 }
 
@@ -692,6 +706,21 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 		out = append(out, PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal})
 	}
 	return out, nil
+}
+
+// Warm reports whether every template's pool on this node holds its min_warm sandboxes, and if
+// not, which one lags (or why the store could not say).
+func (m *Manager) Warm(ctx context.Context) (bool, string) {
+	ps, err := m.Pools(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, p := range ps {
+		if p.Warm < p.MinWarm {
+			return false, fmt.Sprintf("template %s has %d of %d warm sandboxes", p.Template, p.Warm, p.MinWarm)
+		}
+	}
+	return true, ""
 }
 
 func randomID() string {

@@ -30,7 +30,7 @@ type env struct {
 	iss   *token.DevIssuer
 }
 
-func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
+func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}, tweak ...func(*pooltest.Runtime)) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := devstack.StartRedis(ctx, t.TempDir())
@@ -46,6 +46,9 @@ func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}) *env {
 	iss, _ := token.NewDevIssuer("dev", "aud")
 	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
 	rt := &pooltest.Runtime{Gate: gate}
+	for _, o := range tweak {
+		o(rt)
+	}
 	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{pooltest.Template(tmpl)}, Runtime: rt, Store: store, Binder: cache,
 		Audit: audit.Discard{}, Verify: v.VerifyFor, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -261,5 +264,22 @@ func TestReconcileAdoptsAndCleans(t *testing.T) {
 	leases, _ := store.ListLeases(ctx, "n1")
 	if len(leases) != 1 || leases[0].ID != "l-live" {
 		t.Errorf("leases after reconcile: %v", leases)
+	}
+}
+
+// Health checks take each warm sandbox out of the warm set for a moment; the refill must not
+// replace it meanwhile, or the pool grows past min_warm with every round of checks.
+func TestHealthChecksDoNotOverfill(t *testing.T) {
+	tmpl := base
+	tmpl.MaxTotal = 50
+	// Slow checks widen the window a refill could fall into.
+	e := newEnv(t, tmpl, nil, func(rt *pooltest.Runtime) { rt.CheckDelay = 30 * time.Millisecond })
+	waitWarm(t, e.m, 2)
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if n := e.rt.Created(); n > 2 {
+			t.Fatalf("health checks made the pool create %d sandboxes for a min_warm of 2", n)
+		}
 	}
 }

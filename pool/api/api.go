@@ -544,16 +544,9 @@ func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.cfg.Pool.Pools(r.Context())
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	if ok, why := s.cfg.Pool.Warm(r.Context()); !ok {
+		writeError(w, http.StatusServiceUnavailable, "warming", why)
 		return
-	}
-	for _, p := range ps {
-		if p.Warm < p.MinWarm {
-			writeError(w, http.StatusServiceUnavailable, "warming", fmt.Sprintf("template %s has %d of %d warm sandboxes", p.Template, p.Warm, p.MinWarm))
-			return
-		}
 	}
 	io.WriteString(w, "ready\n")
 }

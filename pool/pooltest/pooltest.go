@@ -27,6 +27,8 @@ type Runtime struct {
 	Node string
 	// Addr, when set, is every sandbox's address (a test server standing in for them).
 	Addr netip.Addr
+	// CheckDelay, set before use, makes every Check take that long.
+	CheckDelay time.Duration
 
 	n         atomic.Uint32
 	sick      sync.Map
@@ -59,6 +61,9 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	return pool.Sandbox{ID: id, Template: t.Name, Node: node, Addr: addr, Created: time.Now()}, nil
 }
 
+// Created is how many sandboxes Create has made.
+func (r *Runtime) Created() int { return int(r.n.Load()) }
+
 // Exec runs nothing and exits 0.
 func (r *Runtime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
 	return 0, nil
@@ -66,6 +71,7 @@ func (r *Runtime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reade
 
 // Check fails for sandboxes marked with SetSick.
 func (r *Runtime) Check(_ context.Context, sb pool.Sandbox) error {
+	time.Sleep(r.CheckDelay)
 	if _, sick := r.sick.Load(sb.ID); sick {
 		return errors.New("probe failed")
 	}
