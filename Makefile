@@ -45,12 +45,12 @@ lint:
 # the corpora live in testdata/fuzz.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/scope
-	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./gateway/scope
-	$(GO) test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/token
+	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./scope
+	$(GO) test -run XXX -fuzz '^FuzzCanonicalHost$$' -fuzztime $(FUZZTIME) ./scope
+	$(GO) test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./token
 	$(GO) test -run XXX -fuzz '^FuzzFraming$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzPathMatchedIsPathSent$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run XXX -fuzz '^FuzzTrailRoundTrip$$' -fuzztime $(FUZZTIME) ./gateway/audit
+	$(GO) test -run XXX -fuzz '^FuzzTrailRoundTrip$$' -fuzztime $(FUZZTIME) ./audit
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 	$(GO) test -run XXX -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./dnsfilter
 

@@ -15,9 +15,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/gateway/scope"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // Config is a node's whole configuration.
@@ -125,7 +126,7 @@ type Gateway struct {
 	// UpstreamCAFiles are extra roots for verifying upstream TLS (besides the system's).
 	UpstreamCAFiles []string `yaml:"upstream_ca_files"`
 	// Budget bounds each lease's requests and bytes sent upstream; a token may narrow it.
-	Budget scope.Budget `yaml:"budget"`
+	Budget budget.Budget `yaml:"budget"`
 }
 
 // PrivateUpstream pins Host:Port to Address.

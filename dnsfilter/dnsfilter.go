@@ -15,11 +15,11 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/exfil"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
 	"github.com/airlock-dev/airlock/ratelimit"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // Rule names, shared vocabulary with the gateway's audit records.

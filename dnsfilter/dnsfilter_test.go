@@ -13,9 +13,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 type fakeBindings struct {

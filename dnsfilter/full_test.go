@@ -13,9 +13,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/exfil"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // countingUpstream answers every name with one public A record (or NXDOMAIN for names under

@@ -13,7 +13,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/net/netutil"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // maxTCPConns bounds concurrent TCP connections to the resolver.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // The fast path. Most of what sandboxes ask is a plain query for a name already in the cache; for

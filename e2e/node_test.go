@@ -31,7 +31,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/node"
 )
 

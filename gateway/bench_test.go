@@ -9,8 +9,8 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // benchHarness is the test harness with an upstream that answers at once and a real file

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/budget"
 )
 
 // usage is what one lease has sent so far.
@@ -56,7 +56,7 @@ func (b *budgets) prune() {
 func (p *Proxy) startRequest(x *exchange, contentLength int64) error {
 	lim := p.dyn.Load().budget.Narrow(x.b.Budget)
 	x.meter = &meter{lease: x.b.Lease}
-	if lim == (scope.Budget{}) {
+	if lim == (budget.Budget{}) {
 		return nil
 	}
 	u := p.budgets.of(x.b.Lease, x.b.Expires)

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/budget"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // budgetHarness is a harness whose lease has a byte budget of limit and whose TLS upstream
@@ -23,7 +24,7 @@ func budgetHarness(t *testing.T, limit int64) (*harness, *atomic.Int64) {
 	t.Helper()
 	h := newHarness(t)
 	p := h.proxyHandler()
-	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, scope.Budget{BytesUp: limit})
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, budget.Budget{BytesUp: limit})
 	var received atomic.Int64
 	h.answer(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
@@ -135,7 +136,7 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 		h.scopes = []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}}
 		p := h.proxyHandler()
 		pins := map[string]netip.AddrPort{"git.example.test:22": netip.MustParseAddrPort(l.Addr().String())}
-		p.Reload(p.dyn.Load().catalog, pins, scope.Budget{BytesUp: limit})
+		p.Reload(p.dyn.Load().catalog, pins, budget.Budget{BytesUp: limit})
 		h.dialer.allowed[l.Addr().String()] = true
 		return h
 	}
@@ -216,7 +217,7 @@ func TestUpgradedStreamMetered(t *testing.T) {
 	h := newHarness(t)
 	h.scopes = append([]scope.Scope{{Host: "api.example.test", Paths: []string{"/ws"}}}, h.scopes...)
 	p := h.proxyHandler()
-	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, scope.Budget{BytesUp: 1000})
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, budget.Budget{BytesUp: 1000})
 	var got atomic.Int64
 	done := make(chan struct{})
 	h.answer(func(w http.ResponseWriter, r *http.Request) {

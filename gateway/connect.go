@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // serveConnect answers a CONNECT: an intercepted TLS session for ordinary scopes, or a raw

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // openConn is a long-lived connection from a sandbox: a raw tunnel or an intercepted session.

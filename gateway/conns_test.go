@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // TestSwapAndReleaseCloseConnections: when the binding changes, tunnels and intercepted sessions

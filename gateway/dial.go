@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // Resolver looks up a name's addresses; *net.Resolver meets it.

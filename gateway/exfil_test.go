@@ -12,11 +12,11 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/exfil"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // recordingResolver answers every name with a public address and remembers what it was asked.

@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
-	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Explanation is what the gateway would decide for one request of a task, without sending it.

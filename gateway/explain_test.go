@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
-	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 func TestExplain(t *testing.T) {

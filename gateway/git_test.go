@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // TestGitSmartHTTPThroughTheGateway clones from and pushes to a real git smart-HTTP server

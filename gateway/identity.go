@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // tokenIdentities admits task tokens presented in Proxy-Authorization by clients outside the

@@ -14,17 +14,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/gateway/scope"
-	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 func TestBudgets(t *testing.T) {
 	h := newHarness(t)
 	p := h.proxyHandler()
-	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, scope.Budget{Requests: 3, BytesUp: 1000})
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, budget.Budget{Requests: 3, BytesUp: 1000})
 	c := h.client()
 	for i := range 4 {
 		resp, err := c.Get("https://api.example.test/v1/x")
@@ -50,12 +51,12 @@ func TestBudgets(t *testing.T) {
 	// Bytes: a fresh lease whose token narrows the byte budget to 100.
 	h2 := newHarness(t)
 	p2 := h2.proxyHandler()
-	p2.Reload(p2.dyn.Load().catalog, p2.dyn.Load().pins, scope.Budget{BytesUp: 1000})
+	p2.Reload(p2.dyn.Load().catalog, p2.dyn.Load().pins, budget.Budget{BytesUp: 1000})
 	bindings := h2.proxyHandler().cfg.Bindings.(*fakeBindings)
 	inner := bindings.lookup
 	bindings.lookup = func(ctx context.Context, a netip.Addr) (binding.Binding, error) {
 		b, err := inner(ctx, a)
-		b.Lease, b.Budget = "l-2", scope.Budget{BytesUp: 100}
+		b.Lease, b.Budget = "l-2", budget.Budget{BytesUp: 100}
 		return b, err
 	}
 	resp, err := h2.client().Post("https://api.example.test/v1/x", "text/plain", strings.NewReader(strings.Repeat("x", 500)))
@@ -194,7 +195,7 @@ func TestReloadKeepsConnections(t *testing.T) {
 	}
 	<-h.got
 	empty, _ := broker.NewCatalog(nil)
-	p.Reload(empty, p.dyn.Load().pins, scope.Budget{})
+	p.Reload(empty, p.dyn.Load().pins, budget.Budget{})
 	st, reused := get()
 	if !reused {
 		t.Fatal("the reload dropped the open connection")

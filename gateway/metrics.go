@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/gateway/ca"
 )
 

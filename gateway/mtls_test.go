@@ -18,8 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // TestClientCertificateInjection: an upstream that requires a client certificate from its own CA
@@ -49,7 +50,7 @@ func TestClientCertificateInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := h.proxyHandler()
-	p.Reload(cat, p.dyn.Load().pins, scope.Budget{})
+	p.Reload(cat, p.dyn.Load().pins, budget.Budget{})
 	p.cfg.Broker = &fakeBroker{get: func(context.Context, string, *broker.Entry) (broker.Secret, error) { return secret, nil }}
 	h.scopes = []scope.Scope{{Host: "api.example.test", Credential: "mtls"}}
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // What the scope checked is what goes upstream: paths that servers would resolve to another

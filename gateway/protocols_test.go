@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // newProtoHarness points api.example.test at handler, served over TLS with HTTP/2 enabled.

@@ -25,13 +25,14 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/exfil"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
-	"github.com/airlock-dev/airlock/gateway/scope"
-	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Bindings finds the lease a sandbox address holds; *binding.Cache meets it.
@@ -66,7 +67,7 @@ type Config struct {
 	// refuses every token.
 	Verify func(raw string) (token.Task, error)
 	// Budget is the per-lease default; a token's budget narrows it. Zero means no limit.
-	Budget scope.Budget
+	Budget budget.Budget
 	// Guard refuses names under wildcard scopes that look like data leaving, before the
 	// gateway looks them up (see package exfil); the node shares one with its resolver. Nil
 	// means one with the default limits.
@@ -145,12 +146,12 @@ func New(cfg Config) *Proxy {
 type dynamic struct {
 	catalog broker.Catalog
 	pins    map[string]netip.AddrPort
-	budget  scope.Budget
+	budget  budget.Budget
 }
 
 // Reload replaces the credential catalog, the private upstreams and the default budget. Open
 // connections stay open; their next request is decided under the new settings.
-func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip.AddrPort, budget scope.Budget) {
+func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip.AddrPort, budget budget.Budget) {
 	p.dyn.Store(&dynamic{catalog: catalog, pins: privateUpstreams, budget: budget})
 }
 

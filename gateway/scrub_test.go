@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // withBasicEntry adds a basic-auth credential "basic" for api.example.test and a scope that

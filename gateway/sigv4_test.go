@@ -18,8 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // TestSigV4Resigning: the upstream recomputes the signature from what it received, with the
@@ -81,7 +82,7 @@ func TestSigV4Resigning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Reload(cat, p.dyn.Load().pins, scope.Budget{})
+		p.Reload(cat, p.dyn.Load().pins, budget.Budget{})
 	}
 	h.scopes = []scope.Scope{{Host: "api.example.test", Credential: "aws"}}
 	send := func(body string) int {

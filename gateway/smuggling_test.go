@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // smugglingShapes are requests whose framing two HTTP parsers could read differently.

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // TestSSRFCorpus sends the address forms SSRF filters are known to miss. None may be dialed.

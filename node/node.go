@@ -23,21 +23,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	vaultbroker "github.com/airlock-dev/airlock/gateway/broker/vault"
 	"github.com/airlock-dev/airlock/gateway/ca"
-	"github.com/airlock-dev/airlock/gateway/scope"
-	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/pool/redisstore"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Deps are the services the node talks to, already resolved (external, or started by the dev

@@ -11,14 +11,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/devstack"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
-	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Bearer clients get no more than leased ones: a token presented to the gateway by a client

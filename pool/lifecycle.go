@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
 )
 
 // Renew extends tenant's lease id by ttl from now (zero: the template's default), capped by the

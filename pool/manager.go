@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/token"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Binder makes a binding visible to this node's gateway and resolver at once; *binding.Cache

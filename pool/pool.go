@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/binding"
 )
 
 // Errors callers can test with errors.Is.

@@ -15,12 +15,12 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/bench/benchcmd"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/exfil"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 func main() {

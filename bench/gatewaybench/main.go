@@ -24,13 +24,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/bench/benchcmd"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/gateway"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // BenchHost is the name the gateway pins to the loopback upstream.

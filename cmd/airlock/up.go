@@ -16,9 +16,9 @@ import (
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/ca"
-	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/node"
 	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/token"
 )
 
 func cmdUp(args []string) int {

@@ -18,11 +18,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/gateway"
-	"github.com/airlock-dev/airlock/gateway/audit"
-	"github.com/airlock-dev/airlock/gateway/token"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/ratelimit"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Frame stream ids.

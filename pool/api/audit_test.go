@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/gateway/audit"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/pooltest"

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/gateway"
-	"github.com/airlock-dev/airlock/gateway/audit"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 )

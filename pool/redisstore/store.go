@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/airlock-dev/airlock/gateway/binding"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/pool"
 )
 

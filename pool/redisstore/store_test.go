@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/devstack"
-	"github.com/airlock-dev/airlock/gateway/binding"
-	"github.com/airlock-dev/airlock/gateway/scope"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // newStore runs a real redis-server (installed by `make test`) on a unix socket.

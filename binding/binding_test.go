@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // fakeSource is a Source whose feed the test opens and breaks.

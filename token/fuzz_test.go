@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // FuzzVerify checks that no input makes Verify panic or accept a token it did not issue.

@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/budget"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // Errors a lookup can end in. Both mean deny.
@@ -33,7 +34,7 @@ type Binding struct {
 	Expires   time.Time     `json:"expires"`
 	Version   int64         `json:"version"`
 	RawScopes []scope.Scope `json:"scopes"`
-	Budget    scope.Budget  `json:"budget,omitzero"`
+	Budget    budget.Budget `json:"budget,omitzero"`
 	Scopes    scope.Set     `json:"-"`
 }
 

@@ -16,7 +16,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/budget"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // ErrInvalid is wrapped by every verification failure; the wrapped text says what was wrong
@@ -29,7 +30,7 @@ type Claims struct {
 	Tenant string        `json:"tenant,omitempty"`
 	Scopes []scope.Scope `json:"scopes"`
 	// Budget narrows the deployment's per-lease budget.
-	Budget scope.Budget `json:"budget,omitzero"`
+	Budget budget.Budget `json:"budget,omitzero"`
 }
 
 // Task is a verified token: who the task is, what it may reach, and until when.
@@ -40,7 +41,7 @@ type Task struct {
 	Tenant  string
 	Expires time.Time
 	Scopes  scope.Set
-	Budget  scope.Budget
+	Budget  budget.Budget
 }
 
 // Issuer is a token issuer the operator trusts.

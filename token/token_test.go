@@ -13,7 +13,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/airlock-dev/airlock/gateway/scope"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 func TestVerify(t *testing.T) {
