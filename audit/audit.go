@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // ErrUnavailable is returned when a record cannot be accepted; callers must refuse the traffic
@@ -43,7 +45,7 @@ type Record struct {
 	Sandbox  string    `json:"sandbox,omitempty"`
 	Source   string    `json:"source,omitempty"`
 	Decision Decision  `json:"decision,omitempty"`
-	Rule     string    `json:"rule,omitempty"`
+	Rule     rule.Rule `json:"rule,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 
 	// HTTP

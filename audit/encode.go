@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // encoder writes records as JSON objects, fields in declaration order and empty ones left out,
@@ -40,7 +42,7 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.str("sandbox", r.Sandbox)
 	e.str("source", r.Source)
 	e.str("decision", string(r.Decision))
-	e.str("rule", r.Rule)
+	e.str("rule", string(r.Rule))
 	e.str("reason", r.Reason)
 	e.str("method", r.Method)
 	e.str("host", r.Host)
@@ -224,7 +226,8 @@ func (r *Record) setText(name, v string) bool {
 	case "source":
 		f = &r.Source
 	case "rule":
-		f = &r.Rule
+		r.Rule = rule.Rule(v)
+		return true
 	case "reason":
 		f = &r.Reason
 	case "method":

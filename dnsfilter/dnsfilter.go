@@ -19,22 +19,8 @@ import (
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/ratelimit"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
-)
-
-// Rule names, shared vocabulary with the gateway's audit records.
-const (
-	RuleScope     = "scope"
-	RuleNoLease   = "no-lease"
-	RuleStoreDown = "lease-store-down"
-	RuleScopeMiss = "scope-miss"
-	RuleQType     = "qtype"
-	RuleRebinding = "private-address"
-	RuleMalformed = "bad-request"
-	RuleUpstream  = "upstream-failed"
-	RuleAuditDown = "audit-unavailable"
-	RuleTunnel    = "tunnel"
-	RuleRate      = "rate-limit"
 )
 
 // Bindings finds the lease a sandbox address holds; *binding.Cache meets it.
@@ -143,7 +129,7 @@ func (r *Resolver) Handle(req *dns.Msg, src netip.Addr, udp bool) *dns.Msg {
 	rec := r.newRecord(start, src)
 	var resp *dns.Msg
 	if req.Response || req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
-		rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleMalformed, "not exactly one standard IN-class query"
+		rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule.BadRequest, "not exactly one standard IN-class query"
 		resp = new(dns.Msg)
 		resp.SetRcode(req, dns.RcodeFormatError)
 	} else {
@@ -181,7 +167,7 @@ func (r *Resolver) unrecorded(req *dns.Msg) *dns.Msg {
 // take it and the query must be refused.
 func (r *Resolver) record(rec *audit.Record, qtype uint16, start time.Time) bool {
 	rec.DurationMS = float64(r.now().Sub(start).Microseconds()) / 1000
-	r.metrics.query(string(rec.Decision), rec.Rule, metricType(qtype))
+	r.metrics.query(string(rec.Decision), rec.Rule.String(), metricType(qtype))
 	if err := r.cfg.Audit.Write(context.Background(), *rec); err != nil {
 		r.metrics.auditRefused()
 		return false
@@ -231,8 +217,9 @@ func typeName(t uint16) string {
 
 // denial is why a query is refused; the zero value means it is not.
 type denial struct {
-	rule, reason string
-	code         uint16 // extended DNS error (RFC 8914)
+	rule   rule.Rule
+	reason string
+	code   uint16 // extended DNS error (RFC 8914)
 }
 
 // admit applies what every query must pass before it is answered: the trail can take its record,
@@ -244,39 +231,39 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 	if c, ok := r.cfg.Audit.(audit.Checker); ok {
 		if err := c.Err(); err != nil {
 			r.metrics.auditRefused()
-			return "", denial{RuleAuditDown, err.Error(), dns.ExtendedErrorCodeProhibited}
+			return "", denial{rule.AuditDown, err.Error(), dns.ExtendedErrorCodeProhibited}
 		}
 	}
 	if !src.IsValid() {
-		return "", denial{RuleMalformed, "unreadable source address", dns.ExtendedErrorCodeProhibited}
+		return "", denial{rule.BadRequest, "unreadable source address", dns.ExtendedErrorCodeProhibited}
 	}
 	if !r.rate.Allow(src) {
-		return "", denial{RuleRate, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited}
+		return "", denial{rule.RateLimit, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited}
 	}
 	b, err := r.cfg.Bindings.Lookup(context.Background(), src)
 	if err != nil {
 		if errors.Is(err, binding.ErrUnknown) {
-			return "", denial{RuleNoLease, err.Error(), dns.ExtendedErrorCodeProhibited}
+			return "", denial{rule.NoLease, err.Error(), dns.ExtendedErrorCodeProhibited}
 		}
-		return "", denial{RuleStoreDown, err.Error(), dns.ExtendedErrorCodeProhibited}
+		return "", denial{rule.StoreDown, err.Error(), dns.ExtendedErrorCodeProhibited}
 	}
 	rec.Lease, rec.Task, rec.Tenant, rec.Sandbox = b.Lease, b.Task, b.Tenant, b.Sandbox
 	name, err := scope.CanonicalHost(qname)
 	if err != nil {
-		return "", denial{RuleMalformed, fmt.Sprintf("name %q is not a valid host name", qname), dns.ExtendedErrorCodeBlocked}
+		return "", denial{rule.BadRequest, fmt.Sprintf("name %q is not a valid host name", qname), dns.ExtendedErrorCodeBlocked}
 	}
 	s, ok := b.Scopes.AllowsName(name)
 	if !ok {
-		return "", denial{RuleScopeMiss, fmt.Sprintf("task %s has no scope for %s", b.Task, name), dns.ExtendedErrorCodeBlocked}
+		return "", denial{rule.ScopeMiss, fmt.Sprintf("task %s has no scope for %s", b.Task, name), dns.ExtendedErrorCodeBlocked}
 	}
 	if !allowedTypes[qtype] && !slices.Contains(s.DNSTypes, rec.QType) {
-		return "", denial{RuleQType, fmt.Sprintf("query type %s is not answered for sandboxes unless a scope lists it in dns_types", rec.QType), dns.ExtendedErrorCodeBlocked}
+		return "", denial{rule.QType, fmt.Sprintf("query type %s is not answered for sandboxes unless a scope lists it in dns_types", rec.QType), dns.ExtendedErrorCodeBlocked}
 	}
 	if apex, ok := strings.CutPrefix(s.Host, "*."); ok {
 		// Under a wildcard the task chooses the names: guard against data encoded in them.
 		if reason := r.guard.Check(b.Lease, apex, name, now); reason != "" {
 			rec.Flagged = true
-			return "", denial{RuleTunnel, reason, dns.ExtendedErrorCodeBlocked}
+			return "", denial{rule.Tunnel, reason, dns.ExtendedErrorCodeBlocked}
 		}
 	}
 	return name, denial{}
@@ -304,24 +291,24 @@ func (r *Resolver) respond(req *dns.Msg, name string, d denial, rec *audit.Recor
 				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: net.IP(a.AsSlice())})
 			}
 		}
-		rec.Decision, rec.Rule, rec.Answers = audit.Allow, RuleScope, len(m.Answer)
+		rec.Decision, rec.Rule, rec.Answers = audit.Allow, rule.Scope, len(m.Answer)
 		rec.Reason = "pinned private upstream"
 		return m
 	}
 	resp, cached, err := r.lookup(req)
 	if err != nil {
-		rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleUpstream, err.Error()
+		rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule.UpstreamFailed, err.Error()
 		m := new(dns.Msg)
 		m.SetRcode(req, dns.RcodeServerFailure)
 		return m
 	}
 	// Rebinding defence: every address in the answer, CNAME chain included, must be public.
 	if a, ok := firstPrivate(resp); ok {
-		return deny(denial{RuleRebinding, fmt.Sprintf("%s resolved to the non-public address %s", name, a), dns.ExtendedErrorCodeFiltered})
+		return deny(denial{rule.PrivateAddress, fmt.Sprintf("%s resolved to the non-public address %s", name, a), dns.ExtendedErrorCodeFiltered})
 	}
 	resp.Id = req.Id
 	resp.Question = req.Question // the client's spelling (0x20 case) back
-	rec.Decision, rec.Rule, rec.Answers = audit.Allow, RuleScope, len(resp.Answer)
+	rec.Decision, rec.Rule, rec.Answers = audit.Allow, rule.Scope, len(resp.Answer)
 	if cached {
 		rec.Reason = "cached"
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -119,15 +120,15 @@ func TestResolver(t *testing.T) {
 		qtype   uint16
 		rcode   int
 		answers int
-		rule    string
+		rule    rule.Rule
 		ede     string
 	}{
-		{"allowed name forwarded", "public.example.test.", dns.TypeA, dns.RcodeSuccess, 1, RuleScope, ""},
-		{"name outside scopes", "evil.example.test.", dns.TypeA, dns.RcodeRefused, 0, RuleScopeMiss, "Blocked: task task-1 has no scope for evil.example.test"},
-		{"wildcard covers one label", "a.files.example.test.", dns.TypeTXT, dns.RcodeRefused, 0, RuleQType, "Blocked"},
-		{"private answer behind a CNAME", "rebind.example.test.", dns.TypeA, dns.RcodeRefused, 0, RuleRebinding, "Filtered: rebind.example.test resolved to the non-public address 169.254.169.254"},
-		{"pinned private upstream", "pinned.example.test.", dns.TypeA, dns.RcodeSuccess, 1, RuleScope, ""},
-		{"TXT refused", "public.example.test.", dns.TypeTXT, dns.RcodeRefused, 0, RuleQType, "Blocked"},
+		{"allowed name forwarded", "public.example.test.", dns.TypeA, dns.RcodeSuccess, 1, rule.Scope, ""},
+		{"name outside scopes", "evil.example.test.", dns.TypeA, dns.RcodeRefused, 0, rule.ScopeMiss, "Blocked: task task-1 has no scope for evil.example.test"},
+		{"wildcard covers one label", "a.files.example.test.", dns.TypeTXT, dns.RcodeRefused, 0, rule.QType, "Blocked"},
+		{"private answer behind a CNAME", "rebind.example.test.", dns.TypeA, dns.RcodeRefused, 0, rule.PrivateAddress, "Filtered: rebind.example.test resolved to the non-public address 169.254.169.254"},
+		{"pinned private upstream", "pinned.example.test.", dns.TypeA, dns.RcodeSuccess, 1, rule.Scope, ""},
+		{"TXT refused", "public.example.test.", dns.TypeTXT, dns.RcodeRefused, 0, rule.QType, "Blocked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +148,7 @@ func TestResolver(t *testing.T) {
 		unknown.Store(true)
 		defer unknown.Store(false)
 		m := ask("public.example.test.", dns.TypeA)
-		if m.Rcode != dns.RcodeRefused || sink.last().Rule != RuleNoLease {
+		if m.Rcode != dns.RcodeRefused || sink.last().Rule != rule.NoLease {
 			t.Fatalf("rcode %s rule %s", dns.RcodeToString[m.Rcode], sink.last().Rule)
 		}
 	})

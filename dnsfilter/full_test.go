@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/exfil"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -170,7 +171,7 @@ func TestTunnelDefence(t *testing.T) {
 	} {
 		m := h.ask(t, name, dns.TypeA, false, "udp")
 		rec := h.sink.last()
-		if m.Rcode != dns.RcodeRefused || rec.Rule != RuleTunnel || !rec.Flagged {
+		if m.Rcode != dns.RcodeRefused || rec.Rule != rule.Tunnel || !rec.Flagged {
 			t.Errorf("%s: rcode %d, record %+v", name, m.Rcode, rec)
 		}
 	}
@@ -222,7 +223,7 @@ func TestRateLimitAndMalformed(t *testing.T) {
 			refused++
 		}
 	}
-	if refused < 2 || h.sink.last().Rule != RuleRate {
+	if refused < 2 || h.sink.last().Rule != rule.RateLimit {
 		t.Fatalf("rate limit: %d refused, last rule %s", refused, h.sink.last().Rule)
 	}
 	// Garbage never stops the server.
@@ -256,7 +257,7 @@ func TestNoPrivateAddressInAnySection(t *testing.T) {
 			for _, edns := range []bool{false, true} {
 				m := h.ask(t, c.name, c.qtype, edns, "udp")
 				rec := h.sink.last()
-				if m.Rcode != dns.RcodeRefused || rec.Rule != RuleRebinding {
+				if m.Rcode != dns.RcodeRefused || rec.Rule != rule.PrivateAddress {
 					t.Errorf("%s %s (%s, edns %v): rcode %d, record rule %q: %v", c.name, dns.TypeToString[c.qtype], try, edns, m.Rcode, rec.Rule, m)
 				}
 				for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // maxTCPConns bounds concurrent TCP connections to the resolver.
@@ -120,7 +121,7 @@ func (r *Resolver) malformed(pkt []byte, src netip.Addr) *dns.Msg {
 	m.SetRcode(hdr, dns.RcodeFormatError)
 	m.Id = hdr.Id
 	rec := malformedRecord(r.cfg.Node, src)
-	r.metrics.query(string(rec.Decision), rec.Rule, "other")
+	r.metrics.query(string(rec.Decision), rec.Rule.String(), "other")
 	if r.cfg.Audit.Write(context.Background(), rec) != nil {
 		r.metrics.auditRefused()
 	}
@@ -129,5 +130,5 @@ func (r *Resolver) malformed(pkt []byte, src netip.Addr) *dns.Msg {
 
 func malformedRecord(node string, src netip.Addr) audit.Record {
 	return audit.Record{Time: time.Now(), Kind: audit.KindDNS, Node: node, Source: src.String(),
-		Decision: audit.Deny, Rule: RuleMalformed, Reason: "malformed DNS message"}
+		Decision: audit.Deny, Rule: rule.BadRequest, Reason: "malformed DNS message"}
 }

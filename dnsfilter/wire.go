@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // The fast path. Most of what sandboxes ask is a plain query for a name already in the cache; for
@@ -250,7 +251,7 @@ func (r *Resolver) handleWire(pkt []byte, src netip.Addr, out []byte) (reply []b
 			if w, age, hit := r.cache.getWire(k, start); hit && !w.private {
 				if b, fits := w.appendReply(out, &q, age); fits {
 					r.metrics.cacheHit(true)
-					rec.Decision, rec.Rule, rec.Reason, rec.Answers = audit.Allow, RuleScope, "cached", w.answers
+					rec.Decision, rec.Rule, rec.Reason, rec.Answers = audit.Allow, rule.Scope, "cached", w.answers
 					if r.record(&rec, q.qtype, start) {
 						return b, true
 					}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -185,7 +186,7 @@ func TestFastPathRefusesRebinding(t *testing.T) {
 		if err := m.Unpack(r.reply(pkt, src, nil)); err != nil {
 			t.Fatal(err)
 		}
-		if m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 || sink.last().Rule != RuleRebinding {
+		if m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 || sink.last().Rule != rule.PrivateAddress {
 			t.Fatalf("rcode %s, %d answers, rule %s", dns.RcodeToString[m.Rcode], len(m.Answer), sink.last().Rule)
 		}
 	}

@@ -269,7 +269,7 @@ func TestNode(t *testing.T) {
 		rules := map[string]bool{}
 		for _, r := range n.auditRecords(t) { // fails on any line that does not verify
 			if r.Lease == a.ID {
-				rules[r.Rule] = true
+				rules[r.Rule.String()] = true
 			}
 		}
 		for _, rule := range []string{"ambiguous-path", "cleartext-credential"} {

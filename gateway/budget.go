@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/budget"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // usage is what one lease has sent so far.
@@ -62,19 +63,19 @@ func (p *Proxy) startRequest(x *exchange, contentLength int64) error {
 	u := p.budgets.of(x.b.Lease, x.b.Expires)
 	x.meter.usage, x.meter.limit = u, lim.BytesUp
 	if lim.Requests > 0 && u.requests.Add(1) > lim.Requests {
-		return refuse(http.StatusTooManyRequests, RuleBudget,
+		return refuse(http.StatusTooManyRequests, rule.Budget,
 			fmt.Sprintf("lease %s has used its budget of %d requests", x.b.Lease, lim.Requests),
 			"a fresh lease, or a task token with a larger budget")
 	}
 	if lim.BytesUp > 0 {
 		left := lim.BytesUp - u.bytesUp.Load()
 		if left <= 0 {
-			return refuse(http.StatusTooManyRequests, RuleBudget,
+			return refuse(http.StatusTooManyRequests, rule.Budget,
 				fmt.Sprintf("lease %s has sent its budget of %d bytes upstream", x.b.Lease, lim.BytesUp),
 				"a fresh lease, or a task token with a larger budget")
 		}
 		if contentLength > left {
-			return refuse(http.StatusTooManyRequests, RuleBudget,
+			return refuse(http.StatusTooManyRequests, rule.Budget,
 				fmt.Sprintf("lease %s has %d of its %d bytes upstream left, and this body is %d", x.b.Lease, left, lim.BytesUp, contentLength),
 				"a fresh lease, or a task token with a larger budget")
 		}
@@ -112,7 +113,7 @@ func (m *meter) read(src io.Reader, b []byte) (int, error) {
 		if n == 0 {
 			return 0, err
 		}
-		ref := refuse(http.StatusTooManyRequests, RuleBudget,
+		ref := refuse(http.StatusTooManyRequests, rule.Budget,
 			fmt.Sprintf("lease %s went over its budget of %d bytes upstream", m.lease, m.limit), "")
 		m.over.Store(ref)
 		return 0, ref

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/budget"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -60,7 +61,7 @@ func TestBudgetEnforcedBeforeBytesLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Airlock-Rule") != RuleBudget {
+		if resp.StatusCode != http.StatusTooManyRequests || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.Budget {
 			t.Fatalf("status %d rule %q", resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
 		}
 		if len(h.received()) > 0 || received.Load() > 0 || h.asked.Load() > 0 {
@@ -81,7 +82,7 @@ func TestBudgetEnforcedBeforeBytesLeave(t *testing.T) {
 			if got := received.Load(); got > 1000 {
 				t.Fatalf("the upstream received %d bytes of a 1000-byte budget", got)
 			}
-			if rec, ok := h.sink.await(func(r audit.Record) bool { return r.Rule == RuleBudget }); !ok || rec.BytesUp > 1000 {
+			if rec, ok := h.sink.await(func(r audit.Record) bool { return r.Rule == rule.Budget }); !ok || rec.BytesUp > 1000 {
 				t.Fatalf("no budget refusal recorded within the budget: %+v", rec)
 			}
 		}
@@ -158,7 +159,7 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 	t.Run("audit down refuses the tunnel", func(t *testing.T) {
 		h := setup(t, 0)
 		h.sink.err = fmt.Errorf("%w: disk full", audit.ErrUnavailable)
-		if resp, _, _ := connect(t, h); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Airlock-Rule") != RuleAuditDown {
+		if resp, _, _ := connect(t, h); resp.StatusCode != http.StatusServiceUnavailable || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.AuditDown {
 			t.Fatalf("tunnel with the trail down: %d %q", resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
 		}
 	})
@@ -198,7 +199,7 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 			}
 		}
 		rec, ok := h.sink.await(func(r audit.Record) bool { return r.Event == "close" })
-		if !ok || rec.Rule != RuleBudget || rec.Decision != audit.Deny || rec.BytesUp > 1000 {
+		if !ok || rec.Rule != rule.Budget || rec.Decision != audit.Deny || rec.BytesUp > 1000 {
 			t.Fatalf("close record of a tunnel over its budget: %+v", rec)
 		}
 		select {

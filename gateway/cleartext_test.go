@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // A credential is never sent in clear text: a plain http:// request that a credential scope
@@ -19,14 +20,14 @@ func TestCredentialNeverInClearText(t *testing.T) {
 	}
 	pins["api.example.test:80"] = netip.MustParseAddrPort(h.plain.Listener.Addr().String())
 	p.Reload(p.dyn.Load().catalog, pins, p.dyn.Load().budget)
-	status, rule := rawPlain(t, h, "GET http://api.example.test/v1/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
-	if status != http.StatusForbidden || rule != RuleCleartextCredential {
-		t.Fatalf("plain http with a credential scope: status %d rule %q, want 403 %s", status, rule, RuleCleartextCredential)
+	status, got := rawPlain(t, h, "GET http://api.example.test/v1/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	if status != http.StatusForbidden || got != rule.CleartextCredential {
+		t.Fatalf("plain http with a credential scope: status %d rule %q, want 403 %s", status, got, rule.CleartextCredential)
 	}
 	if got := h.received(); len(got) > 0 || h.asked.Load() > 0 {
 		t.Fatalf("refused request reached the upstream (%v) or the broker (%d)", got, h.asked.Load())
 	}
-	if rec := h.sink.last(); rec.Rule != RuleCleartextCredential || rec.Credential != "" {
+	if rec := h.sink.last(); rec.Rule != rule.CleartextCredential || rec.Credential != "" {
 		t.Fatalf("audit record %+v", rec)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -20,7 +21,7 @@ import (
 // tunnel for scopes marked tunnel.
 func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if err := p.target(x, "https", r.Host, 0); err != nil || x.port == 0 {
-		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleBadRequest, "CONNECT needs host:port", ""))
+		p.deny(w, r, x, refuse(http.StatusBadRequest, rule.BadRequest, "CONNECT needs host:port", ""))
 		return
 	}
 	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port})
@@ -63,7 +64,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		tconn.Close()
 		if sniErr != nil {
-			x.refusal = refuse(http.StatusForbidden, RuleHostMismatch, sniErr.Error(), "")
+			x.refusal = refuse(http.StatusForbidden, rule.HostMismatch, sniErr.Error(), "")
 			x.status = http.StatusForbidden
 			p.record(r, x)
 		}
@@ -114,13 +115,13 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host st
 	if r.Method == http.MethodConnect {
 		// A tunnel inside the intercepted session (HTTP/1 CONNECT, or HTTP/2's extended
 		// CONNECT) would carry bytes no request check sees.
-		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleBadRequest,
+		p.deny(w, r, x, refuse(http.StatusBadRequest, rule.BadRequest,
 			"CONNECT inside an intercepted session is not allowed", "open a tunnel with CONNECT to the gateway itself, under a tunnel scope"))
 		return
 	}
 	h, hp, err := splitHostPort(r.Host, 443)
 	if err != nil || h != host || hp != port {
-		p.deny(w, r, x, refuse(http.StatusForbidden, RuleHostMismatch,
+		p.deny(w, r, x, refuse(http.StatusForbidden, rule.HostMismatch,
 			fmt.Sprintf("Host header %q does not match CONNECT target %s:%d", r.Host, host, port), ""))
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -89,7 +90,7 @@ func (d *dialer) vet(ctx context.Context, host string, port int, onLookup func(l
 			return netip.AddrPortFrom(a, uint16(port)), nil
 		}
 	}
-	return netip.AddrPort{}, refuse(http.StatusForbidden, RulePrivateAddress,
+	return netip.AddrPort{}, refuse(http.StatusForbidden, rule.PrivateAddress,
 		fmt.Sprintf("%s resolves only to non-public addresses (%v)", host, addrs),
 		"an operator can pin a private upstream by name in gateway.private_upstreams")
 }

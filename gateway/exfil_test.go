@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/exfil"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -62,23 +63,23 @@ func TestGatewayLookupsGuarded(t *testing.T) {
 	t.Run("intercepted", func(t *testing.T) {
 		h, res := setup(t)
 		name := random() + ".files.example.test"
-		status, rule := rawIntercepted(t, withTarget(h, name+":443"), "GET / HTTP/1.1\r\nHost: "+name+"\r\n\r\n")
-		if status != 403 || rule != RuleTunnel {
-			t.Fatalf("status %d rule %q, want 403 %s", status, rule, RuleTunnel)
+		status, got := rawIntercepted(t, withTarget(h, name+":443"), "GET / HTTP/1.1\r\nHost: "+name+"\r\n\r\n")
+		if status != 403 || got != rule.Tunnel {
+			t.Fatalf("status %d rule %q, want 403 %s", status, got, rule.Tunnel)
 		}
 		if res.asked(name) {
 			t.Fatal("the gateway looked the name up")
 		}
-		if rec := h.sink.last(); rec.Rule != RuleTunnel || !rec.Flagged {
+		if rec := h.sink.last(); rec.Rule != rule.Tunnel || !rec.Flagged {
 			t.Fatalf("audit record %+v", rec)
 		}
 	})
 	t.Run("plain", func(t *testing.T) {
 		h, res := setup(t)
 		name := random() + ".files.example.test"
-		status, rule := rawPlain(t, h, "GET http://"+name+"/ HTTP/1.1\r\nHost: "+name+"\r\n\r\n")
-		if status != 403 || rule != RuleTunnel || res.asked(name) {
-			t.Fatalf("status %d rule %q, looked up %v", status, rule, res.asked(name))
+		status, got := rawPlain(t, h, "GET http://"+name+"/ HTTP/1.1\r\nHost: "+name+"\r\n\r\n")
+		if status != 403 || got != rule.Tunnel || res.asked(name) {
+			t.Fatalf("status %d rule %q, looked up %v", status, got, res.asked(name))
 		}
 	})
 	t.Run("tunnel", func(t *testing.T) {
@@ -89,9 +90,9 @@ func TestGatewayLookupsGuarded(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		status, rule := connectStatus(t, c, name+":22")
-		if status != 403 || rule != RuleTunnel || res.asked(name) {
-			t.Fatalf("status %d rule %q, looked up %v", status, rule, res.asked(name))
+		status, got := connectStatus(t, c, name+":22")
+		if status != 403 || got != rule.Tunnel || res.asked(name) {
+			t.Fatalf("status %d rule %q, looked up %v", status, got, res.asked(name))
 		}
 	})
 	t.Run("lookups are recorded", func(t *testing.T) {
@@ -128,9 +129,9 @@ func TestGatewayLookupsGuarded(t *testing.T) {
 		if status, _ := rawPlain(t, h, "GET http://c.files.example.test/ HTTP/1.1\r\nHost: c.files.example.test\r\n\r\n"); status == 403 {
 			t.Fatal("the third distinct name was refused")
 		}
-		status, rule := rawPlain(t, h, "GET http://d.files.example.test/ HTTP/1.1\r\nHost: d.files.example.test\r\n\r\n")
-		if status != 403 || rule != RuleTunnel {
-			t.Fatalf("fourth distinct name across resolver and gateway: status %d rule %q", status, rule)
+		status, got := rawPlain(t, h, "GET http://d.files.example.test/ HTTP/1.1\r\nHost: d.files.example.test\r\n\r\n")
+		if status != 403 || got != rule.Tunnel {
+			t.Fatalf("fourth distinct name across resolver and gateway: status %d rule %q", status, got)
 		}
 	})
 }

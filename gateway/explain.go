@@ -9,45 +9,31 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
-
-// Explanation is what the gateway would decide for one request of a task, without sending it.
-type Explanation struct {
-	Task       string       `json:"task"`
-	Method     string       `json:"method"`
-	URL        string       `json:"url"`
-	Decision   string       `json:"decision"`
-	Rule       string       `json:"rule"`
-	Reason     string       `json:"reason"`
-	Hint       string       `json:"hint,omitempty"`
-	Scope      *scope.Scope `json:"scope,omitempty"`
-	Credential string       `json:"credential,omitempty"`
-	// Upstream says how the destination address will be chosen at dial time.
-	Upstream string `json:"upstream,omitempty"`
-}
 
 var errNoVerifier = fmt.Errorf("%w: this gateway verifies no task tokens", binding.ErrUnknown)
 
 // Explain verifies raw like the gateway does and decides method and rawURL under its scopes and
 // the current catalog. It returns an error only for a request it cannot read.
-func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
+func (p *Proxy) Explain(raw, method, rawURL string) (rule.Explanation, error) {
 	if method == "" {
 		method = "GET"
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Explanation{}, fmt.Errorf("%q is not an http or https URL", rawURL)
+		return rule.Explanation{}, fmt.Errorf("%q is not an http or https URL", rawURL)
 	}
-	ex := Explanation{Method: strings.ToUpper(method), URL: rawURL}
+	ex := rule.Explanation{Method: strings.ToUpper(method), URL: rawURL}
 	x := &exchange{}
 	def := 443
 	if u.Scheme == "http" {
 		def = 80
 	}
 	if err := p.target(x, u.Scheme, u.Host, def); err != nil {
-		return Explanation{}, err
+		return rule.Explanation{}, err
 	}
 	path := u.EscapedPath()
 	if path == "" {
@@ -75,7 +61,7 @@ func (p *Proxy) Explain(raw, method, rawURL string) (Explanation, error) {
 		return ex, nil
 	}
 	s := x.scope
-	ex.Decision, ex.Rule, ex.Scope = string(audit.Allow), RuleScope, &s
+	ex.Decision, ex.Rule, ex.Scope = string(audit.Allow), rule.Scope, &s
 	ex.Reason = "scope " + s.String()
 	if x.entry != nil {
 		ex.Credential = x.entry.Name

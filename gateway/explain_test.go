@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
@@ -19,13 +20,15 @@ func TestExplain(t *testing.T) {
 		{Host: "evil.example.test", Credential: "demo"},
 	}, time.Minute)
 	tests := []struct {
-		method, url, decision, rule, credential string
+		method, url, decision string
+		rule                  rule.Rule
+		credential            string
 	}{
-		{"GET", "https://api.example.test/v1/repos", "allow", RuleScope, "demo"},
-		{"POST", "https://api.example.test/v1/repos", "deny", RuleScopeMiss, ""},
-		{"GET", "https://other.example.test/", "deny", RuleScopeMiss, ""},
+		{"GET", "https://api.example.test/v1/repos", "allow", rule.Scope, "demo"},
+		{"POST", "https://api.example.test/v1/repos", "deny", rule.ScopeMiss, ""},
+		{"GET", "https://other.example.test/", "deny", rule.ScopeMiss, ""},
 		// The token names the credential for a host the catalog does not allow.
-		{"GET", "https://evil.example.test/", "deny", RuleCredentialDenied, ""},
+		{"GET", "https://evil.example.test/", "deny", rule.CredentialDenied, ""},
 	}
 	for _, tt := range tests {
 		ex, err := p.Explain(raw, tt.method, tt.url)
@@ -36,7 +39,7 @@ func TestExplain(t *testing.T) {
 			t.Errorf("%s %s: %+v", tt.method, tt.url, ex)
 		}
 	}
-	if ex, _ := p.Explain("not-a-token", "GET", "https://api.example.test/v1/x"); ex.Rule != RuleNoLease {
+	if ex, _ := p.Explain("not-a-token", "GET", "https://api.example.test/v1/x"); ex.Rule != rule.NoLease {
 		t.Errorf("bad token: %+v", ex)
 	}
 	if _, err := p.Explain(raw, "GET", "ftp://x"); err == nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // framingConn checks the HTTP/1 framing of every request a client sends before net/http parses
@@ -73,9 +75,9 @@ func (f *framingConn) Read(p []byte) (int, error) {
 
 func (f *framingConn) refuse(reason string) {
 	f.err = fmt.Errorf("%w: %s", errFraming, reason)
-	body := "airlock: denied by rule " + RuleBadRequest + ": " + reason + "\n"
+	body := "airlock: denied by rule " + rule.BadRequest.String() + ": " + reason + "\n"
 	fmt.Fprintf(f.Conn, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Rule: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		RuleBadRequest, len(body), body)
+		rule.BadRequest, len(body), body)
 	if f.onRefuse != nil {
 		f.onRefuse(reason)
 	}

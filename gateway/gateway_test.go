@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -365,26 +366,26 @@ func TestRefusals(t *testing.T) {
 		method string
 		url    string
 		status int
-		rule   string
+		rule   rule.Rule
 		noDial string // an address that must never be dialed
 	}{
 		{name: "unknown source", setup: func(h *harness) { h.bindErr = binding.ErrUnknown },
-			url: "https://api.example.test/v1/x", status: 407, rule: RuleNoLease},
+			url: "https://api.example.test/v1/x", status: 407, rule: rule.NoLease},
 		{name: "store down", setup: func(h *harness) { h.bindErr = binding.ErrUnavailable },
-			url: "https://api.example.test/v1/x", status: 503, rule: RuleStoreDown},
-		{name: "host outside scopes", url: "https://evil.example.test/", status: 403, rule: RuleScopeMiss},
-		{name: "plain http outside scopes", url: "http://evil.example.test/", status: 403, rule: RuleScopeMiss},
-		{name: "path outside scope", url: "https://api.example.test/admin", status: 403, rule: RuleScopeMiss},
-		{name: "method outside scope", method: "DELETE", url: "https://api.example.test/v1/x", status: 403, rule: RuleScopeMiss},
-		{name: "ip literal without cidr scope", url: "https://93.184.215.14/", status: 403, rule: RuleScopeMiss},
+			url: "https://api.example.test/v1/x", status: 503, rule: rule.StoreDown},
+		{name: "host outside scopes", url: "https://evil.example.test/", status: 403, rule: rule.ScopeMiss},
+		{name: "plain http outside scopes", url: "http://evil.example.test/", status: 403, rule: rule.ScopeMiss},
+		{name: "path outside scope", url: "https://api.example.test/admin", status: 403, rule: rule.ScopeMiss},
+		{name: "method outside scope", method: "DELETE", url: "https://api.example.test/v1/x", status: 403, rule: rule.ScopeMiss},
+		{name: "ip literal without cidr scope", url: "https://93.184.215.14/", status: 403, rule: rule.ScopeMiss},
 		{name: "name resolving to private and metadata addresses", url: "http://private.example.test/", status: 403,
-			rule: RulePrivateAddress, noDial: "169.254.169.254:80"},
+			rule: rule.PrivateAddress, noDial: "169.254.169.254:80"},
 		{name: "name resolving to mapped loopback", url: "http://open.example.test/", status: 403,
-			rule: RulePrivateAddress, noDial: "127.0.0.1:80"},
+			rule: rule.PrivateAddress, noDial: "127.0.0.1:80"},
 		{name: "vault down", setup: func(h *harness) { h.brokErr = fmt.Errorf("%w: vault sealed", broker.ErrUnavailable) },
-			url: "https://api.example.test/v1/x", status: 503, rule: RuleCredentialDown},
+			url: "https://api.example.test/v1/x", status: 503, rule: rule.CredentialDown},
 		{name: "audit down", setup: func(h *harness) { h.sink.err = audit.ErrUnavailable },
-			url: "https://api.example.test/v1/x", status: 503, rule: RuleAuditDown},
+			url: "https://api.example.test/v1/x", status: 503, rule: rule.AuditDown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -402,7 +403,7 @@ func TestRefusals(t *testing.T) {
 			if err == nil {
 				status = resp.StatusCode
 				resp.Body.Close()
-				if resp.Header.Get("X-Airlock-Rule") != tt.rule {
+				if rule.Rule(resp.Header.Get("X-Airlock-Rule")) != tt.rule {
 					t.Errorf("rule header %q, want %q", resp.Header.Get("X-Airlock-Rule"), tt.rule)
 				}
 			} else if !strings.Contains(err.Error(), http.StatusText(tt.status)) {
@@ -454,7 +455,7 @@ func TestHostMismatch(t *testing.T) {
 			t.Fatal("handshake with a mismatched SNI succeeded")
 		}
 		time.Sleep(50 * time.Millisecond)
-		if rec := h.sink.last(); rec.Rule != RuleHostMismatch {
+		if rec := h.sink.last(); rec.Rule != rule.HostMismatch {
 			t.Fatalf("audit record %+v", rec)
 		}
 	})
@@ -466,7 +467,7 @@ func TestHostMismatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Rule") != RuleHostMismatch {
+		if resp.StatusCode != 403 || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.HostMismatch {
 			t.Fatalf("status %d rule %q", resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
 		}
 	})
@@ -518,10 +519,10 @@ func TestMetrics(t *testing.T) {
 		}
 		h.sink.last()
 	}
-	if v := testutil.ToFloat64(m.requests.WithLabelValues("allow", RuleScope)); v != 2 {
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("allow", rule.Scope.String())); v != 2 {
 		t.Fatalf("allow/scope = %v", v)
 	}
-	if v := testutil.ToFloat64(m.requests.WithLabelValues("deny", RuleScopeMiss)); v != 1 {
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("deny", rule.ScopeMiss.String())); v != 1 {
 		t.Fatalf("deny/scope-miss = %v", v)
 	}
 	hits, misses := h.ca.CacheStats()

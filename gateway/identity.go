@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/token"
 )
 
@@ -82,7 +83,7 @@ func bearer(h http.Header) string {
 func (p *Proxy) identify(r *http.Request, x *exchange, inherited string) error {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return refuse(http.StatusBadRequest, RuleBadRequest, "unreadable client address", "")
+		return refuse(http.StatusBadRequest, rule.BadRequest, "unreadable client address", "")
 	}
 	x.src = ap.Addr().Unmap()
 	b, err := p.cfg.Bindings.Lookup(r.Context(), x.src)

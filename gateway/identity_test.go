@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
@@ -44,7 +45,7 @@ func TestBudgets(t *testing.T) {
 			<-h.got
 		}
 	}
-	if _, ok := h.sink.await(func(r audit.Record) bool { return r.Rule == RuleBudget && r.Status == 429 }); !ok {
+	if _, ok := h.sink.await(func(r audit.Record) bool { return r.Rule == rule.Budget && r.Status == 429 }); !ok {
 		t.Fatal("no audit record for the refused request")
 	}
 

@@ -47,6 +47,6 @@ func (m *Metrics) observe(rec *audit.Record, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(string(rec.Decision), rec.Rule).Inc()
+	m.requests.WithLabelValues(string(rec.Decision), rec.Rule.String()).Inc()
 	m.latency.WithLabelValues(string(rec.Decision)).Observe(d.Seconds())
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // transports picks the upstream transport per request: the shared one, or, for a credential
@@ -34,7 +35,7 @@ func (ts *transports) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	t, err := ts.forCert(x.b.Lease, x.secret)
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, RuleCredentialDown, "credential "+x.entry.Name+": "+err.Error(), "")
+		return nil, refuse(http.StatusBadGateway, rule.CredentialDown, "credential "+x.entry.Name+": "+err.Error(), "")
 	}
 	return t.RoundTrip(r)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // What the scope checked is what goes upstream: paths that servers would resolve to another
@@ -24,22 +25,22 @@ func TestAmbiguousPathsRefused(t *testing.T) {
 	for _, p := range attacks {
 		t.Run("https "+p, func(t *testing.T) {
 			h := newHarness(t)
-			status, rule := rawIntercepted(t, h, "GET "+p+" HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
-			if status != http.StatusBadRequest || rule != RuleAmbiguousPath {
-				t.Fatalf("%s: status %d rule %q, want 400 %s", p, status, rule, RuleAmbiguousPath)
+			status, got := rawIntercepted(t, h, "GET "+p+" HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+			if status != http.StatusBadRequest || got != rule.AmbiguousPath {
+				t.Fatalf("%s: status %d rule %q, want 400 %s", p, status, got, rule.AmbiguousPath)
 			}
 			if got := h.received(); len(got) > 0 {
 				t.Fatalf("%s reached the upstream as %v", p, got)
 			}
-			if rec := h.sink.last(); rec.Rule != RuleAmbiguousPath || rec.Path != p || rec.Credential != "" {
+			if rec := h.sink.last(); rec.Rule != rule.AmbiguousPath || rec.Path != p || rec.Credential != "" {
 				t.Fatalf("audit record %+v", rec)
 			}
 		})
 		t.Run("http "+p, func(t *testing.T) {
 			h := newHarness(t)
-			status, rule := rawPlain(t, h, "GET http://plain.example.test"+p+" HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
-			if status != http.StatusBadRequest || rule != RuleAmbiguousPath {
-				t.Fatalf("%s: status %d rule %q", p, status, rule)
+			status, got := rawPlain(t, h, "GET http://plain.example.test"+p+" HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
+			if status != http.StatusBadRequest || got != rule.AmbiguousPath {
+				t.Fatalf("%s: status %d rule %q", p, status, got)
 			}
 			if got := h.received(); len(got) > 0 {
 				t.Fatalf("%s reached the upstream as %v", p, got)
@@ -48,9 +49,9 @@ func TestAmbiguousPathsRefused(t *testing.T) {
 	}
 	t.Run("absolute form with an empty path", func(t *testing.T) {
 		h := newHarness(t)
-		status, rule := rawPlain(t, h, "GET http://plain.example.test HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
-		if status != http.StatusBadRequest || rule != RuleAmbiguousPath || len(h.received()) > 0 {
-			t.Fatalf("empty path: status %d rule %q, upstream saw %v", status, rule, h.received())
+		status, got := rawPlain(t, h, "GET http://plain.example.test HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
+		if status != http.StatusBadRequest || got != rule.AmbiguousPath || len(h.received()) > 0 {
+			t.Fatalf("empty path: status %d rule %q, upstream saw %v", status, got, h.received())
 		}
 	})
 }
@@ -99,7 +100,7 @@ func TestPathSentIsPathMatched(t *testing.T) {
 }
 
 // rawPlain sends one raw request to the proxy and returns the status and rule header.
-func rawPlain(t *testing.T, h *harness, req string) (int, string) {
+func rawPlain(t *testing.T, h *harness, req string) (int, rule.Rule) {
 	t.Helper()
 	c, err := net.Dial("tcp", h.proxy.Listener.Addr().String())
 	if err != nil {
@@ -113,12 +114,12 @@ func rawPlain(t *testing.T, h *harness, req string) (int, string) {
 		t.Fatalf("reading the answer to %q: %v", req, err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("X-Airlock-Rule")
+	return resp.StatusCode, rule.Rule(resp.Header.Get("X-Airlock-Rule"))
 }
 
 // rawIntercepted sends one raw request inside an intercepted CONNECT to h.target (default
 // api.example.test:443).
-func rawIntercepted(t *testing.T, h *harness, req string) (int, string) {
+func rawIntercepted(t *testing.T, h *harness, req string) (int, rule.Rule) {
 	t.Helper()
 	target := h.target
 	if target == "" {
@@ -131,7 +132,7 @@ func rawIntercepted(t *testing.T, h *harness, req string) (int, string) {
 		t.Fatalf("reading the answer to %q: %v", req, err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("X-Airlock-Rule")
+	return resp.StatusCode, rule.Rule(resp.Header.Get("X-Airlock-Rule"))
 }
 
 // FuzzPathMatchedIsPathSent: for any request target, a request the gateway lets through reaches
@@ -184,7 +185,7 @@ func FuzzPathMatchedIsPathSent(f *testing.F) {
 }
 
 // connectStatus sends a CONNECT for target on c and returns the status and rule header.
-func connectStatus(t *testing.T, c net.Conn, target string) (int, string) {
+func connectStatus(t *testing.T, c net.Conn, target string) (int, rule.Rule) {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
@@ -192,5 +193,5 @@ func connectStatus(t *testing.T, c net.Conn, target string) (int, string) {
 	if err != nil {
 		t.Fatalf("CONNECT %s: %v", target, err)
 	}
-	return resp.StatusCode, resp.Header.Get("X-Airlock-Rule")
+	return resp.StatusCode, rule.Rule(resp.Header.Get("X-Airlock-Rule"))
 }

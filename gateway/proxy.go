@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
@@ -199,7 +200,7 @@ func (p *Proxy) recordFraming(r *http.Request, x *exchange, reason string) {
 	if x.b.Lease == "" {
 		p.identify(r.WithContext(context.Background()), x, "")
 	}
-	x.refusal = refuse(http.StatusBadRequest, RuleBadRequest, reason, "")
+	x.refusal = refuse(http.StatusBadRequest, rule.BadRequest, reason, "")
 	x.status = http.StatusBadRequest
 	rec := &http.Request{Method: "", URL: &url.URL{}, RemoteAddr: r.RemoteAddr}
 	p.record(rec, x)
@@ -253,7 +254,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
-		p.deny(w, r, x, refuse(http.StatusBadRequest, RuleBadRequest,
+		p.deny(w, r, x, refuse(http.StatusBadRequest, rule.BadRequest,
 			"a proxy request must use the absolute form http://host/path; use CONNECT for https", ""))
 		return
 	}
@@ -268,7 +269,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) target(x *exchange, scheme, hostport string, defPort int) error {
 	host, port, err := splitHostPort(hostport, defPort)
 	if err != nil {
-		return refuse(http.StatusBadRequest, RuleBadRequest, err.Error(), "")
+		return refuse(http.StatusBadRequest, rule.BadRequest, err.Error(), "")
 	}
 	x.scheme, x.host, x.port = scheme, host, port
 	return nil
@@ -344,7 +345,7 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 		return err
 	}
 	if x.entry != nil && upgradeType(r.Header) != "" {
-		return refuse(http.StatusForbidden, RuleUnscrubbable,
+		return refuse(http.StatusForbidden, rule.Unscrubbable,
 			fmt.Sprintf("scope %s injects credential %q, and a %s stream could not be checked for it on the way back",
 				x.scope, x.entry.Name, upgradeType(r.Header)),
 			"a scope without a credential for this upgrade, or a request that does not switch protocols")
@@ -368,7 +369,7 @@ func (p *Proxy) guardName(x *exchange) error {
 		return nil
 	}
 	if reason := p.cfg.Guard.Check(x.b.Lease, apex, x.host, time.Now()); reason != "" {
-		return &Refusal{Status: http.StatusForbidden, Rule: RuleTunnel, Reason: reason, Flagged: true,
+		return &Refusal{Status: http.StatusForbidden, Rule: rule.Tunnel, Reason: reason, Flagged: true,
 			Hint: "names under a wildcard scope must not carry data; name the host in a scope of its own"}
 	}
 	return nil
@@ -380,13 +381,13 @@ func (p *Proxy) recordLookup(r *http.Request, x *exchange) func(lookup) error {
 	return func(l lookup) error {
 		rec := audit.Record{Time: time.Now().Add(-l.took), Kind: audit.KindDNS, Event: "gateway-lookup", Node: p.cfg.Node,
 			Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
-			QName: l.host, QType: "A+AAAA", Answers: len(l.addrs), Decision: audit.Allow, Rule: RuleScope,
+			QName: l.host, QType: "A+AAAA", Answers: len(l.addrs), Decision: audit.Allow, Rule: rule.Scope,
 			Reason:     "looked up by the gateway for " + x.scope.String(),
 			DurationMS: float64(l.took.Microseconds()) / 1000}
 		if l.err != nil {
-			rec.Decision, rec.Rule, rec.Reason = audit.Deny, RuleUpstreamFailed, l.err.Error()
+			rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule.UpstreamFailed, l.err.Error()
 		} else if !slices.ContainsFunc(l.addrs, func(a netip.Addr) bool { return p.dial.allowed(a.Unmap()) }) {
-			rec.Decision, rec.Rule, rec.Reason = audit.Deny, RulePrivateAddress, fmt.Sprintf("resolved only to non-public addresses %v", l.addrs)
+			rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule.PrivateAddress, fmt.Sprintf("resolved only to non-public addresses %v", l.addrs)
 		}
 		return p.cfg.Audit.Write(r.Context(), rec)
 	}
@@ -403,7 +404,7 @@ func upgradeType(h http.Header) string {
 
 // pathRefusal is the refusal of a request path that scope.CheckPath refused.
 func pathRefusal(err error) *Refusal {
-	return refuse(http.StatusBadRequest, RuleAmbiguousPath, err.Error(),
+	return refuse(http.StatusBadRequest, rule.AmbiguousPath, err.Error(),
 		"send the path in plain form: no dot segments, //, backslashes or percent-encoded / . \\")
 }
 
@@ -415,7 +416,7 @@ func boundSignedBody(r *http.Request, x *exchange) error {
 		return nil
 	}
 	limit := x.entry.Inject.MaxBody
-	tooLarge := refuse(http.StatusRequestEntityTooLarge, RuleBodyTooLarge,
+	tooLarge := refuse(http.StatusRequestEntityTooLarge, rule.BodyTooLarge,
 		fmt.Sprintf("credential %q signs the request body, and bodies over %d bytes are not signed", x.entry.Name, limit),
 		"send less, or have the operator sign with UNSIGNED-PAYLOAD where the service accepts it")
 	if r.ContentLength > limit {
@@ -423,7 +424,7 @@ func boundSignedBody(r *http.Request, x *exchange) error {
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return refuse(http.StatusBadRequest, RuleBadRequest, "reading the request body: "+err.Error(), "")
+		return refuse(http.StatusBadRequest, rule.BadRequest, "reading the request body: "+err.Error(), "")
 	}
 	if int64(len(b)) > limit {
 		return tooLarge
@@ -456,7 +457,7 @@ func (p *Proxy) decide(x *exchange, method, path string) error {
 func (p *Proxy) scopeMiss(x *exchange, method, path string) *Refusal {
 	dest := net.JoinHostPort(x.host, strconv.Itoa(x.port))
 	if _, err := netip.ParseAddr(x.host); err == nil {
-		return refuse(http.StatusForbidden, RuleScopeMiss,
+		return refuse(http.StatusForbidden, rule.ScopeMiss,
 			fmt.Sprintf("task %s has no scope for the IP address %s", x.b.Task, dest),
 			"IP-literal destinations need a cidr scope naming a public range")
 	}
@@ -464,7 +465,7 @@ func (p *Proxy) scopeMiss(x *exchange, method, path string) *Refusal {
 	if method != "" {
 		what = fmt.Sprintf("%s %s%s", method, dest, path)
 	}
-	return refuse(http.StatusForbidden, RuleScopeMiss,
+	return refuse(http.StatusForbidden, rule.ScopeMiss,
 		fmt.Sprintf("task %s has no scope allowing %s", x.b.Task, what),
 		fmt.Sprintf("a task token with a scope such as {\"host\": %q, \"ports\": [%d]}", x.host, x.port))
 }
@@ -482,7 +483,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Del("Proxy-Connection")
 	if got := out.URL.EscapedPath(); got != x.path {
 		// Never reached while the path passes through untouched; if it ever is, nothing is sent.
-		x.sendErr = refuse(http.StatusInternalServerError, RuleAmbiguousPath,
+		x.sendErr = refuse(http.StatusInternalServerError, rule.AmbiguousPath,
 			fmt.Sprintf("the path to send (%q) is not the path decided on (%q)", got, x.path), "")
 		return
 	}
@@ -492,7 +493,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		injected, err := x.entry.Apply(out, x.secret)
 		if err != nil {
 			// Refused in RoundTrip: nothing borrowed is sent half-applied.
-			x.sendErr = refuse(http.StatusBadGateway, RuleCredentialDown, err.Error(), "")
+			x.sendErr = refuse(http.StatusBadGateway, rule.CredentialDown, err.Error(), "")
 			return
 		}
 		x.scrub = p.scrubbers.of(x.secret.Values(), injected)
@@ -509,7 +510,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return refuse(http.StatusBadGateway, RuleUnscrubbable,
+		return refuse(http.StatusBadGateway, rule.Unscrubbable,
 			fmt.Sprintf("the upstream switched protocols on a request that carried credential %q; an upgraded stream cannot be checked for it", x.entry.Name), "")
 	}
 	x.scrub.scrubHeaders(resp.Header)
@@ -520,7 +521,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		body, coding, ok := decoded(resp.Body, strings.Join(ce, ","))
 		if !ok {
 			resp.Body.Close()
-			return refuse(http.StatusBadGateway, RuleUnscrubbable,
+			return refuse(http.StatusBadGateway, rule.Unscrubbable,
 				fmt.Sprintf("upstream sent a %s-encoded body where credential %q was injected; it cannot be checked for the credential", coding, x.entry.Name),
 				"the upstream should answer with identity encoding, which the gateway asks for")
 		}
@@ -560,7 +561,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if over := x.meter.over.Load(); over != nil {
 		ref = over
 	}
-	if ref.Rule == RuleUpstreamFailed {
+	if ref.Rule == rule.UpstreamFailed {
 		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
 	}
 	ref.Reason = x.redact(ref.Reason)
@@ -607,7 +608,7 @@ func (p *Proxy) record(r *http.Request, x *exchange) error {
 	if x.refusal != nil {
 		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.Reason, x.refusal.Flagged
 	} else {
-		rec.Decision, rec.Rule, rec.Reason = audit.Allow, RuleScope, "scope "+x.scope.String()
+		rec.Decision, rec.Rule, rec.Reason = audit.Allow, rule.Scope, "scope "+x.scope.String()
 	}
 	rec.Reason = x.redact(rec.Reason)
 	if x.event != "close" { // a tunnel's decision is counted once, when it opens

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -159,19 +160,19 @@ func TestUnscrubbableRefused(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Airlock-Rule") != RuleUnscrubbable || bytes.Contains(body, []byte(testSecret)) {
+		if resp.StatusCode != http.StatusBadGateway || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.Unscrubbable || bytes.Contains(body, []byte(testSecret)) {
 			t.Fatalf("status %d rule %q body %q", resp.StatusCode, resp.Header.Get("X-Airlock-Rule"), body)
 		}
-		if rec := h.sink.last(); rec.Rule != RuleUnscrubbable {
+		if rec := h.sink.last(); rec.Rule != rule.Unscrubbable {
 			t.Fatalf("audit record %+v", rec)
 		}
 	})
 	t.Run("websocket with a credential", func(t *testing.T) {
 		h := newHarness(t)
-		status, rule := rawIntercepted(t, h, "GET /v1/ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\n"+
+		status, got := rawIntercepted(t, h, "GET /v1/ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\n"+
 			"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-		if status != http.StatusForbidden || rule != RuleUnscrubbable {
-			t.Fatalf("status %d rule %q", status, rule)
+		if status != http.StatusForbidden || got != rule.Unscrubbable {
+			t.Fatalf("status %d rule %q", status, got)
 		}
 		if got := h.received(); len(got) > 0 || h.asked.Load() > 0 {
 			t.Fatalf("the upgrade reached the upstream (%v) or the broker (%d)", got, h.asked.Load())

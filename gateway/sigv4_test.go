@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -110,7 +111,7 @@ func TestSigV4Resigning(t *testing.T) {
 	if st := send(string(bytes.Repeat([]byte("x"), 100))); st != http.StatusRequestEntityTooLarge {
 		t.Fatalf("body over the signing cap: %d", st)
 	}
-	if rec := h.sink.last(); rec.Rule != RuleBodyTooLarge {
+	if rec := h.sink.last(); rec.Rule != rule.BodyTooLarge {
 		t.Fatalf("audit %+v", rec)
 	}
 	select {

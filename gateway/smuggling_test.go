@@ -12,19 +12,23 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
 
 // smugglingShapes are requests whose framing two HTTP parsers could read differently.
-var smugglingShapes = []struct{ name, head, body, rule string }{
-	{"content-length with transfer-encoding", "POST /v1/x HTTP/1.1\r\nHost: H\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n", RuleBadRequest},
+var smugglingShapes = []struct {
+	name, head, body string
+	rule             rule.Rule
+}{
+	{"content-length with transfer-encoding", "POST /v1/x HTTP/1.1\r\nHost: H\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n", rule.BadRequest},
 	{"duplicate host", "GET /v1/x HTTP/1.1\r\nHost: H\r\nHost: evil.example\r\n\r\n", "", ""},
-	{"obsolete line folding", "GET /v1/x HTTP/1.1\r\nHost: H\r\nX-A: b\r\n c\r\n\r\n", "", RuleBadRequest},
-	{"bad chunk size", "POST /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: chunked\r\n\r\n", "zz\r\nabc\r\n0\r\n\r\n", RuleBadRequest},
-	{"signed chunk size", "POST /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: chunked\r\n\r\n", "+3\r\nabc\r\n0\r\n\r\n", RuleBadRequest},
-	{"two content-lengths", "POST /v1/x HTTP/1.1\r\nHost: H\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "xx", RuleBadRequest},
-	{"transfer-encoding list", "POST /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "0\r\n\r\n", RuleBadRequest},
-	{"space before colon", "GET /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding : chunked\r\n\r\n", "0\r\n\r\n", RuleBadRequest},
+	{"obsolete line folding", "GET /v1/x HTTP/1.1\r\nHost: H\r\nX-A: b\r\n c\r\n\r\n", "", rule.BadRequest},
+	{"bad chunk size", "POST /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: chunked\r\n\r\n", "zz\r\nabc\r\n0\r\n\r\n", rule.BadRequest},
+	{"signed chunk size", "POST /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: chunked\r\n\r\n", "+3\r\nabc\r\n0\r\n\r\n", rule.BadRequest},
+	{"two content-lengths", "POST /v1/x HTTP/1.1\r\nHost: H\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "xx", rule.BadRequest},
+	{"transfer-encoding list", "POST /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "0\r\n\r\n", rule.BadRequest},
+	{"space before colon", "GET /v1/x HTTP/1.1\r\nHost: H\r\nTransfer-Encoding : chunked\r\n\r\n", "0\r\n\r\n", rule.BadRequest},
 }
 
 func serveHarness(t *testing.T, h *harness) string {
@@ -81,7 +85,7 @@ func TestSmugglingRefused(t *testing.T) {
 					t.Fatalf("status %d, body %q", resp.StatusCode, body)
 				}
 				if sh.rule != "" {
-					if resp.Header.Get("X-Airlock-Rule") != sh.rule {
+					if rule.Rule(resp.Header.Get("X-Airlock-Rule")) != sh.rule {
 						t.Fatalf("rule %q, body %q", resp.Header.Get("X-Airlock-Rule"), body)
 					}
 					time.Sleep(20 * time.Millisecond)
@@ -171,7 +175,7 @@ func TestFramingStaysOnAfterRefusedSwitch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the smuggled request got no answer: %v", err)
 			}
-			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Airlock-Rule") != RuleBadRequest {
+			if resp.StatusCode != http.StatusBadRequest || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.BadRequest {
 				t.Fatalf("smuggled request after a %s: status %d rule %q", c.name, resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
 			}
 			if got := h.received()[before:]; len(got) > 0 {
@@ -191,7 +195,7 @@ func TestFramingStaysOnAfterRefusedSwitch(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		io.WriteString(tc, "POST /v1/x HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
 		resp, err = http.ReadResponse(br, nil)
-		if err != nil || resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Airlock-Rule") != RuleBadRequest {
+		if err != nil || resp.StatusCode != http.StatusBadRequest || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.BadRequest {
 			t.Fatalf("smuggled request inside the session: %v %v", resp, err)
 		}
 		if got := h.received(); len(got) > 0 {
@@ -204,8 +208,8 @@ func TestFramingStaysOnAfterRefusedSwitch(t *testing.T) {
 // request checks.
 func TestNestedConnectRefused(t *testing.T) {
 	h := newHarness(t)
-	status, rule := rawIntercepted(t, h, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-	if status != http.StatusBadRequest || rule != RuleBadRequest || len(h.received()) > 0 {
-		t.Fatalf("nested CONNECT: status %d rule %q, upstream saw %v", status, rule, h.received())
+	status, got := rawIntercepted(t, h, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	if status != http.StatusBadRequest || got != rule.BadRequest || len(h.received()) > 0 {
+		t.Fatalf("nested CONNECT: status %d rule %q, upstream saw %v", status, got, h.received())
 	}
 }

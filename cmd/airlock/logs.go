@@ -94,7 +94,7 @@ func printRecord(w io.Writer, r audit.Record, asJSON bool) {
 	}
 	t := terminalSafe
 	fmt.Fprintf(w, "%s %-5s %-5s %-16s %s %s", r.Time.Local().Format("15:04:05.000"), t(string(r.Kind)), t(string(r.Decision)),
-		t(r.Rule), t(r.Lease), t(what))
+		t(r.Rule.String()), t(r.Lease), t(what))
 	if r.Credential != "" {
 		fmt.Fprintf(w, " [credential %s]", t(r.Credential))
 	}

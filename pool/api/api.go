@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/ratelimit"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/token"
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	// Metrics serves /metrics when set.
 	Metrics http.Handler
 	// Explain answers POST /v1/explain: what the gateway would decide for a request.
-	Explain func(token, method, url string) (gateway.Explanation, error)
+	Explain func(token, method, url string) (rule.Explanation, error)
 	// PortHost is the address exposed sandbox ports listen on (the API's host); empty disables
 	// POST /v1/leases/{id}/ports.
 	PortHost string

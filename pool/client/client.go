@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // Client calls one airlock API. Safe for concurrent use.
@@ -150,8 +150,8 @@ func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, 
 }
 
 // Explain asks what the gateway would decide for a request of the task token.
-func (c *Client) Explain(ctx context.Context, req api.ExplainRequest) (gateway.Explanation, error) {
-	var v gateway.Explanation
+func (c *Client) Explain(ctx context.Context, req api.ExplainRequest) (rule.Explanation, error) {
+	var v rule.Explanation
 	_, err := c.do(ctx, http.MethodPost, "/v1/explain", req, &v)
 	return v, err
 }
