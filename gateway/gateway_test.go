@@ -44,8 +44,8 @@ type fakeBroker struct {
 	get func(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error)
 }
 
-func (f *fakeBroker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
-	return f.get(ctx, lease, e)
+func (f *fakeBroker) Get(ctx context.Context, lease broker.Lease, e *broker.Entry) (broker.Secret, error) {
+	return f.get(ctx, lease.ID, e)
 }
 
 func (f *fakeBroker) Release(context.Context, string) error { return nil }

@@ -306,8 +306,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	if x.entry != nil {
 		var err error
-		ctx := broker.WithLeaseExpiry(r.Context(), x.b.Expires)
-		if x.secret, err = p.cfg.Broker.Get(ctx, x.b.Lease, x.entry); err != nil {
+		if x.secret, err = p.cfg.Broker.Get(r.Context(), broker.Lease{ID: x.b.Lease, Expires: x.b.Expires}, x.entry); err != nil {
 			p.deny(w, r, x, err)
 			return
 		}

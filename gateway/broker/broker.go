@@ -137,32 +137,33 @@ func (s Secret) Values() []string {
 	return out
 }
 
+// Lease is the lease a credential is asked for: per-task material is minted for its ID, with a
+// lifetime no longer than what is left of it.
+type Lease struct {
+	ID string
+	// Expires caps the lifetime of what is minted for the lease; zero means no cap.
+	Expires time.Time
+}
+
+// Lifetime returns ttl, shortened to what is left of the lease (but never under a second, so a
+// lease about to end still gets a usable value).
+func (l Lease) Lifetime(ttl time.Duration) time.Duration {
+	if l.Expires.IsZero() {
+		return ttl
+	}
+	if left := time.Until(l.Expires); left < ttl {
+		return max(left, time.Second)
+	}
+	return ttl
+}
+
 // Broker fetches credential values. Implementations must be safe for concurrent use.
 type Broker interface {
 	// Get returns e's value for lease: shared for static sources, minted for the lease (on
 	// first use) for per-task ones.
-	Get(ctx context.Context, lease string, e *Entry) (Secret, error)
+	Get(ctx context.Context, lease Lease, e *Entry) (Secret, error)
 	// Release revokes everything minted for lease; the pool calls it when the lease ends.
 	Release(ctx context.Context, lease string) error
-}
-
-type expiryKey struct{}
-
-// WithLeaseExpiry tells a Broker when the lease asking for a credential ends, so per-task
-// material is minted with a lifetime no longer than the lease's.
-func WithLeaseExpiry(ctx context.Context, t time.Time) context.Context {
-	return context.WithValue(ctx, expiryKey{}, t)
-}
-
-// LifetimeFor returns ttl, shortened to the lease's remaining time when ctx carries its expiry
-// (but never under a second, so a lease about to end still gets a usable value).
-func LifetimeFor(ctx context.Context, ttl time.Duration) time.Duration {
-	if exp, ok := ctx.Value(expiryKey{}).(time.Time); ok {
-		if left := time.Until(exp); left < ttl {
-			return max(left, time.Second)
-		}
-	}
-	return ttl
 }
 
 // Catalog is the operator's set of credentials, by name.

@@ -256,7 +256,7 @@ func (b *Broker) CheckCatalog(ctx context.Context, c broker.Catalog) map[string]
 				err = fmt.Errorf("%w: credential %q: %v", broker.ErrUnavailable, name, err)
 			}
 		default:
-			_, err = b.Get(ctx, "", e)
+			_, err = b.Get(ctx, broker.Lease{}, e)
 		}
 		if err != nil {
 			out[name] = err

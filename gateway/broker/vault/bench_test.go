@@ -41,10 +41,10 @@ func benchBroker(b *testing.B) (*Broker, broker.Catalog) {
 func BenchmarkCredentialCached(b *testing.B) {
 	br, cat := benchBroker(b)
 	ctx := context.Background()
-	br.Get(ctx, "l", cat["kv"])
+	br.Get(ctx, broker.Lease{ID: "l"}, cat["kv"])
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := br.Get(ctx, "l", cat["kv"]); err != nil {
+		if _, err := br.Get(ctx, broker.Lease{ID: "l"}, cat["kv"]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -58,7 +58,7 @@ func BenchmarkFirstRequestOfATask(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		if _, err := br.Get(ctx, fmt.Sprintf("l-%d", i), cat["task"]); err != nil {
+		if _, err := br.Get(ctx, broker.Lease{ID: fmt.Sprintf("l-%d", i)}, cat["task"]); err != nil {
 			b.Fatal(err)
 		}
 	}

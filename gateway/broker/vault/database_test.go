@@ -89,7 +89,7 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 	}))
 	defer up.Close()
 	request := func() (int, string) {
-		s, err := b.Get(ctx, "l-db", cat["db"])
+		s, err := b.Get(ctx, broker.Lease{ID: "l-db"}, cat["db"])
 		if err != nil {
 			t.Fatal(err)
 		}

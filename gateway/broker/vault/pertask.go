@@ -44,7 +44,8 @@ func (b *Broker) material(lease string) *leaseMaterial {
 
 // perTask returns lease's material for e (a token, or a client certificate), minting it on first
 // use. It lives at most e's TTL and is minted anew when it lapses; tasks never share it.
-func (b *Broker) perTask(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
+func (b *Broker) perTask(ctx context.Context, l broker.Lease, e *broker.Entry) (broker.Secret, error) {
+	lease := l.ID
 	if lease == "" {
 		return nil, fmt.Errorf("%w: credential %q is minted per lease, and this request has none", broker.ErrNotAllowed, e.Name)
 	}
@@ -61,11 +62,11 @@ func (b *Broker) perTask(ctx context.Context, lease string, e *broker.Entry) (br
 	var err error
 	switch e.Source.Kind {
 	case broker.SourcePKI:
-		t, err = b.issueCert(ctx, lease, e)
+		t, err = b.issueCert(ctx, l, e)
 	case broker.SourceDynamic:
 		t, err = b.readDynamic(ctx, lease, e)
 	default:
-		t, err = b.mintToken(ctx, lease, e)
+		t, err = b.mintToken(ctx, l, e)
 	}
 	if err != nil {
 		return nil, err
@@ -75,10 +76,11 @@ func (b *Broker) perTask(ctx context.Context, lease string, e *broker.Entry) (br
 	return t.secret, nil
 }
 
-func (b *Broker) mintToken(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
+func (b *Broker) mintToken(ctx context.Context, l broker.Lease, e *broker.Entry) (*mintedToken, error) {
+	lease := l.ID
 	s, err := b.client.Auth().Token().CreateWithRoleWithContext(ctx, &vaultapi.TokenCreateRequest{
 		Policies:        e.Source.Policies,
-		TTL:             broker.LifetimeFor(ctx, e.Source.TTL).Round(time.Second).String(),
+		TTL:             l.Lifetime(e.Source.TTL).Round(time.Second).String(),
 		DisplayName:     "airlock-" + e.Name,
 		Metadata:        map[string]string{"airlock_lease": lease, "airlock_credential": e.Name},
 		NoDefaultPolicy: true,
@@ -102,9 +104,10 @@ func (b *Broker) mintToken(ctx context.Context, lease string, e *broker.Entry) (
 
 // issueCert issues a client certificate for lease from e's PKI role; revoking it at release
 // puts it on the CA's revocation list.
-func (b *Broker) issueCert(ctx context.Context, lease string, e *broker.Entry) (*mintedToken, error) {
+func (b *Broker) issueCert(ctx context.Context, l broker.Lease, e *broker.Entry) (*mintedToken, error) {
+	lease := l.ID
 	s, err := b.client.Logical().WriteWithContext(ctx, e.Source.Mount+"/issue/"+e.Source.Role, map[string]any{
-		"common_name": "airlock-" + lease, "ttl": broker.LifetimeFor(ctx, e.Source.TTL).Round(time.Second).String(),
+		"common_name": "airlock-" + lease, "ttl": l.Lifetime(e.Source.TTL).Round(time.Second).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: credential %q: issuing a certificate from %s/%s failed: %v", broker.ErrUnavailable, e.Name, e.Source.Mount, e.Source.Role, err)
@@ -115,7 +118,7 @@ func (b *Broker) issueCert(ctx context.Context, lease string, e *broker.Entry) (
 	if cert == "" || key == "" || serial == "" {
 		return nil, fmt.Errorf("%w: credential %q: vault returned no certificate", broker.ErrUnavailable, e.Name)
 	}
-	exp := b.now().Add(broker.LifetimeFor(ctx, e.Source.TTL))
+	exp := b.now().Add(l.Lifetime(e.Source.TTL))
 	if v, ok := s.Data["expiration"].(json.Number); ok {
 		if n, err := v.Int64(); err == nil {
 			exp = time.Unix(n, 0)

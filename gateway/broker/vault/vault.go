@@ -66,7 +66,7 @@ func New(cfg Config) (*Broker, error) {
 
 // Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,
 // whether or not Vault is reachable.
-func (b *Broker) Get(ctx context.Context, lease string, e *broker.Entry) (broker.Secret, error) {
+func (b *Broker) Get(ctx context.Context, lease broker.Lease, e *broker.Entry) (broker.Secret, error) {
 	switch e.Source.Kind {
 	case broker.SourceToken, broker.SourcePKI, broker.SourceDynamic:
 		return b.perTask(ctx, lease, e)

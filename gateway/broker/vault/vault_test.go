@@ -71,26 +71,26 @@ func TestKVReadCacheAndOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := cat["gh"]
-	s, err := b.Get(ctx, "l-1", e)
+	s, err := b.Get(ctx, broker.Lease{ID: "l-1"}, e)
 	if err != nil || s["token"] != "first-value-123" {
 		t.Fatalf("Get = %v, %v", s, err)
 	}
 	// A changed value is picked up only after the TTL.
 	v.SeedKV(ctx, "airlock/gh", map[string]any{"token": "second-value-456"})
-	if s, _ := b.Get(ctx, "l-1", e); s["token"] != "first-value-123" {
+	if s, _ := b.Get(ctx, broker.Lease{ID: "l-1"}, e); s["token"] != "first-value-123" {
 		t.Fatalf("cached value not served: %v", s)
 	}
 	now = now.Add(2 * time.Minute)
-	if s, _ := b.Get(ctx, "l-1", e); s["token"] != "second-value-456" {
+	if s, _ := b.Get(ctx, broker.Lease{ID: "l-1"}, e); s["token"] != "second-value-456" {
 		t.Fatalf("value not refreshed after TTL: %v", s)
 	}
 	// Vault gone: the cached value serves until its TTL, never longer.
 	v.Stop()
-	if s, err := b.Get(ctx, "l-1", e); err != nil || s["token"] != "second-value-456" {
+	if s, err := b.Get(ctx, broker.Lease{ID: "l-1"}, e); err != nil || s["token"] != "second-value-456" {
 		t.Fatalf("within TTL with Vault down: %v, %v", s, err)
 	}
 	now = now.Add(2 * time.Minute)
-	_, err = b.Get(ctx, "l-1", e)
+	_, err = b.Get(ctx, broker.Lease{ID: "l-1"}, e)
 	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), `"gh"`) || strings.Contains(err.Error(), "second-value") {
 		t.Fatalf("past TTL with Vault down = %v, want ErrUnavailable naming the credential, not its value", err)
 	}
@@ -149,12 +149,12 @@ func TestAppRoleLoginRenewalAndCatalogCheck(t *testing.T) {
 		}
 		return cat[name]
 	}
-	if s, err := b.Get(ctx, "l", entry("a", "airlock/a")); err != nil || s["token"] != "value-of-airlock/a" {
+	if s, err := b.Get(ctx, broker.Lease{ID: "l"}, entry("a", "airlock/a")); err != nil || s["token"] != "value-of-airlock/a" {
 		t.Fatalf("read after approle login: %v %v", s, err)
 	}
 	// The token lives 2s; past several lifetimes it still reads, because it is renewed.
 	time.Sleep(5 * time.Second)
-	if s, err := b.Get(ctx, "l", entry("b", "airlock/b")); err != nil || s["token"] != "value-of-airlock/b" {
+	if s, err := b.Get(ctx, broker.Lease{ID: "l"}, entry("b", "airlock/b")); err != nil || s["token"] != "value-of-airlock/b" {
 		t.Fatalf("read after the token's first TTL: %v %v", s, err)
 	}
 	if b.renewals.Load() == 0 {
@@ -208,7 +208,7 @@ func TestPerTaskTokens(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := b.Get(ctx, "l-1", e)
+			s, err := b.Get(ctx, broker.Lease{ID: "l-1"}, e)
 			if err != nil {
 				t.Error(err)
 				return
@@ -227,7 +227,7 @@ func TestPerTaskTokens(t *testing.T) {
 	if n := b.minted.Load(); n != 1 {
 		t.Fatalf("minted %d tokens for 100 concurrent first requests", n)
 	}
-	other, err := b.Get(ctx, "l-2", e)
+	other, err := b.Get(ctx, broker.Lease{ID: "l-2"}, e)
 	if err != nil || other["token"] == first {
 		t.Fatalf("a second lease shares the first lease's token: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestPerTaskTokens(t *testing.T) {
 		t.Fatalf("task token policies %v", pols)
 	}
 	// A lease with 90s left gets a token that lives no longer than the lease.
-	short, err := b.Get(broker.WithLeaseExpiry(ctx, time.Now().Add(90*time.Second)), "l-short", e)
+	short, err := b.Get(ctx, broker.Lease{ID: "l-short", Expires: time.Now().Add(90 * time.Second)}, e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestPerTaskTokens(t *testing.T) {
 	if _, err := lookup(other["token"]); err != nil {
 		t.Fatalf("releasing one lease revoked another's token: %v", err)
 	}
-	if _, err := b.Get(ctx, "l-1", e); err == nil {
+	if _, err := b.Get(ctx, broker.Lease{ID: "l-1"}, e); err == nil {
 		t.Fatal("a released lease got a new token")
 	}
 }
@@ -293,7 +293,7 @@ func TestPerTaskClientCertificates(t *testing.T) {
 	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
 		t.Fatalf("catalog check: %v", bad)
 	}
-	s, err := b.Get(ctx, "l-1", cat["mtls"])
+	s, err := b.Get(ctx, broker.Lease{ID: "l-1"}, cat["mtls"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestOIDCIdentityTokens(t *testing.T) {
 	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
 		t.Fatalf("catalog check: %v", bad)
 	}
-	s, err := b.Get(ctx, "l-1", cat["id"])
+	s, err := b.Get(ctx, broker.Lease{ID: "l-1"}, cat["id"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestOIDCIdentityTokens(t *testing.T) {
 		t.Fatal("identity token without a subject (entity)")
 	}
 	// Cached: a second request costs no Vault call and gets the same token.
-	if s2, _ := b.Get(ctx, "l-2", cat["id"]); s2["token"] != s["token"] {
+	if s2, _ := b.Get(ctx, broker.Lease{ID: "l-2"}, cat["id"]); s2["token"] != s["token"] {
 		t.Fatal("identity token not cached")
 	}
 	// With the root token (no entity) Vault refuses, and the catalog check names the entry.
@@ -481,7 +481,7 @@ func TestJWTLogin(t *testing.T) {
 	}
 	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "j", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/j"},
 		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
-	if s, err := b.Get(ctx, "l", cat["j"]); err != nil || s["token"] != "value-j" {
+	if s, err := b.Get(ctx, broker.Lease{ID: "l"}, cat["j"]); err != nil || s["token"] != "value-j" {
 		t.Fatalf("read after jwt login: %v %v", s, err)
 	}
 	// A JWT from another key is refused by Vault.
@@ -504,7 +504,7 @@ func TestKVRefreshedInTheBackground(t *testing.T) {
 	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "r", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/r", TTL: 2 * time.Second},
 		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
-	if s, _ := b.Get(ctx, "l", cat["r"]); s["token"] != "old-value" {
+	if s, _ := b.Get(ctx, broker.Lease{ID: "l"}, cat["r"]); s["token"] != "old-value" {
 		t.Fatalf("first read %v", s)
 	}
 	v.SeedKV(ctx, "airlock/r", map[string]any{"token": "new-value"})
@@ -557,14 +557,14 @@ func TestReloginAndRecovery(t *testing.T) {
 	if b.logins.Load() == 0 {
 		t.Fatal("the broker never logged in again after its token's max TTL")
 	}
-	if _, err := b.Get(ctx, "l", cat["x"]); err != nil {
+	if _, err := b.Get(ctx, broker.Lease{ID: "l"}, cat["x"]); err != nil {
 		t.Fatalf("read after re-login: %v", err)
 	}
 
 	// Vault goes away.
 	v.Stop()
 	time.Sleep(10 * time.Millisecond)
-	_, err = b.Get(ctx, "l", cat["x"])
+	_, err = b.Get(ctx, broker.Lease{ID: "l"}, cat["x"])
 	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("with Vault down: %v", err)
 	}
@@ -586,7 +586,7 @@ func TestReloginAndRecovery(t *testing.T) {
 	os.WriteFile(b.auth.SecretIDFile, []byte(sid.Data["secret_id"].(string)), 0o600)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if s, err := b.Get(ctx, "l", cat["x"]); err == nil && s["token"] == "x-value" {
+		if s, err := b.Get(ctx, broker.Lease{ID: "l"}, cat["x"]); err == nil && s["token"] == "x-value" {
 			return
 		}
 		if time.Now().After(deadline) {
