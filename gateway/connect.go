@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -21,12 +20,12 @@ import (
 // tunnel for scopes marked tunnel.
 func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if err := p.target(x, "https", r.Host, 0); err != nil || x.port == 0 {
-		p.deny(w, r, x, refuse(http.StatusBadRequest, rule.BadRequest, "CONNECT needs host:port", ""))
+		p.deny(w, x, refuse(http.StatusBadRequest, rule.BadRequest, "CONNECT needs host:port", ""))
 		return
 	}
 	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port})
 	if !ok {
-		p.deny(w, r, x, p.scopeMiss(x, "", ""))
+		p.deny(w, x, p.scopeMiss(x, "", ""))
 		return
 	}
 	x.scope = s
@@ -66,7 +65,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		if sniErr != nil {
 			x.refusal = refuse(http.StatusForbidden, rule.HostMismatch, sniErr.Error(), "")
 			x.status = http.StatusForbidden
-			p.record(r, x)
+			p.record(x)
 		}
 		return
 	}
@@ -75,7 +74,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 	// check). Serve returns once the connection is closed or hijacked.
 	var conn2 net.Conn = tconn
 	if tconn.ConnectionState().NegotiatedProtocol != "h2" {
-		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(r, x, reason) })
+		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(r.RemoteAddr, x, reason) })
 	}
 	l := newConnListener(conn2)
 	inner := &http.Server{
@@ -106,22 +105,22 @@ var serverProtocols = func() *http.Protocols {
 // serveIntercepted handles one request inside an intercepted CONNECT. Every request is checked
 // again: the lease may have ended, and Host must name the CONNECT target.
 func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int, bearer string) {
-	x := &exchange{start: time.Now()}
+	x := newExchange(r)
 	if err := p.identify(r, x, bearer); err != nil {
-		p.deny(w, r, x, err)
+		p.deny(w, x, err)
 		return
 	}
 	x.scheme, x.host, x.port = "https", host, port
 	if r.Method == http.MethodConnect {
 		// A tunnel inside the intercepted session (HTTP/1 CONNECT, or HTTP/2's extended
 		// CONNECT) would carry bytes no request check sees.
-		p.deny(w, r, x, refuse(http.StatusBadRequest, rule.BadRequest,
+		p.deny(w, x, refuse(http.StatusBadRequest, rule.BadRequest,
 			"CONNECT inside an intercepted session is not allowed", "open a tunnel with CONNECT to the gateway itself, under a tunnel scope"))
 		return
 	}
 	h, hp, err := splitHostPort(r.Host, 443)
 	if err != nil || h != host || hp != port {
-		p.deny(w, r, x, refuse(http.StatusForbidden, rule.HostMismatch,
+		p.deny(w, x, refuse(http.StatusForbidden, rule.HostMismatch,
 			fmt.Sprintf("Host header %q does not match CONNECT target %s:%d", r.Host, host, port), ""))
 		return
 	}
@@ -134,28 +133,26 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host st
 // closes, and what the sandbox sends through it counts against the byte budget, which closes
 // the tunnel when it runs out.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
-	if c, ok := p.cfg.Audit.(audit.Checker); ok {
-		if err := c.Err(); err != nil {
-			p.deny(w, r, x, err)
-			return
-		}
+	if err := p.auditOK(); err != nil {
+		p.deny(w, x, err)
+		return
 	}
 	if err := p.guardName(x); err != nil {
-		p.deny(w, r, x, err)
+		p.deny(w, x, err)
 		return
 	}
 	if err := p.startRequest(x, -1); err != nil {
-		p.deny(w, r, x, err)
+		p.deny(w, x, err)
 		return
 	}
-	ap, err := p.dial.vet(r.Context(), x.host, x.port, p.recordLookup(r, x))
+	ap, err := p.dial.vet(r.Context(), x.host, x.port, p.recordLookup(x))
 	if err != nil {
-		p.deny(w, r, x, err)
+		p.deny(w, x, err)
 		return
 	}
 	up, err := p.cfg.Dialer.DialContext(r.Context(), "tcp", ap.String())
 	if err != nil {
-		p.deny(w, r, x, fmt.Errorf("dial %s: %w", ap, err))
+		p.deny(w, x, fmt.Errorf("dial %s: %w", ap, err))
 		return
 	}
 	x.upstream = ap.String()
@@ -165,7 +162,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	x.status, x.event = http.StatusOK, "open"
-	if err := p.record(r, x); err != nil {
+	if err := p.record(x); err != nil {
 		// Unrecorded means not opened.
 		conn.Close()
 		up.Close()
@@ -188,7 +185,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if over := x.meter.over.Load(); over != nil {
 		x.refusal = over
 	}
-	p.record(r, x)
+	p.record(x)
 }
 
 // hijack takes the client connection over and acknowledges the CONNECT. Bytes the client sent

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,9 +76,7 @@ func (f *framingConn) Read(p []byte) (int, error) {
 
 func (f *framingConn) refuse(reason string) {
 	f.err = fmt.Errorf("%w: %s", errFraming, reason)
-	body := "airlock: denied by rule " + rule.BadRequest.String() + ": " + reason + "\n"
-	fmt.Fprintf(f.Conn, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Rule: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		rule.BadRequest, len(body), body)
+	refuse(http.StatusBadRequest, rule.BadRequest, reason, "").writeRaw(f.Conn)
 	if f.onRefuse != nil {
 		f.onRefuse(reason)
 	}

@@ -81,25 +81,35 @@ func bearer(h http.Header) string {
 // the pool, the task token it presents (inherited from the CONNECT for intercepted requests). A
 // sandbox's own binding always wins, so a token can never widen a sandbox's scopes.
 func (p *Proxy) identify(r *http.Request, x *exchange, inherited string) error {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	raw := bearer(r.Header)
+	if raw == "" {
+		raw = inherited
+	}
+	return p.identifyAt(r.Context(), r.RemoteAddr, raw, x)
+}
+
+// identifyAt is identify for a client at remote ("host:port") presenting the task token raw
+// ("" for none).
+func (p *Proxy) identifyAt(ctx context.Context, remote, raw string, x *exchange) error {
+	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return refuse(http.StatusBadRequest, rule.BadRequest, "unreadable client address", "")
 	}
 	x.src = ap.Addr().Unmap()
-	b, err := p.cfg.Bindings.Lookup(r.Context(), x.src)
-	if errors.Is(err, binding.ErrUnknown) {
-		raw := bearer(r.Header)
-		if raw == "" {
-			raw = inherited
-		}
-		if raw != "" {
-			x.bearer = raw
-			b, err = p.tokens.lookup(r.Context(), raw)
-		}
+	b, err := p.cfg.Bindings.Lookup(ctx, x.src)
+	if errors.Is(err, binding.ErrUnknown) && raw != "" {
+		x.bearer = raw
+		b, err = p.tokens.lookup(ctx, raw)
 	}
 	if err != nil {
 		return err
 	}
 	x.b = b
 	return nil
+}
+
+// addrOf is the address in remote ("host:port"), or the zero address.
+func addrOf(remote string) netip.Addr {
+	ap, _ := netip.ParseAddrPort(remote)
+	return ap.Addr().Unmap()
 }

@@ -25,19 +25,16 @@ type mtlsTransport struct {
 	lease string
 }
 
-func (ts *transports) RoundTrip(r *http.Request) (*http.Response, error) {
-	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
-	if x != nil && x.sendErr != nil {
-		return nil, x.sendErr
-	}
-	if x == nil || x.entry == nil || x.entry.Inject.Kind != broker.InjectClientCert {
-		return ts.base.RoundTrip(r)
+// of returns the transport x's request goes on.
+func (ts *transports) of(x *exchange) (http.RoundTripper, error) {
+	if x.entry == nil || x.entry.Inject.Kind != broker.InjectClientCert {
+		return ts.base, nil
 	}
 	t, err := ts.forCert(x.b.Lease, x.secret)
 	if err != nil {
 		return nil, refuse(http.StatusBadGateway, rule.CredentialDown, "credential "+x.entry.Name+": "+err.Error(), "")
 	}
-	return t.RoundTrip(r)
+	return t, nil
 }
 
 func (ts *transports) forCert(lease string, s broker.Secret) (*http.Transport, error) {

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -59,26 +62,55 @@ func refusalFor(err error) *Refusal {
 	}
 }
 
-// write sends the refusal as a short plain-text body, or JSON when the client asks for it.
-func (r *Refusal) write(w http.ResponseWriter, req *http.Request) {
-	h := w.Header()
+// header sets the refusal's headers on h: the rule and the reason (clients that hide a refused
+// CONNECT's body, as curl does, still show headers with -v), never cached, and the body's type.
+func (r *Refusal) header(h http.Header, asJSON bool) {
 	h.Set("X-Airlock-Rule", r.Rule.String())
-	// Clients that hide a failed CONNECT's body (curl does) still show headers with -v.
 	h.Set("X-Airlock-Reason", strings.ToValidUTF8(strings.ReplaceAll(r.Reason, "\n", " "), "?"))
 	h.Set("Cache-Control", "no-store")
 	if r.Status == http.StatusProxyAuthRequired {
 		h.Set("Proxy-Authenticate", `Bearer realm="airlock"`)
 	}
-	if strings.Contains(req.Header.Get("Accept"), "application/json") {
+	if asJSON {
 		h.Set("Content-Type", "application/json")
-		w.WriteHeader(r.Status)
-		json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": r.Rule.String(), "message": r.Reason, "hint": r.Hint}})
-		return
+	} else {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
 	}
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(r.Status)
-	fmt.Fprintf(w, "airlock: denied by rule %s: %s\n", r.Rule, r.Reason)
+}
+
+// body is the refusal's body: a short plain text, or JSON when the client asks for it.
+func (r *Refusal) body(asJSON bool) []byte {
+	if asJSON {
+		b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": r.Rule.String(), "message": r.Reason, "hint": r.Hint}})
+		return append(b, '\n')
+	}
+	s := fmt.Sprintf("airlock: denied by rule %s: %s\n", r.Rule, r.Reason)
 	if r.Hint != "" {
-		fmt.Fprintf(w, "to allow it: %s\n", r.Hint)
+		s += fmt.Sprintf("to allow it: %s\n", r.Hint)
 	}
+	return []byte(s)
+}
+
+// write sends the refusal through w.
+func (r *Refusal) write(w http.ResponseWriter, asJSON bool) {
+	r.header(w.Header(), asJSON)
+	w.WriteHeader(r.Status)
+	w.Write(r.body(asJSON))
+}
+
+// writeRaw writes the refusal as a whole HTTP/1.1 response, for a connection net/http is not
+// serving (a request refused for its framing before it was parsed); the connection closes after.
+func (r *Refusal) writeRaw(w io.Writer) error {
+	h := http.Header{}
+	r.header(h, false)
+	b := r.body(false)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Connection", "close")
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "HTTP/1.1 %d %s\r\n", r.Status, http.StatusText(r.Status))
+	h.Write(&out)
+	out.WriteString("\r\n")
+	out.Write(b)
+	_, err := w.Write(out.Bytes())
+	return err
 }

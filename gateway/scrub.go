@@ -15,8 +15,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/airlock-dev/airlock/rule"
 )
 
 const redacted = "[redacted]"
@@ -371,4 +374,57 @@ func (c *scrubbers) of(secrets, written []string) *scrubber {
 	c.m[key] = s
 	c.mu.Unlock()
 	return s
+}
+
+// smallBody is the largest response body scrubbed in one piece; larger ones stream through the
+// scrubbing reader.
+const smallBody = 16 << 10
+
+// scrubResponse scrubs every form of an injected credential from what the upstream sends back:
+// headers (1xx ones in send, trailers in relay) and the body, whatever its type. A body in a
+// content coding the gateway cannot undo, and a switch to another protocol, cannot be scrubbed,
+// so they never carry a response to a request that had a credential.
+func (p *Proxy) scrubResponse(resp *http.Response, x *exchange) error {
+	if x.scrub == nil {
+		return nil
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return refuse(http.StatusBadGateway, rule.Unscrubbable,
+			fmt.Sprintf("the upstream switched protocols on a request that carried credential %q; an upgraded stream cannot be checked for it", x.entry.Name), "")
+	}
+	x.scrub.scrubHeaders(resp.Header)
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	if ce := resp.Header.Values("Content-Encoding"); len(ce) > 0 {
+		body, coding, ok := decoded(resp.Body, strings.Join(ce, ","))
+		if !ok {
+			return refuse(http.StatusBadGateway, rule.Unscrubbable,
+				fmt.Sprintf("upstream sent a %s-encoded body where credential %q was injected; it cannot be checked for the credential", coding, x.entry.Name),
+				"the upstream should answer with identity encoding, which the gateway asks for")
+		}
+		// Sent on decoded: the sandbox gets the scrubbed plain bytes.
+		resp.Body = body
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength <= smallBody {
+		// A small body of known length is scrubbed whole and keeps an exact Content-Length,
+		// so it still goes out in one write (no chunking, no flush per write).
+		b, err := io.ReadAll(io.LimitReader(resp.Body, smallBody+1))
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		b, _ = x.scrub.scrub(b)
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	resp.Body = x.scrub.reader(resp.Body, resp.Trailer)
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
+	return nil
 }

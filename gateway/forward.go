@@ -1,0 +1,488 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
+	"github.com/airlock-dev/airlock/scope"
+)
+
+// forward carries one request of a sandbox upstream and the answer back. It reads top to
+// bottom; each step either hands the next what it needs or refuses, and what it refuses is
+// written and recorded by one function (deny):
+//
+//	admit    the refusals that need no I/O: path form, scopes and catalog, the name guard, a
+//	         protocol switch that could not be scrubbed, the trail, the budget, the signing cap
+//	resolve  where it goes (a recorded lookup), never a private address unless pinned
+//	borrow   the credential, from the broker, only for a request that passed all of that
+//	prepare  the request to send: connection and forwarding headers dropped, the credential
+//	         applied, the path checked to be the one decided on
+//	send     one round trip on the lease's transport (1xx answers relayed, scrubbed)
+//	relay    the answer, scrubbed: headers, a protocol switch, the body, trailers
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
+	ctx := r.Context()
+	if err := p.admit(r, x); err != nil {
+		p.deny(w, x, err)
+		return
+	}
+	if err := p.resolve(ctx, x); err != nil {
+		p.deny(w, x, err)
+		return
+	}
+	if err := p.borrow(ctx, x); err != nil {
+		p.deny(w, x, err)
+		return
+	}
+	out, err := p.prepare(r, x)
+	if err != nil {
+		p.deny(w, x, err)
+		return
+	}
+	if out.Body != nil {
+		// The transport may still be reading it when the answer is in; nothing may read a
+		// request body once its handler has returned.
+		defer out.Body.Close()
+	}
+	resp, err := p.send(out, w, x)
+	if err != nil {
+		p.deny(w, x, p.upstreamFailed(x, err))
+		return
+	}
+	p.relay(w, r, resp, x)
+}
+
+// admit applies every refusal that needs no I/O.
+func (p *Proxy) admit(r *http.Request, x *exchange) error {
+	// The path is decided on exactly as it will be sent (prepare checks that it is).
+	if err := scope.CheckPath(x.path); err != nil {
+		return pathRefusal(err)
+	}
+	if err := p.decide(x, r.Method, x.path); err != nil {
+		return err
+	}
+	if err := p.guardName(x); err != nil {
+		return err
+	}
+	if x.upgrade = upgradeType(r.Header); x.upgrade != "" && x.entry != nil {
+		return refuse(http.StatusForbidden, rule.Unscrubbable,
+			fmt.Sprintf("scope %s injects credential %q, and a %s stream could not be checked for it on the way back",
+				x.scope, x.entry.Name, x.upgrade),
+			"a scope without a credential for this upgrade, or a request that does not switch protocols")
+	}
+	if err := p.auditOK(); err != nil {
+		return err
+	}
+	if err := p.startRequest(x, r.ContentLength); err != nil {
+		return err
+	}
+	return boundSignedBody(r, x)
+}
+
+// auditOK refuses while the trail would refuse the record of what is about to pass.
+func (p *Proxy) auditOK() error {
+	if c, ok := p.cfg.Audit.(interface{ Err() error }); ok {
+		return c.Err()
+	}
+	return nil
+}
+
+// decide applies the task's scopes and the credential catalog to one request, setting the
+// matching scope and the credential entry to inject. It does no I/O: forward and Explain share it.
+func (p *Proxy) decide(x *exchange, method, path string) error {
+	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port, Method: method, Path: path})
+	if !ok {
+		return p.scopeMiss(x, method, path)
+	}
+	x.scope = s
+	if s.Credential != "" {
+		e, err := p.dyn.Load().catalog.Authorize(s.Credential, x.host, x.b.Tenant)
+		if err != nil {
+			return err
+		}
+		if err := e.CheckTransport(x.scheme, x.port); err != nil {
+			return err
+		}
+		x.entry = e
+	}
+	return nil
+}
+
+func (p *Proxy) scopeMiss(x *exchange, method, path string) *Refusal {
+	dest := net.JoinHostPort(x.host, strconv.Itoa(x.port))
+	if _, err := netip.ParseAddr(x.host); err == nil {
+		return refuse(http.StatusForbidden, rule.ScopeMiss,
+			fmt.Sprintf("task %s has no scope for the IP address %s", x.b.Task, dest),
+			"IP-literal destinations need a cidr scope naming a public range")
+	}
+	what := dest
+	if method != "" {
+		what = fmt.Sprintf("%s %s%s", method, dest, path)
+	}
+	return refuse(http.StatusForbidden, rule.ScopeMiss,
+		fmt.Sprintf("task %s has no scope allowing %s", x.b.Task, what),
+		fmt.Sprintf("a task token with a scope such as {\"host\": %q, \"ports\": [%d]}", x.host, x.port))
+}
+
+// guardName refuses, before the gateway looks it up, a name under a wildcard scope that looks
+// like data leaving: the same guard, and the same counts, as the resolver's.
+func (p *Proxy) guardName(x *exchange) error {
+	apex, ok := strings.CutPrefix(x.scope.Host, "*.")
+	if !ok {
+		return nil
+	}
+	if reason := p.cfg.Guard.Check(x.b.Lease, apex, x.host, time.Now()); reason != "" {
+		return &Refusal{Status: http.StatusForbidden, Rule: rule.Tunnel, Reason: reason, Flagged: true,
+			Hint: "names under a wildcard scope must not carry data; name the host in a scope of its own"}
+	}
+	return nil
+}
+
+// upgradeType is the protocol a request asks to switch to; "" when it asks for none.
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+// pathRefusal is the refusal of a request path that scope.CheckPath refused.
+func pathRefusal(err error) *Refusal {
+	return refuse(http.StatusBadRequest, rule.AmbiguousPath, err.Error(),
+		"send the path in plain form: no dot segments, //, backslashes or percent-encoded / . \\")
+}
+
+// boundSignedBody enforces the signing cap of a SigV4 credential that hashes the payload: a body
+// over it is refused before anything is sent, and a body under it is read here so that signing
+// hashes memory, not the network.
+func boundSignedBody(r *http.Request, x *exchange) error {
+	if x.entry == nil || x.entry.Inject.Kind != broker.InjectSigV4 || x.entry.Inject.UnsignedPayload {
+		return nil
+	}
+	limit := x.entry.Inject.MaxBody
+	tooLarge := refuse(http.StatusRequestEntityTooLarge, rule.BodyTooLarge,
+		fmt.Sprintf("credential %q signs the request body, and bodies over %d bytes are not signed", x.entry.Name, limit),
+		"send less, or have the operator sign with UNSIGNED-PAYLOAD where the service accepts it")
+	if r.ContentLength > limit {
+		return tooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return refuse(http.StatusBadRequest, rule.BadRequest, "reading the request body: "+err.Error(), "")
+	}
+	if int64(len(b)) > limit {
+		return tooLarge
+	}
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader(string(b))), int64(len(b))
+	return nil
+}
+
+// resolve vets where the request goes before anything is borrowed for it: a name that resolves
+// only to private addresses never costs a credential. The lookup is recorded, and kept for the
+// transport's dial, which uses the address vetted here.
+func (p *Proxy) resolve(ctx context.Context, x *exchange) error {
+	_, err := p.dial.vet(ctx, x.host, x.port, p.recordLookup(x))
+	return err
+}
+
+// borrow asks the broker for the credential the scope names, if any.
+func (p *Proxy) borrow(ctx context.Context, x *exchange) error {
+	if x.entry == nil {
+		return nil
+	}
+	var err error
+	x.secret, err = p.cfg.Broker.Get(ctx, broker.Lease{ID: x.b.Lease, Expires: x.b.Expires}, x.entry)
+	return err
+}
+
+// hopHeaders belong to one connection, not to the request (RFC 9110 7.6.1); with the proxy's own
+// and the forwarding headers a client could forge, they never go upstream.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// removeHopHeaders removes the hop-by-hop headers from h, those Connection names included.
+func removeHopHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// prepare builds the request that goes upstream from r: to the decided destination, with the
+// connection's own and the forwarding headers dropped, unparsable query parameters removed, the
+// credential applied (after every other header is final, since SigV4 signs them), and the path
+// exactly the one decided on.
+func (p *Proxy) prepare(r *http.Request, x *exchange) (*http.Request, error) {
+	out := r.Clone(r.Context())
+	out.RequestURI, out.Close = "", false
+	if r.ContentLength == 0 {
+		out.Body = nil // no body to send: the transport may then retry a request on a stale connection
+	} else if r.Body != nil && r.Body != http.NoBody {
+		out.Body = &meteredBody{ReadCloser: r.Body, m: x.meter}
+	}
+	removeHopHeaders(out.Header)
+	if x.upgrade != "" {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", x.upgrade)
+	}
+	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
+		out.Header.Set("Te", "trailers") // the client takes trailers; say so
+	}
+	for _, k := range forwardingHeaders {
+		out.Header.Del(k)
+	}
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header.Set("User-Agent", "") // none, rather than the Go client's own
+	}
+	out.URL.RawQuery = cleanQuery(out.URL.RawQuery)
+	out.URL.Scheme = x.scheme
+	out.URL.Host = net.JoinHostPort(x.host, strconv.Itoa(x.port))
+	out.Host = x.host
+	if !(x.scheme == "https" && x.port == 443) && !(x.scheme == "http" && x.port == 80) {
+		out.Host = out.URL.Host
+	}
+	if got := out.URL.EscapedPath(); got != x.path {
+		return nil, refuse(http.StatusInternalServerError, rule.AmbiguousPath,
+			fmt.Sprintf("the path to send (%q) is not the path decided on (%q)", got, x.path), "")
+	}
+	if x.entry != nil {
+		// Scrubbing needs plain bytes back; set before signing, which covers the headers.
+		out.Header.Set("Accept-Encoding", "identity")
+		injected, err := x.entry.Apply(out, x.secret)
+		if err != nil {
+			return nil, refuse(http.StatusBadGateway, rule.CredentialDown, err.Error(), "")
+		}
+		x.scrub = p.scrubbers.of(x.secret.Values(), injected)
+	}
+	return out, nil
+}
+
+// cleanQuery drops the query parameters that do not parse (a ';' separator, a broken escape),
+// which upstreams would each read their own way; a query without them is sent as it came.
+func cleanQuery(q string) string {
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			v, _ := url.ParseQuery(q)
+			return v.Encode()
+		case '%':
+			if i+2 >= len(q) || !isHexDigit(q[i+1]) || !isHexDigit(q[i+2]) {
+				v, _ := url.ParseQuery(q)
+				return v.Encode()
+			}
+			i += 2
+		}
+	}
+	return q
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// send makes the round trip on x's transport. Informational answers (103 Early Hints and the
+// like) go on to the sandbox as they arrive, scrubbed.
+func (p *Proxy) send(out *http.Request, w http.ResponseWriter, x *exchange) (*http.Response, error) {
+	t, err := p.transports.of(x)
+	if err != nil {
+		return nil, err
+	}
+	trace := &httptrace.ClientTrace{
+		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
+		Got1xxResponse: func(code int, header textproto.MIMEHeader) error {
+			h := w.Header()
+			for k, vs := range header {
+				h[k] = append(h[k], vs...)
+			}
+			if x.scrub != nil {
+				x.scrub.scrubHeaders(h)
+			}
+			w.WriteHeader(code)
+			clear(h) // a 1xx's headers are not the final answer's
+			return nil
+		},
+	}
+	return t.RoundTrip(out.WithContext(httptrace.WithClientTrace(out.Context(), trace)))
+}
+
+// upstreamFailed is the refusal for a round trip that failed: the budget's when the body went
+// over it, the error's own when it is one, else the upstream's failure, named.
+func (p *Proxy) upstreamFailed(x *exchange, err error) *Refusal {
+	if over := x.meter.over.Load(); over != nil {
+		return over
+	}
+	ref := refusalFor(err)
+	if ref.Rule == rule.UpstreamFailed {
+		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
+	}
+	return ref
+}
+
+// relay sends the upstream's answer to the sandbox and records the exchange.
+func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, resp *http.Response, x *exchange) {
+	if err := p.scrubResponse(resp, x); err != nil {
+		resp.Body.Close()
+		p.deny(w, x, err)
+		return
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		p.switchProtocols(w, r, resp, x)
+		return
+	}
+	defer resp.Body.Close()
+	removeHopHeaders(resp.Header)
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = append(h[k], vs...)
+	}
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		h.Add("Trailer", strings.Join(keys, ", "))
+	}
+	w.WriteHeader(resp.StatusCode)
+	x.status = resp.StatusCode
+	if announced > 0 {
+		// Chunked from here, so net/http does not give a short body a Content-Length (and
+		// drop the trailers).
+		http.NewResponseController(w).Flush()
+	}
+	n, err := copyBody(w, resp.Body, flushesEachWrite(resp))
+	x.down = n
+	// Trailers arrive with the end of the body; they go out when the handler returns.
+	if len(resp.Trailer) == announced {
+		for k, vs := range resp.Trailer {
+			h[k] = vs
+		}
+	} else {
+		for k, vs := range resp.Trailer {
+			h[http.TrailerPrefix+k] = vs
+		}
+	}
+	if x.scrub != nil {
+		x.scrub.scrubHeaders(h)
+	}
+	x.up = x.meter.n.Load()
+	p.record(x)
+	if err != nil {
+		// The answer was cut short: the sandbox must see it cut, not complete.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// flushesEachWrite reports whether the answer streams (unknown length, or an event stream): then
+// each write goes out at once; otherwise net/http buffers as it likes.
+func flushesEachWrite(resp *http.Response) bool {
+	if resp.ContentLength == -1 {
+		return true
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// copyBody copies an answer's body to w through a pooled buffer, flushing each write when asked;
+// it returns the bytes written and the first read or write error.
+func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int64, error) {
+	buf := copyBuffers.Get()
+	defer copyBuffers.Put(buf)
+	rc := http.NewResponseController(w)
+	var n int64
+	for {
+		k, rerr := body.Read(buf)
+		if k > 0 {
+			m, werr := w.Write(buf[:k])
+			n += int64(m)
+			if werr != nil {
+				return n, werr
+			}
+			if flush {
+				if err := rc.Flush(); err != nil {
+					return n, err
+				}
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// switchProtocols completes an upgrade the upstream accepted (101): the sandbox's connection is
+// taken over (the framing check ends only here), the 101 goes to it, and bytes flow both ways
+// until either side closes, what the sandbox sends counted against its budget.
+func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, resp *http.Response, x *exchange) {
+	fail := func(reason string) {
+		resp.Body.Close()
+		p.deny(w, x, refuse(http.StatusBadGateway, rule.UpstreamFailed, reason, ""))
+	}
+	if got := upgradeType(resp.Header); !strings.EqualFold(got, x.upgrade) {
+		fail(fmt.Sprintf("upstream switched to %q when %q was asked for", got, x.upgrade))
+		return
+	}
+	backend, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		fail("upstream's switched connection cannot be written to")
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		fail("the sandbox's connection cannot be taken over: " + err.Error())
+		return
+	}
+	hijacked(conn)
+	defer conn.Close()
+	defer backend.Close()
+	resp.Body = nil // Write sends the head only
+	if err := resp.Write(brw); err != nil || brw.Flush() != nil {
+		return
+	}
+	x.status = resp.StatusCode
+	var client net.Conn = conn
+	if brw.Reader.Buffered() > 0 {
+		client = &bufferedConn{Conn: conn, r: brw.Reader}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		x.down, _ = io.Copy(conn, backend)
+		conn.Close()
+	}()
+	io.Copy(backend, &meteredConn{Conn: client, m: x.meter})
+	backend.Close()
+	wg.Wait()
+	x.up = x.meter.n.Load()
+	if over := x.meter.over.Load(); over != nil {
+		x.refusal = over
+	}
+	p.record(x)
+}

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/rule"
+)
+
+// deny is the one way a refusal leaves the gateway: it is written to the sandbox (its reason
+// through the exchange's redaction) and recorded.
+func (p *Proxy) deny(w http.ResponseWriter, x *exchange, err error) {
+	ref := refusalFor(err)
+	ref.Reason = x.redact(ref.Reason)
+	x.refusal, x.status = ref, ref.Status
+	ref.write(w, x.json)
+	p.record(x)
+}
+
+// redact is the one redaction step for everything the exchange says about itself (refusals sent
+// to the sandbox, audit reasons, log lines): every form of a credential it carried is replaced.
+func (x *exchange) redact(text string) string {
+	switch {
+	case x.scrub != nil:
+		return x.scrub.scrubString(text)
+	case x.secret != nil:
+		return broker.Redact(text, x.secret.Values()...)
+	}
+	return text
+}
+
+// record writes the exchange's audit record; an error means the trail did not take it.
+func (p *Proxy) record(x *exchange) error {
+	rec := audit.Record{
+		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
+		Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
+		Method: x.method, Host: x.host, Port: x.port, Path: x.path,
+		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream, Event: x.event,
+		DurationMS: float64(time.Since(x.start).Microseconds()) / 1000,
+	}
+	if x.entry != nil {
+		rec.Credential = x.entry.Name
+	}
+	if x.refusal != nil {
+		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.Reason, x.refusal.Flagged
+	} else {
+		rec.Decision, rec.Rule, rec.Reason = audit.Allow, rule.Scope, "scope "+x.scope.String()
+	}
+	rec.Reason = x.redact(rec.Reason)
+	if x.event != "close" { // a tunnel's decision is counted once, when it opens
+		p.metrics.observe(&rec, time.Since(x.start))
+	}
+	err := p.cfg.Audit.Write(context.Background(), rec)
+	if err != nil {
+		p.log.Error("audit write failed", "err", x.redact(err.Error()), "lease", x.b.Lease)
+	}
+	return err
+}
+
+// recordLookup records each name lookup the gateway makes for x, as the resolver records the
+// sandbox's own: a lookup that cannot be recorded refuses the request.
+func (p *Proxy) recordLookup(x *exchange) func(lookup) error {
+	return func(l lookup) error {
+		rec := audit.Record{Time: time.Now().Add(-l.took), Kind: audit.KindDNS, Event: "gateway-lookup", Node: p.cfg.Node,
+			Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
+			QName: l.host, QType: "A+AAAA", Answers: len(l.addrs), Decision: audit.Allow, Rule: rule.Scope,
+			Reason:     "looked up by the gateway for " + x.scope.String(),
+			DurationMS: float64(l.took.Microseconds()) / 1000}
+		if l.err != nil {
+			rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule.UpstreamFailed, l.err.Error()
+		} else if !slices.ContainsFunc(l.addrs, func(a netip.Addr) bool { return p.dial.allowed(a.Unmap()) }) {
+			rec.Decision, rec.Rule, rec.Reason = audit.Deny, rule.PrivateAddress, fmt.Sprintf("resolved only to non-public addresses %v", l.addrs)
+		}
+		return p.cfg.Audit.Write(context.Background(), rec)
+	}
+}
+
+// recordFraming records a request refused for its framing (the framing check wrote the refusal
+// itself): from remote, or inside the intercepted session that conn, when set, belongs to.
+func (p *Proxy) recordFraming(remote string, conn *exchange, reason string) {
+	x := &exchange{start: time.Now()}
+	if conn != nil {
+		x.src, x.b, x.bearer, x.host, x.port, x.scheme = conn.src, conn.b, conn.bearer, conn.host, conn.port, conn.scheme
+	} else if err := p.identifyAt(context.Background(), remote, "", x); err != nil {
+		x.src = addrOf(remote)
+	}
+	x.refusal = refuse(http.StatusBadRequest, rule.BadRequest, reason, "")
+	x.status = http.StatusBadRequest
+	p.record(x)
+}
