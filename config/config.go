@@ -41,6 +41,8 @@ type Config struct {
 	Pool      Pool            `yaml:"pool"`
 	Creds     []broker.Entry  `yaml:"credentials"`
 	Templates []pool.Template `yaml:"templates"`
+	// Loaded is what the files named above hold; Load fills it (see Loaded).
+	Loaded Loaded `yaml:"-"`
 }
 
 // API is the pool API listener.
@@ -253,13 +255,17 @@ func DefaultTemplate() pool.Template {
 	}
 }
 
-// Load reads path over Default and validates the result; an empty path means DevDefaults.
+// Load reads path over Default, validates the result, and reads the files it names into
+// Loaded; an empty path means DevDefaults.
 // Templates and credentials given in the file replace the default lists whole; each template
 // starts from DefaultTemplate.
 func Load(path string) (Config, error) {
 	if path == "" {
 		c := DevDefaults()
-		return c, c.Validate()
+		if err := c.Validate(); err != nil {
+			return c, err
+		}
+		return c, c.load()
 	}
 	c := Default()
 	b, err := os.ReadFile(path)
@@ -287,6 +293,9 @@ func Load(path string) (Config, error) {
 		c.Templates[i] = t
 	}
 	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := c.load(); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil

@@ -1,10 +1,19 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -69,11 +78,71 @@ func TestLoadNamesTheField(t *testing.T) {
 
 // The API listens beyond loopback once it serves TLS.
 func TestAPIBeyondLoopbackWithTLS(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(path, []byte("api:\n  listen: 0.0.0.0:7070\n  tls: {cert_file: /c.pem, key_file: /k.pem}\n  advertise: https://n2.internal:7070\n"), 0o600)
-	if _, err := Load(path); err != nil {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("api:\n  listen: 0.0.0.0:7070\n  tls: {cert_file: "+cert+", key_file: "+key+"}\n  advertise: https://n2.internal:7070\n"), 0o600)
+	c, err := Load(path)
+	if err != nil {
 		t.Fatalf("API beyond loopback with TLS: %v", err)
 	}
+	if c.Loaded.APICertificate == nil {
+		t.Fatal("the API certificate was not read")
+	}
+}
+
+// Load reads every file the configuration names, and a file that cannot be read or parsed stops
+// it with the field's name.
+func TestLoadReadsNamedFiles(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("0123456789abcdef0123\n"), 0o600)
+	resolv := filepath.Join(dir, "resolv.conf")
+	os.WriteFile(resolv, []byte("# comment\nnameserver 192.0.2.53\nsearch x\n"), 0o644)
+	old := HostResolvConf
+	HostResolvConf = resolv
+	defer func() { HostResolvConf = old }()
+	good := fmt.Sprintf("api:\n  node_secret_file: %s\n  peer_ca_file: %s\ngateway:\n  upstream_ca_files: [%s]\nresolver:\n  upstreams: []\n", secret, cert, cert)
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte(good), 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(c.Loaded.NodeSecret) != "0123456789abcdef0123" || len(c.Loaded.PeerCAs) != 1 || len(c.Loaded.UpstreamCAs) != 1 ||
+		len(c.Loaded.Resolvers) != 1 || c.Loaded.Resolvers[0] != "192.0.2.53:53" {
+		t.Fatalf("loaded %+v", c.Loaded)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"api:\n  node_secret_file: /nonexistent\n", "api.node_secret_file"},
+		{"api:\n  peer_ca_file: " + key + "\n", "api.peer_ca_file"},
+		{"gateway:\n  upstream_ca_files: [/nonexistent]\n", "gateway.upstream_ca_files[0]"},
+		{"tokens:\n  issuers:\n    - {name: i, keys: {k1: " + cert + "}, tenants: [a]}\n", "tokens.issuers[0].keys.k1"},
+		{"vault:\n  token_file: /nonexistent\n", "vault.token_file"},
+	} {
+		os.WriteFile(path, []byte(tt.yaml), 0o600)
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Load(%q) = %v, want an error naming %s", tt.yaml, err, tt.want)
+		}
+	}
+}
+
+// writeCert writes a self-signed certificate and its key.
+func writeCert(t *testing.T, dir string) (cert, key string) {
+	t.Helper()
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "t"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalPKCS8PrivateKey(k)
+	cert, key = filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600)
+	return cert, key
 }
 
 func TestLoadTemplateStartsFromDefaults(t *testing.T) {

@@ -201,6 +201,22 @@ type Runtime interface {
 	List(ctx context.Context) ([]Sandbox, error)
 }
 
+// Backend is where a node's sandboxes run: a Runtime, and what that runtime needs around it on
+// the node (for Docker, the sandbox network and the host firewall). The node knows backends only
+// through this seam: a second runtime or a Kubernetes backend is another implementation.
+type Backend interface {
+	Runtime
+	// Setup makes the backend ready for this node's sandboxes. Unless the node keeps its
+	// sandboxes across restarts, what an earlier run left is destroyed first.
+	Setup(ctx context.Context) error
+	// HostAddr is the address at which this node's sandboxes reach its gateway and resolver:
+	// they listen there.
+	HostAddr() netip.Addr
+	// Teardown removes what Setup made, unless the node keeps its sandboxes, whose
+	// confinement then stays in place while the node is down.
+	Teardown(ctx context.Context) error
+}
+
 // Store shares pool state. Implementations must make Claim atomic: two callers never get the
 // same sandbox.
 type Store interface {

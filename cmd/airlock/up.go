@@ -2,23 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/devstack"
-	"github.com/airlock-dev/airlock/gateway/ca"
 	"github.com/airlock-dev/airlock/node"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/token"
 )
 
 func cmdUp(args []string) int {
@@ -62,85 +57,18 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 	os.Remove(filepath.Join(cfg.StateDir, "client.json"))
 	defer os.Remove(filepath.Join(cfg.StateDir, "client.json"))
 
-	// The dev services outlive the signal: the node still needs Redis and Vault while it cleans
-	// up after Ctrl-C, and the deferred Stops end them once it has. (They also die with this
-	// process if it is killed.)
-	svcCtx := context.WithoutCancel(ctx)
-	deps := node.Deps{RedisURL: firstOf(os.Getenv("REDIS_URL"), cfg.Redis.URL)}
-	if deps.RedisURL == "" {
-		r, err := devstack.StartRedis(svcCtx, filepath.Join(cfg.StateDir, "redis"))
-		if err != nil {
-			return err
-		}
-		defer r.Stop()
-		deps.RedisURL = r.URL
+	stack, err := devstack.Start(ctx, &cfg, os.Getenv)
+	if err != nil {
+		return err
 	}
-
-	deps.VaultAddr = firstOf(os.Getenv("VAULT_ADDR"), cfg.Vault.Address)
-	var demoSecret string
-	if deps.VaultAddr == "" {
-		bin, err := devstack.FindVault(cfg.Vault.Binary)
-		if err != nil {
-			return err
-		}
-		v, err := devstack.StartVault(svcCtx, bin, filepath.Join(cfg.StateDir, "vault"))
-		if err != nil {
-			return err
-		}
-		defer v.Stop()
-		demoSecret = devstack.RandomSecret("demo-")
-		if err := v.SeedKV(ctx, "airlock/demo", map[string]any{"token": demoSecret}); err != nil {
-			return fmt.Errorf("seeding the dev vault: %w", err)
-		}
-		if err := v.SeedTaskRole(ctx); err != nil {
-			return fmt.Errorf("seeding the dev vault: %w", err)
-		}
-		deps.VaultAddr, deps.VaultToken = v.Addr, v.Token
-	} else {
-		deps.VaultToken = os.Getenv("VAULT_TOKEN")
-		if deps.VaultToken == "" && cfg.Vault.TokenFile != "" {
-			b, err := os.ReadFile(cfg.Vault.TokenFile)
-			if err != nil {
-				return fmt.Errorf("vault.token_file: %w", err)
-			}
-			deps.VaultToken = strings.TrimSpace(string(b))
-		}
-		if m := cfg.Vault.Auth.Method; deps.VaultToken == "" && (m == "" || m == "token") {
-			return errors.New("vault: VAULT_ADDR is set but no token (VAULT_TOKEN, vault.token_file, or vault.auth approle)")
-		}
-	}
-
-	if cfg.Dev.Issuer {
-		iss, err := token.NewDevIssuer("airlock-dev", cfg.Deployment)
-		if err != nil {
-			return err
-		}
-		deps.DevIssuer = iss
-	}
-	apiKey := devstack.RandomSecret("ak-")
-	deps.APIKeys = map[string]string{api.HashKey(apiKey): "dev"}
-
-	if cfg.Dev.DemoUpstream != "" && demoSecret != "" {
-		authority, err := ca.LoadOrCreate(cfg.StateDir, cfg.Deployment+" sandbox CA")
-		if err != nil {
-			return err
-		}
-		leaf, err := authority.Leaf(config.DemoHost)
-		if err != nil {
-			return err
-		}
-		demo, err := devstack.StartDemo(ctx, cfg.Dev.DemoUpstream, leaf, func() string { return demoSecret })
-		if err != nil {
-			return err
-		}
-		cfg.Gateway.PrivateUpstreams = append(cfg.Gateway.PrivateUpstreams,
-			config.PrivateUpstream{Host: config.DemoHost, Port: 443, Address: demo.Addr})
-	}
+	defer stack.Stop()
+	deps := node.Deps{RedisURL: stack.RedisURL, VaultAddr: stack.VaultAddr, VaultToken: stack.VaultToken,
+		APIKeys: stack.APIKeys, Issuers: stack.Issuers, Minter: stack.Minter}
 	deps.Reloads = watchReloads(ctx, cfgPath, cfg, log)
 
 	return node.Run(ctx, cfg, deps, log, func(r node.Ready) {
-		err := node.WriteClientFile(cfg.StateDir, node.ClientFile{Addr: r.API, Token: apiKey, Ready: r,
-			VaultAddr: deps.VaultAddr, VaultToken: devOnly(deps.VaultToken, demoSecret != "")})
+		err := node.WriteClientFile(cfg.StateDir, node.ClientFile{Addr: r.API, Token: stack.APIKey, Ready: r,
+			VaultAddr: deps.VaultAddr, VaultToken: devOnly(deps.VaultToken, stack.DevVault)})
 		if err != nil {
 			log.Error("writing client file", "err", err)
 		}
@@ -195,15 +123,6 @@ func devIssuerNote(on bool) string {
 func devOnly(tok string, dev bool) string {
 	if dev {
 		return tok
-	}
-	return ""
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
 	}
 	return ""
 }

@@ -1,0 +1,405 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/exfil"
+	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/gateway/broker"
+	vaultbroker "github.com/airlock-dev/airlock/gateway/broker/vault"
+	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/docker"
+	"github.com/airlock-dev/airlock/pool/redisstore"
+	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
+)
+
+// Each part below is one step of Run: it builds one thing from the ones before and returns it,
+// with what undoes it where there is something to undo.
+
+// openState makes the state dir and loads (or makes) the deployment CA in it.
+func openState(cfg config.Config) (*ca.Authority, error) {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	return ca.LoadOrCreate(cfg.StateDir, cfg.Deployment+" sandbox CA")
+}
+
+// openStore connects to Redis, under the deployment's key prefix.
+func openStore(ctx context.Context, url, deployment string) (*redisstore.Store, func(), error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis url: %w", err)
+	}
+	rdb := redis.NewClient(opts)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", url, err)
+	}
+	return redisstore.New(rdb, deployment+":"), func() { rdb.Close() }, nil
+}
+
+// openAudit opens the audit trail (audit.path, else audit.jsonl in the state dir).
+func openAudit(cfg config.Config) (*audit.FileSink, string, func(), error) {
+	path := cfg.Audit.Path
+	if path == "" {
+		path = filepath.Join(cfg.StateDir, "audit.jsonl")
+	}
+	sink, err := audit.OpenFile(audit.FileConfig{Path: path, FlushEvery: cfg.Audit.FlushEvery})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return sink, path, func() { sink.Close() }, nil
+}
+
+// startBindings starts the cache of this node's lease bindings that the gateway and the
+// resolver ask.
+func startBindings(ctx context.Context, cfg config.Config, store *redisstore.Store) (*binding.Cache, func()) {
+	cache := binding.NewCache(cfg.Node, store, cfg.Redis.Grace)
+	cctx, stop := context.WithCancel(ctx)
+	go cache.Run(cctx)
+	return cache, stop
+}
+
+// startBackend sets up where the sandboxes run. Docker is the one backend today; another is
+// chosen here and nowhere else.
+func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authority, log *slog.Logger) (pool.Backend, func(), error) {
+	b, err := docker.NewBackend(docker.BackendConfig{
+		Node: cfg.Node, Network: cfg.Network.Name, Bridge: cfg.Network.Bridge, Subnet: cfg.Subnet(),
+		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port,
+		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.Setup(ctx); err != nil {
+		return nil, nil, err
+	}
+	return b, func() {
+		if err := b.Teardown(context.WithoutCancel(ctx)); err != nil {
+			log.Error("tearing down the sandbox backend", "err", err)
+		}
+	}, nil
+}
+
+// credentials are the catalog and the broker that serves it.
+type credentials struct {
+	catalog broker.Catalog
+	vault   *vaultbroker.Broker
+}
+
+// startCredentials logs in to Vault, keeps the login renewed until ctx ends, and reports (by
+// name, without stopping) every catalog entry Vault cannot serve: requests needing it get 503,
+// everything else works.
+func startCredentials(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger) (credentials, error) {
+	catalog, err := broker.NewCatalog(cfg.Creds)
+	if err != nil {
+		return credentials{}, err
+	}
+	va := cfg.Vault.Auth
+	vb, err := vaultbroker.New(vaultbroker.Config{Address: deps.VaultAddr, Token: deps.VaultToken, Auth: vaultbroker.Auth{
+		Method: va.Method, RoleIDFile: va.RoleIDFile, SecretIDFile: va.SecretIDFile, SecretIDWrapped: va.SecretIDWrapped, Mount: va.Mount,
+		Role: va.Role, JWTFile: va.JWTFile}})
+	if err != nil {
+		return credentials{}, err
+	}
+	if err := vb.Login(ctx); err != nil {
+		return credentials{}, err
+	}
+	go vb.Run(ctx, log)
+	for name, err := range vb.CheckCatalog(ctx, catalog) {
+		log.Error("credential cannot be served", "credential", name, "err", err)
+	}
+	return credentials{catalog: catalog, vault: vb}, nil
+}
+
+// newVerifier trusts the configured issuers and the ones deps adds.
+func newVerifier(cfg config.Config, deps Deps) *token.Verifier {
+	v := &token.Verifier{Audience: cfg.Deployment, Issuers: cfg.Issuers()}
+	for name, iss := range deps.Issuers {
+		v.Issuers[name] = iss
+	}
+	return v
+}
+
+// newGuard is the one exfiltration guard of the node: the resolver and the gateway share it, so
+// a name counts once whichever of them is asked to look it up.
+func newGuard(cfg config.Config) *exfil.Guard {
+	t := cfg.Resolver.Tunnel
+	return exfil.New(exfil.Limits{MaxLabel: t.MaxLabel, MaxName: t.MaxName, EntropyBits: t.EntropyBits,
+		MaxDistinct: t.MaxDistinct, Window: t.Window})
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// newPool builds the pool manager; it runs in runPool. catalog returns the catalog in force,
+// which lease-time checks apply.
+func newPool(cfg config.Config, backend pool.Backend, store *redisstore.Store, cache *binding.Cache, sink audit.Sink,
+	creds credentials, verifier *token.Verifier, catalog func() broker.Catalog, apiURL string, log *slog.Logger) (*pool.Manager, error) {
+	return pool.New(pool.Config{
+		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cache, Audit: sink,
+		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(catalog(), t) },
+		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: cfg.Pool.KeepOnStop, Revoke: creds.vault.Release, Logger: log,
+		API: apiURL,
+	})
+}
+
+// checkCredentials refuses a task whose scopes name a credential the catalog would not send to
+// that scope's host for that tenant.
+func checkCredentials(c broker.Catalog, t token.Task) error {
+	for _, s := range t.Scopes {
+		if s.Credential == "" {
+			continue
+		}
+		if s.Host == "" {
+			return fmt.Errorf("scope %s names credential %q, but credentials go to names, not address ranges", s, s.Credential)
+		}
+		if _, err := c.Authorize(s.Credential, s.Host, t.Tenant); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatewayPart is the running gateway.
+type gatewayPart struct {
+	proxy *gateway.Proxy
+	addr  string
+	close func()
+}
+
+// startGateway serves the gateway on the backend's host address.
+func startGateway(cfg config.Config, backend pool.Backend, authority *ca.Authority, cache *binding.Cache, sink audit.Sink,
+	creds credentials, verifier *token.Verifier, mgr *pool.Manager, guard *exfil.Guard, reg prometheus.Registerer, log *slog.Logger) (*gatewayPart, error) {
+	pins, err := privateUpstreams(cfg.Gateway.PrivateUpstreams)
+	if err != nil {
+		return nil, err
+	}
+	proxy := gateway.New(gateway.Config{
+		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: creds.catalog, Broker: creds.vault, Audit: sink,
+		PrivateUpstreams: pins, UpstreamRoots: roots(authority, cfg.Loaded.UpstreamCAs), Logger: log,
+		Admit: mgr.AdmitBearer, Verify: verifier.Verify, Budget: cfg.Gateway.Budget, Guard: guard,
+	})
+	addr := net.JoinHostPort(backend.HostAddr().String(), strconv.Itoa(cfg.Gateway.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	gateway.NewMetrics(reg, proxy, authority)
+	go proxy.Serve(ln)
+	return &gatewayPart{proxy: proxy, addr: addr, close: func() { proxy.Close() }}, nil
+}
+
+// resolverPart is the running resolver.
+type resolverPart struct {
+	resolver *dnsfilter.Resolver
+	addr     string
+	close    func()
+}
+
+// startResolver serves the filtering resolver on the backend's host address, once it listens.
+func startResolver(ctx context.Context, cfg config.Config, backend pool.Backend, cache *binding.Cache, sink audit.Sink,
+	guard *exfil.Guard, reg prometheus.Registerer, log *slog.Logger) (*resolverPart, error) {
+	dnsPins := pinnedNames(cfg.Gateway.PrivateUpstreams)
+	rc := cfg.Resolver
+	r := dnsfilter.New(dnsfilter.Config{
+		Node: cfg.Node, Bindings: cache, Audit: sink, Pins: dnsPins, Upstreams: cfg.Loaded.Resolvers, Logger: log,
+		NXDomain: rc.NXDomain, CacheMaxTTL: rc.CacheMaxTTL, CacheNegTTL: rc.CacheNegTTL,
+		RateQPS: rc.RateQPS, RateBurst: rc.RateBurst, Guard: guard,
+	})
+	dnsfilter.NewMetrics(reg, r)
+	addr := net.JoinHostPort(backend.HostAddr().String(), strconv.Itoa(cfg.Resolver.Port))
+	ready, errc := make(chan struct{}), make(chan error, 1)
+	dctx, stop := context.WithCancel(ctx)
+	go func() { errc <- r.Serve(dctx, addr, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-errc:
+		stop()
+		return nil, err
+	}
+	return &resolverPart{resolver: r, addr: addr, close: func() { stop(); <-errc }}, nil
+}
+
+// runPool runs the pool until stop, which waits for it to end (destroying the node's sandboxes
+// unless they are kept); errc reports a pool that stopped by itself.
+func runPool(ctx context.Context, mgr *pool.Manager, reg prometheus.Registerer) (errc <-chan error, stop func()) {
+	pool.NewMetrics(reg, mgr)
+	out, done := make(chan error, 1), make(chan struct{})
+	pctx, cancel := context.WithCancel(ctx)
+	go func() {
+		err := mgr.Run(pctx)
+		if err != nil {
+			out <- err
+		}
+		close(done)
+	}()
+	return out, func() { cancel(); <-done }
+}
+
+// startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
+func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener, mgr *pool.Manager, store *redisstore.Store,
+	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, auditPath string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	nodeAuth, peers, err := nodeTrust(ctx, cfg, store, authority)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
+		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush,
+		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return func() { srv.Close() }, nil
+}
+
+// followReloads applies each configuration deps delivers: the credential catalog, the private
+// upstreams and the budget change while connections stay open.
+func followReloads(reloads <-chan config.Config, gw *gatewayPart, res *resolverPart, log *slog.Logger) {
+	for nc := range reloads {
+		catalog, err := broker.NewCatalog(nc.Creds)
+		if err == nil {
+			var pins map[string]netip.AddrPort
+			if pins, err = privateUpstreams(nc.Gateway.PrivateUpstreams); err == nil {
+				gw.proxy.Reload(catalog, pins, nc.Gateway.Budget)
+				res.resolver.SetPins(pinnedNames(nc.Gateway.PrivateUpstreams))
+				log.Info("config reloaded: credentials, private upstreams and budget")
+				continue
+			}
+		}
+		log.Error("config reload refused; keeping the running configuration", "err", err)
+	}
+}
+
+// listenAPI opens the API's listener (TLS when api.tls is set) and returns the URL other nodes
+// and clients reach it at.
+func listenAPI(cfg config.Config) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("api: %w", err)
+	}
+	scheme := "http"
+	if c := cfg.Loaded.APICertificate; c != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*c}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"}})
+		scheme = "https"
+	}
+	u := cfg.API.Advertise
+	if u == "" {
+		u = scheme + "://" + ln.Addr().String()
+	}
+	return ln, u, nil
+}
+
+// nodeTrust returns what the node signs forwarded calls with and checks other nodes' with (the
+// deployment's node secret: from api.node_secret_file, or shared through Redis), and the
+// transport it forwards over, which trusts the system roots, api.peer_ca_file and the
+// deployment CA.
+func nodeTrust(ctx context.Context, cfg config.Config, store *redisstore.Store, authority *ca.Authority) (*api.NodeAuth, http.RoundTripper, error) {
+	secret := cfg.Loaded.NodeSecret
+	if secret == nil {
+		var err error
+		if secret, err = store.NodeSecret(ctx); err != nil {
+			return nil, nil, fmt.Errorf("node secret: %w", err)
+		}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: roots(authority, cfg.Loaded.PeerCAs), MinVersion: tls.VersionTLS12}
+	// HTTP/1.1 between nodes: an HTTP/2 answer may come with a Content-Length where a download
+	// declares a trailer (its checksum), which an HTTP/1.1 client of the forwarding node would
+	// then never get.
+	t.ForceAttemptHTTP2 = false
+	return &api.NodeAuth{Node: cfg.Node, Secret: secret}, t, nil
+}
+
+// roots is the system's roots, the deployment CA (the dev demo upstream's certificate comes from
+// it) and extra.
+func roots(authority *ca.Authority, extra []*x509.Certificate) *x509.CertPool {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	pool.AddCert(authority.Cert)
+	for _, c := range extra {
+		pool.AddCert(c)
+	}
+	return pool
+}
+
+func apiHost(listen string) string {
+	h, _, _ := net.SplitHostPort(listen)
+	return h
+}
+
+// apiKeys merges the configured keys with the ones deps brings (the dev key).
+func apiKeys(cfg config.Config, deps Deps) map[string]string {
+	keys := map[string]string{}
+	for _, k := range cfg.API.Keys {
+		keys[strings.ToLower(k.SHA256)] = k.Tenant
+	}
+	for h, t := range deps.APIKeys {
+		keys[h] = t
+	}
+	return keys
+}
+
+// privateUpstreams are the gateway's pins: "host:port" to the one address it may dial.
+func privateUpstreams(ups []config.PrivateUpstream) (map[string]netip.AddrPort, error) {
+	pins := map[string]netip.AddrPort{}
+	for _, u := range ups {
+		h, err := scope.CanonicalHost(u.Host)
+		if err != nil {
+			return nil, err
+		}
+		ap, err := netip.ParseAddrPort(u.Address)
+		if err != nil {
+			return nil, err
+		}
+		pins[net.JoinHostPort(h, strconv.Itoa(u.Port))] = ap
+	}
+	return pins, nil
+}
+
+// pinnedNames are the resolver's pins: each private upstream's name to its address.
+func pinnedNames(ups []config.PrivateUpstream) map[string]netip.Addr {
+	names := map[string]netip.Addr{}
+	for _, u := range ups {
+		h, err := scope.CanonicalHost(u.Host)
+		ap, aerr := netip.ParseAddrPort(u.Address)
+		if err != nil || aerr != nil {
+			continue // privateUpstreams reports it; config.Validate refused it already
+		}
+		names[h] = ap.Addr()
+	}
+	return names
+}

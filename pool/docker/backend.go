@@ -1,0 +1,118 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// BackendConfig is what a node's Docker backend needs.
+type BackendConfig struct {
+	Node string
+	// Network is the internal Docker network's name; Bridge its host interface name (at most 15
+	// characters); Subnet is pinned so the host's address on it is known before it exists.
+	Network string
+	Bridge  string
+	Subnet  netip.Prefix
+	// GatewayPort and ResolverPort are the ports the node's gateway and resolver listen on, at
+	// HostAddr: the only ones the firewall lets sandboxes reach on the host.
+	GatewayPort, ResolverPort int
+	// StateDir is where the backend writes what it mounts into every sandbox (the CA bundle and
+	// resolv.conf); CAPEM is the deployment CA the bundle adds to the host's roots.
+	StateDir string
+	CAPEM    []byte
+	// KeepOnStop keeps sandboxes, network and firewall across a stop of the node.
+	KeepOnStop bool
+}
+
+// Backend is the Docker pool.Backend: the Runtime, the internal sandbox network, and the host
+// firewall rules that confine what sandboxes reach on the host.
+type Backend struct {
+	*Runtime
+	cfg BackendConfig
+	fw  *Firewall
+}
+
+var _ pool.Backend = (*Backend)(nil)
+
+// NewBackend connects to the engine (DOCKER_HOST or the default socket). Nothing is created
+// before Setup.
+func NewBackend(cfg BackendConfig) (*Backend, error) {
+	host := cfg.Subnet.Addr().Next()
+	rt, err := New(Config{
+		Node: cfg.Node, Network: cfg.Network, Bridge: cfg.Bridge, Subnet: cfg.Subnet,
+		ProxyURL: "http://" + net.JoinHostPort(host.String(), strconv.Itoa(cfg.GatewayPort)),
+		CABundle: filepath.Join(cfg.StateDir, "ca-bundle.pem"), ResolvConf: filepath.Join(cfg.StateDir, "resolv.conf"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{Runtime: rt, cfg: cfg,
+		fw: &Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort}}, nil
+}
+
+// Setup writes the files every sandbox mounts, checks the engine, clears an earlier run's
+// sandboxes (unless they are kept, to be adopted), and makes the network and the firewall.
+func (b *Backend) Setup(ctx context.Context) error {
+	if err := writeBundle(b.cfg.StateDir, b.cfg.CAPEM); err != nil {
+		return err
+	}
+	resolv := "nameserver " + b.HostAddr().String() + "\noptions ndots:0 attempts:1 timeout:2\n"
+	if err := os.WriteFile(b.Runtime.cfg.ResolvConf, []byte(resolv), 0o644); err != nil {
+		return err
+	}
+	if err := b.Ping(ctx); err != nil {
+		return err
+	}
+	if !b.cfg.KeepOnStop {
+		// Containers of an earlier run go first: the network cannot be replaced while they use
+		// it. A node that keeps its sandboxes adopts them instead (pool.Manager.Reconcile).
+		sbs, err := b.List(ctx)
+		if err != nil {
+			return err
+		}
+		for _, sb := range sbs {
+			if err := b.Destroy(ctx, sb.ID); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.EnsureNetwork(ctx); err != nil {
+		return err
+	}
+	if err := b.fw.Apply(); err != nil {
+		return fmt.Errorf("host firewall: %w", err)
+	}
+	return nil
+}
+
+// Teardown removes the network and the firewall rules, unless sandboxes are kept: they keep
+// their network, and stay confined by the firewall while the node is down. Call it after every
+// sandbox is destroyed.
+func (b *Backend) Teardown(ctx context.Context) error {
+	if b.cfg.KeepOnStop {
+		return nil
+	}
+	return errors.Join(b.RemoveNetwork(ctx), b.fw.Remove())
+}
+
+// writeBundle writes the host's system roots followed by the deployment CA into dir: what
+// sandboxes trust.
+func writeBundle(dir string, caPEM []byte) error {
+	var b []byte
+	for _, sys := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
+		if s, err := os.ReadFile(sys); err == nil {
+			b = append(s, '\n')
+			break
+		}
+	}
+	b = append(b, caPEM...)
+	return os.WriteFile(filepath.Join(dir, "ca-bundle.pem"), b, 0o644)
+}
