@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/binding"
 )
 
 // Renew extends tenant's lease id by ttl from now (zero: the template's default), capped by the
@@ -26,25 +25,10 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 	if err != nil {
 		return Lease{}, fmt.Errorf("%w: the lease's task token no longer verifies (%v); lease again with a fresh token", ErrTokenRefused, err)
 	}
-	if ttl <= 0 {
-		ttl = t.DefaultTTL
-	}
-	if t.MaxTTL > 0 && ttl > t.MaxTTL {
-		ttl = t.MaxTTL
-	}
-	now := time.Now()
-	l.Expires = now.Add(ttl)
-	if task.Expires.Before(l.Expires) {
-		l.Expires = task.Expires
-	}
-	b := binding.Binding{
-		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
-		Template: l.Template, Expires: l.Expires, Scopes: task.Scopes, Budget: task.Budget,
-	}
-	if b.Version, err = m.cfg.Store.Rebind(ctx, l, l.JTI, b); err != nil {
+	l.Expires = t.expiry(time.Now(), ttl, task.Expires)
+	if err := m.rebind(ctx, l, l.JTI, task); err != nil {
 		return Lease{}, err
 	}
-	m.bindLocal(b)
 	m.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
 	return l, nil
 }
@@ -67,17 +51,10 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	}
 	oldJTI := l.JTI
 	l.Token, l.JTI = raw, task.JTI
-	if task.Expires.Before(l.Expires) {
-		l.Expires = task.Expires
-	}
-	b := binding.Binding{
-		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
-		Template: l.Template, Expires: l.Expires, Scopes: task.Scopes, Budget: task.Budget,
-	}
-	if b.Version, err = m.cfg.Store.Rebind(ctx, l, oldJTI, b); err != nil {
+	l.Expires = earliest(l.Expires, task.Expires)
+	if err := m.rebind(ctx, l, oldJTI, task); err != nil {
 		return Lease{}, err
 	}
-	m.bindLocal(b)
 	reason := fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI)
 	if r := m.revoke(ctx, l); r != "" {
 		reason += "; " + r

@@ -60,6 +60,9 @@ type Config struct {
 // Manager runs one node's pool. Safe for concurrent use.
 type Manager struct {
 	cfg       Config
+	leases    Leases
+	warm      WarmSet
+	nodes     NodeRegistry
 	templates map[string]Template
 	refill    chan string
 	log       *slog.Logger
@@ -80,7 +83,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HealthEvery == 0 {
 		cfg.HealthEvery = 30 * time.Second
 	}
-	m := &Manager{cfg: cfg, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
+	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
 		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}}
 	for _, t := range cfg.Templates {
 		if errs := t.Validate(); len(errs) > 0 {
@@ -169,7 +172,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		running[sb.ID] = sb
 	}
 	keep := map[string]bool{}
-	warm, err := m.cfg.Store.ListWarm(ctx, m.cfg.Node)
+	warm, err := m.warm.ListWarm(ctx, m.cfg.Node)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -178,11 +181,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			keep[sb.ID] = true
 			continue
 		}
-		if err := m.cfg.Store.Forget(ctx, sb); err != nil {
+		if err := m.warm.Forget(ctx, sb); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
 		}
 	}
-	leases, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	leases, err := m.leases.ListLeases(ctx, m.cfg.Node)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -199,7 +202,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 		default:
 			m.unbindLocal(l)
-			if err := m.cfg.Store.Unbind(ctx, l); err != nil {
+			if err := m.leases.Unbind(ctx, l); err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 			m.event(ctx, l, "reap", "its sandbox was gone when the node restarted")
@@ -225,19 +228,19 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 	for _, sb := range sbs {
 		errs = append(errs, m.cfg.Runtime.Destroy(ctx, sb.ID))
 	}
-	leases, err := m.cfg.Store.ListLeases(ctx, m.cfg.Node)
+	leases, err := m.leases.ListLeases(ctx, m.cfg.Node)
 	errs = append(errs, err)
 	for _, l := range leases {
 		m.unbindLocal(l)
-		errs = append(errs, m.cfg.Store.Unbind(ctx, l))
+		errs = append(errs, m.leases.Unbind(ctx, l))
 		if reason := m.revoke(ctx, l); reason != "" {
 			errs = append(errs, errors.New(reason))
 		}
 	}
-	warm, err := m.cfg.Store.ListWarm(ctx, m.cfg.Node)
+	warm, err := m.warm.ListWarm(ctx, m.cfg.Node)
 	errs = append(errs, err)
 	for _, sb := range warm {
-		errs = append(errs, m.cfg.Store.Forget(ctx, sb))
+		errs = append(errs, m.warm.Forget(ctx, sb))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pool cleanup: %w", err)
@@ -248,7 +251,7 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 // fill creates sandboxes until the template's pool holds MinWarm (bounded by MaxTotal).
 func (m *Manager) fill(ctx context.Context, name string) {
 	t := m.templates[name]
-	warm, err := m.cfg.Store.WarmCount(ctx, m.cfg.Node, name)
+	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
 	if err != nil {
 		m.log.Error("pool refill", "template", name, "err", err)
 		return
@@ -297,7 +300,7 @@ func (m *Manager) fill(ctx context.Context, name string) {
 				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 				return
 			}
-			if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
+			if err := m.warm.AddWarm(ctx, sb); err != nil {
 				m.log.Error("sandbox registration failed", "template", name, "err", err)
 				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 				return
@@ -309,14 +312,14 @@ func (m *Manager) fill(ctx context.Context, name string) {
 }
 
 func (m *Manager) leasedCount(ctx context.Context, template string) (int, error) {
-	return m.cfg.Store.LeasedCount(ctx, m.cfg.Node, template)
+	return m.leases.LeasedCount(ctx, m.cfg.Node, template)
 }
 
 // checkWarm checks every warm sandbox and replaces those that fail: each is taken out of the
 // warm set first (so no lease can claim it meanwhile), checked, and put back only if healthy.
 func (m *Manager) checkWarm(ctx context.Context) {
 	for name, t := range m.templates {
-		warm, err := m.cfg.Store.WarmCount(ctx, m.cfg.Node, name)
+		warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
 		if err != nil {
 			return
 		}
@@ -338,18 +341,18 @@ func (m *Manager) checkWarm(ctx context.Context) {
 // checkOne takes one warm sandbox of t out of the warm set, checks it, and puts it back if it is
 // healthy or destroys it if not.
 func (m *Manager) checkOne(ctx context.Context, t Template) {
-	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	sb, err := m.warm.Claim(ctx, m.cfg.Node, t.Name)
 	if err != nil {
 		return
 	}
 	if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
 		m.log.Error("warm sandbox failed its health check; replacing it", "template", t.Name, "sandbox", sb.ID, "err", err)
-		m.cfg.Store.Forget(ctx, sb)
+		m.warm.Forget(ctx, sb)
 		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 		m.metrics.unhealthy()
 		return
 	}
-	if err := m.cfg.Store.AddWarm(ctx, sb); err != nil {
+	if err := m.warm.AddWarm(ctx, sb); err != nil {
 		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 	}
 }
@@ -373,18 +376,8 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	ttl := req.TTL
-	if ttl <= 0 {
-		ttl = t.DefaultTTL
-	}
-	if t.MaxTTL > 0 && ttl > t.MaxTTL {
-		ttl = t.MaxTTL
-	}
 	now := time.Now()
-	expires := now.Add(ttl)
-	if task.Expires.Before(expires) {
-		expires = task.Expires // a lease never outlives its token
-	}
+	expires := t.expiry(now, req.TTL, task.Expires)
 	sb, start, err := m.claim(ctx, t)
 	if err != nil {
 		return Lease{}, err
@@ -393,11 +386,8 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
 		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start,
 	}
-	b := binding.Binding{
-		Lease: l.ID, Node: l.Node, Addr: sb.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: sb.ID,
-		Template: t.Name, Expires: expires, Scopes: task.Scopes, Budget: task.Budget,
-	}
-	if b.Version, err = m.cfg.Store.Bind(ctx, l, b); err != nil {
+	b := bindingOf(l, task)
+	if b.Version, err = m.leases.Bind(ctx, l, b); err != nil {
 		// The claimed sandbox was never visible to the task: destroy it rather than reuse it.
 		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 		return Lease{}, err
@@ -406,6 +396,47 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	m.event(ctx, l, "bind", l.Start)
 	m.metrics.observeLease(time.Since(now))
 	return l, nil
+}
+
+// expiry is when a lease of t asked for ttl from now ends: ttl (zero: the template's default),
+// capped by the template's maximum and by the token's expiry, since a lease never outlives its
+// token.
+func (t Template) expiry(now time.Time, ttl time.Duration, token time.Time) time.Time {
+	if ttl <= 0 {
+		ttl = t.DefaultTTL
+	}
+	if t.MaxTTL > 0 && ttl > t.MaxTTL {
+		ttl = t.MaxTTL
+	}
+	return earliest(now.Add(ttl), token)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// bindingOf is what this lease's node tells its gateway and resolver about l: the sandbox's
+// address and the task's scopes and budget, until l expires. The store gives it its version.
+func bindingOf(l Lease, task token.Task) binding.Binding {
+	return binding.Binding{
+		Lease: l.ID, Node: l.Node, Addr: l.Sandbox.Addr, Task: l.Task, Tenant: l.Tenant, Sandbox: l.Sandbox.ID,
+		Template: l.Template, Expires: l.Expires, Scopes: task.Scopes, Budget: task.Budget,
+	}
+}
+
+// rebind stores l (held before under oldJTI) with its binding under task, and makes the binding
+// visible here at once.
+func (m *Manager) rebind(ctx context.Context, l Lease, oldJTI string, task token.Task) error {
+	b := bindingOf(l, task)
+	var err error
+	if b.Version, err = m.leases.Rebind(ctx, l, oldJTI, b); err != nil {
+		return err
+	}
+	m.bindLocal(b)
+	return nil
 }
 
 // admit verifies raw for tenant and applies deployment policy: the one check every use of a
@@ -434,7 +465,7 @@ func (m *Manager) AdmitBearer(ctx context.Context, raw string) (token.Task, erro
 	if err != nil {
 		return token.Task{}, err
 	}
-	if err := m.cfg.Store.ClaimJTI(ctx, task.JTI, BearerHolder(m.cfg.Node), task.Expires); err != nil {
+	if err := m.leases.ClaimJTI(ctx, task.JTI, BearerHolder(m.cfg.Node), task.Expires); err != nil {
 		return token.Task{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
 	}
 	return task, nil
@@ -466,7 +497,7 @@ func (m *Manager) Node() string { return m.cfg.Node }
 
 // NodeAPI returns the API address of a live node.
 func (m *Manager) NodeAPI(ctx context.Context, node string) (string, error) {
-	nodes, err := m.cfg.Store.Nodes(ctx)
+	nodes, err := m.nodes.Nodes(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -481,7 +512,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	if m.cfg.API == "" {
 		return
 	}
-	if err := m.cfg.Store.Heartbeat(ctx, m.cfg.Node, m.cfg.API, 3*heartbeatEvery); err != nil {
+	if err := m.nodes.Heartbeat(ctx, m.cfg.Node, m.cfg.API, 3*heartbeatEvery); err != nil {
 		m.log.Error("heartbeat", "err", err)
 	}
 }
@@ -489,11 +520,11 @@ func (m *Manager) heartbeat(ctx context.Context) {
 // claimAnywhere takes a warm sandbox of t from this node, else from another live node (whose
 // gateway and resolver then serve it: the binding goes to that node).
 func (m *Manager) claimAnywhere(ctx context.Context, t Template) (Sandbox, error) {
-	sb, err := m.cfg.Store.Claim(ctx, m.cfg.Node, t.Name)
+	sb, err := m.warm.Claim(ctx, m.cfg.Node, t.Name)
 	if err == nil || !errors.Is(err, ErrNoWarm) || m.cfg.API == "" {
 		return sb, err
 	}
-	nodes, nerr := m.cfg.Store.Nodes(ctx)
+	nodes, nerr := m.nodes.Nodes(ctx)
 	if nerr != nil {
 		return Sandbox{}, err
 	}
@@ -501,7 +532,7 @@ func (m *Manager) claimAnywhere(ctx context.Context, t Template) (Sandbox, error
 		if node == m.cfg.Node {
 			continue
 		}
-		if sb, oerr := m.cfg.Store.Claim(ctx, node, t.Name); oerr == nil {
+		if sb, oerr := m.warm.Claim(ctx, node, t.Name); oerr == nil {
 			return sb, nil
 		}
 	}
@@ -521,7 +552,7 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 	}
 	if t.OnEmpty == "cold" {
 		if t.MaxTotal > 0 {
-			warm, _ := m.cfg.Store.WarmCount(ctx, m.cfg.Node, t.Name)
+			warm, _ := m.warm.WarmCount(ctx, m.cfg.Node, t.Name)
 			leased, _ := m.leasedCount(ctx, t.Name)
 			if warm+leased >= t.MaxTotal {
 				return Sandbox{}, "", fmt.Errorf("%w: template %q is at its max_total of %d sandboxes", ErrNoWarm, t.Name, t.MaxTotal)
@@ -568,11 +599,11 @@ func (m *Manager) kick(template string) {
 
 // Get returns tenant's lease id.
 func (m *Manager) Get(ctx context.Context, tenant, id string) (Lease, error) {
-	l, err := m.cfg.Store.GetLease(ctx, id)
+	l, err := m.leases.GetLease(ctx, id)
 	if err != nil {
 		return Lease{}, err
 	}
-	if l.Tenant != tenant {
+	if !l.ownedBy(tenant) {
 		// Say "not found" to other tenants: a lease id is not theirs to probe.
 		return Lease{}, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
 	}
@@ -605,7 +636,7 @@ func (m *Manager) Release(ctx context.Context, tenant, id string) error {
 
 func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 	m.unbindLocal(l)
-	if err := m.cfg.Store.Unbind(ctx, l); err != nil {
+	if err := m.leases.Unbind(ctx, l); err != nil {
 		return err
 	}
 	reason := m.revoke(ctx, l)
@@ -629,7 +660,7 @@ func (m *Manager) revoke(ctx context.Context, l Lease) string {
 }
 
 func (m *Manager) reap(ctx context.Context) {
-	ls, err := m.cfg.Store.Expired(ctx, m.cfg.Node, time.Now())
+	ls, err := m.leases.Expired(ctx, m.cfg.Node, time.Now())
 	if err != nil {
 		m.log.Error("reaper", "err", err)
 		return
@@ -695,7 +726,7 @@ type PoolStatus struct {
 func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 	var out []PoolStatus
 	for _, t := range m.cfg.Templates {
-		warm, err := m.cfg.Store.WarmCount(ctx, m.cfg.Node, t.Name)
+		warm, err := m.warm.WarmCount(ctx, m.cfg.Node, t.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -744,19 +775,19 @@ func (c *countWriter) Write(b []byte) (int, error) {
 
 // List returns tenant's leases on this node and every other live one.
 func (m *Manager) List(ctx context.Context, tenant string) ([]Lease, error) {
-	nodes, err := m.cfg.Store.Nodes(ctx)
+	nodes, err := m.nodes.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	nodes[m.cfg.Node] = ""
 	var out []Lease
 	for node := range nodes {
-		ls, err := m.cfg.Store.ListLeases(ctx, node)
+		ls, err := m.leases.ListLeases(ctx, node)
 		if err != nil {
 			return nil, err
 		}
 		for _, l := range ls {
-			if l.Tenant == tenant {
+			if l.ownedBy(tenant) {
 				out = append(out, l)
 			}
 		}

@@ -16,9 +16,10 @@ import (
 
 // Errors callers can test with errors.Is.
 var (
-	ErrNoWarm          = errors.New("no warm sandbox available")
+	ErrNoWarm = errors.New("no warm sandbox available")
+	// ErrLeaseNotFound: no such lease, or not the caller's (another tenant's lease is not
+	// theirs to probe, so it is not found either).
 	ErrLeaseNotFound   = errors.New("lease not found")
-	ErrLeaseNotHeld    = errors.New("lease belongs to another tenant")
 	ErrUnknownTemplate = errors.New("unknown template")
 	ErrBadRequest      = errors.New("bad lease request")
 	ErrTokenRefused    = errors.New("task token refused")
@@ -177,6 +178,9 @@ type Lease struct {
 	Token string `json:"token,omitempty"`
 }
 
+// ownedBy reports whether tenant may see and act on l: the one tenant check of the pool.
+func (l Lease) ownedBy(tenant string) bool { return l.Tenant == tenant }
+
 // ExecRequest is a command to run in a sandbox.
 type ExecRequest struct {
 	Cmd     []string          `json:"cmd"`
@@ -217,27 +221,31 @@ type Backend interface {
 	Teardown(ctx context.Context) error
 }
 
-// Store shares pool state. Implementations must make Claim atomic: two callers never get the
-// same sandbox.
+// Store shares pool state between the nodes and API replicas of a deployment. It is three jobs,
+// which one shared store (Redis) does together, and the Manager uses each through its own part.
 type Store interface {
-	AddWarm(ctx context.Context, sb Sandbox) error
-	// Claim takes one warm sandbox of template on node, or fails with ErrNoWarm.
-	Claim(ctx context.Context, node, template string) (Sandbox, error)
-	WarmCount(ctx context.Context, node, template string) (int, error)
+	Leases
+	WarmSet
+	NodeRegistry
+}
+
+// Leases records leases and the bindings that make them visible to a node's gateway and
+// resolver.
+type Leases interface {
 	// Bind records the lease and its binding together and announces the binding, returning the
 	// version the store gave it (versions are ordered by the store, never by a node's clock);
 	// it fails with ErrJTIInUse when the token already binds another live lease or is held by
 	// a gateway (ClaimJTI).
 	Bind(ctx context.Context, l Lease, b binding.Binding) (int64, error)
-	// ClaimJTI records that holder uses the token id jti until until; it fails with
-	// ErrJTIInUse when the id binds a lease or another holder has it. Claiming an id one
-	// already holds succeeds.
-	ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error
 	// Rebind replaces a live lease's record and binding (renewal, token swap: oldJTI is the token
 	// id it held, freed when l carries a new one) and announces the binding, returning its new
 	// version; it fails with ErrLeaseNotFound when the lease is gone and ErrJTIInUse when the
 	// new token id is taken.
 	Rebind(ctx context.Context, l Lease, oldJTI string, b binding.Binding) (int64, error)
+	// ClaimJTI records that holder uses the token id jti until until; it fails with
+	// ErrJTIInUse when the id binds a lease or another holder has it. Claiming an id one
+	// already holds succeeds.
+	ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
 	// Expired returns node's leases that expired at or before now; LeasedCount counts node's
@@ -246,11 +254,24 @@ type Store interface {
 	LeasedCount(ctx context.Context, node, template string) (int, error)
 	// Unbind removes the binding first and announces it, then the lease record.
 	Unbind(ctx context.Context, l Lease) error
-	// Heartbeat records that node is alive with its API at api, for ttl; Nodes lists the live
-	// nodes and their APIs, so any node can claim another's warm sandbox and route to it.
-	Heartbeat(ctx context.Context, node, api string, ttl time.Duration) error
-	Nodes(ctx context.Context) (map[string]string, error)
+}
+
+// WarmSet holds the warm sandboxes of each node and template. Claim must be atomic: two callers
+// never get the same sandbox.
+type WarmSet interface {
+	AddWarm(ctx context.Context, sb Sandbox) error
+	// Claim takes one warm sandbox of template on node, or fails with ErrNoWarm.
+	Claim(ctx context.Context, node, template string) (Sandbox, error)
+	WarmCount(ctx context.Context, node, template string) (int, error)
 	// Forget drops a sandbox from the warm set without touching the container.
 	Forget(ctx context.Context, sb Sandbox) error
 	ListWarm(ctx context.Context, node string) ([]Sandbox, error)
+}
+
+// NodeRegistry knows the live nodes of the deployment and where their APIs are, so any node can
+// claim another's warm sandbox and route a call to the node holding a lease.
+type NodeRegistry interface {
+	// Heartbeat records that node is alive with its API at api, for ttl.
+	Heartbeat(ctx context.Context, node, api string, ttl time.Duration) error
+	Nodes(ctx context.Context) (map[string]string, error)
 }

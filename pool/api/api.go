@@ -642,7 +642,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // writePoolError is the one place pool errors become HTTP statuses.
 func writePoolError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, pool.ErrLeaseNotFound), errors.Is(err, pool.ErrLeaseNotHeld):
+	case errors.Is(err, pool.ErrLeaseNotFound):
 		writeError(w, http.StatusNotFound, "lease_not_found", err.Error())
 	case errors.Is(err, pool.ErrUnknownTemplate):
 		writeError(w, http.StatusNotFound, "unknown_template", err.Error())
