@@ -3,17 +3,10 @@ package pool_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
@@ -27,15 +20,6 @@ import (
 func TestAdmitBearerIsLeaseAdmission(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := devstack.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("redis-server: %v (make test installs it)", err)
-	}
-	defer r.Stop()
-	opts, _ := redis.ParseURL(r.URL)
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	store := redisstore.New(rdb, "b:")
 	acme, _ := token.NewDevIssuer("acme-issuer", "aud")
 	acmeIss := acme.Issuer(time.Hour)
 	acmeIss.Tenants = []string{"acme"}
@@ -48,16 +32,12 @@ func TestAdmitBearerIsLeaseAdmission(t *testing.T) {
 		}
 		return nil
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var store *redisstore.Store
 	node := func(name string) *pool.Manager {
-		cache := binding.NewCache(name, store, 0)
-		go cache.Run(ctx)
-		m, err := pool.New(pool.Config{Node: name, Templates: []pool.Template{pooltest.Template(base)}, Runtime: &pooltest.Runtime{}, Store: store,
-			Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor, CheckTask: checkTask, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
+		e := pooltest.NewEnv(t, pooltest.EnvConfig{Node: name, Store: store, NoRun: true, Templates: []pool.Template{base},
+			Pool: func(c *pool.Config) { c.Verify, c.CheckTask = v.VerifyFor, checkTask }})
+		store = e.Store
+		return e.Manager
 	}
 	a, b := node("n1"), node("n2")
 	mint := func(tenant string) string {

@@ -4,21 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/pooltest"
-	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
@@ -32,32 +25,15 @@ type env struct {
 
 func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}, tweak ...func(*pooltest.Runtime)) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r, err := devstack.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		cancel()
-		t.Fatalf("redis-server: %v (make test installs it)", err)
-	}
-	opts, _ := redis.ParseURL(r.URL)
-	rdb := redis.NewClient(opts)
-	store := redisstore.New(rdb, "t:")
-	cache := binding.NewCache("n1", store, 0)
-	go cache.Run(ctx)
-	iss, _ := token.NewDevIssuer("dev", "aud")
-	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
-	rt := &pooltest.Runtime{Gate: gate}
-	for _, o := range tweak {
-		o(rt)
-	}
-	m, err := pool.New(pool.Config{Node: "n1", Templates: []pool.Template{pooltest.Template(tmpl)}, Runtime: rt, Store: store, Binder: cache,
-		Audit: audit.Discard{}, Verify: v.VerifyFor, HealthEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { m.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; rdb.Close(); r.Stop() })
-	return &env{m: m, rt: rt, cache: cache, iss: iss}
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Templates: []pool.Template{tmpl},
+		Runtime: func(rt *pooltest.Runtime) {
+			rt.Gate = gate
+			for _, o := range tweak {
+				o(rt)
+			}
+		},
+		Pool: func(c *pool.Config) { c.HealthEvery = 50 * time.Millisecond }})
+	return &env{m: e.Manager, rt: e.Runtime, cache: e.Cache, iss: e.Issuer}
 }
 
 func (e *env) token(t *testing.T, ttl time.Duration) string {
@@ -214,21 +190,16 @@ func TestUnhealthyWarmSandboxIsReplaced(t *testing.T) {
 }
 
 func TestReconcileAdoptsAndCleans(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r, err := devstack.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	defer r.Stop()
-	opts, _ := redis.ParseURL(r.URL)
-	store := redisstore.New(redis.NewClient(opts), "rc:")
-	cache := binding.NewCache("n1", store, 0)
+	ctx := context.Background()
 	sb := func(id string, last byte) pool.Sandbox {
 		return pool.Sandbox{ID: id, Template: "default", Node: "n1", Addr: netip.AddrFrom4([4]byte{10, 1, 0, last})}
 	}
 	warmKept, warmGone := sb("warm-kept", 2), sb("warm-gone", 3)
 	leased, vanished, expired, orphan := sb("leased", 4), sb("vanished", 5), sb("expired", 6), sb("orphan", 7)
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{NoRun: true, Templates: []pool.Template{base},
+		Runtime: func(rt *pooltest.Runtime) { rt.Running = []pool.Sandbox{warmKept, leased, expired, orphan} },
+		Pool:    func(c *pool.Config) { c.KeepOnStop = true }})
+	store, rt, m := e.Store, e.Runtime, e.Manager
 	store.AddWarm(ctx, warmKept)
 	store.AddWarm(ctx, warmGone)
 	bind := func(id string, s pool.Sandbox, expires time.Time) {
@@ -239,11 +210,7 @@ func TestReconcileAdoptsAndCleans(t *testing.T) {
 	}
 	bind("l-live", leased, time.Now().Add(time.Hour))
 	bind("l-vanished", vanished, time.Now().Add(time.Hour))
-	bind("l-expired", expired, time.Now().Add(50*time.Millisecond))
-	time.Sleep(100 * time.Millisecond)
-	rt := &pooltest.Runtime{Running: []pool.Sandbox{warmKept, leased, expired, orphan}}
-	m, _ := pool.New(pool.Config{Node: "n1", Runtime: rt, Store: store, Binder: cache, Audit: audit.Discard{},
-		Templates: []pool.Template{pooltest.Template(base)}, KeepOnStop: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	bind("l-expired", expired, time.Now().Add(-time.Second)) // ended before the restart
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

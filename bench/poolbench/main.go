@@ -23,19 +23,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/pool/pooltest"
-	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/token"
 )
 
 func main() {
@@ -50,31 +44,20 @@ func main() {
 	defer cancel()
 	dir, _ := os.MkdirTemp("", "poolbench")
 	defer os.RemoveAll(dir)
-	rs, err := devstack.StartRedis(ctx, dir)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer rs.Stop()
-	opts, _ := redis.ParseURL(rs.URL)
-	rdb := redis.NewClient(opts)
-	store := redisstore.New(rdb, "bench:")
-	cache := binding.NewCache("bench", store, 0)
-	go cache.Run(ctx)
 	sink, err := audit.OpenFile(audit.FileConfig{Path: dir + "/audit.jsonl"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer sink.Close()
-	iss, _ := token.NewDevIssuer("bench", "airlock-bench")
-	v := &token.Verifier{Audience: "airlock-bench", Issuers: map[string]token.Issuer{"bench": iss.Issuer(time.Hour)}}
-	tmpl := pool.Template{Name: "default", MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mgr, err := pool.New(pool.Config{Node: "bench", Templates: []pool.Template{pooltest.Template(tmpl)}, Runtime: &pooltest.Runtime{}, Store: store,
-		Binder: cache, Audit: sink, Verify: v.VerifyFor, RefillParallel: 8, Logger: quiet})
+	env, err := pooltest.Start(ctx, dir, pooltest.EnvConfig{Node: "bench",
+		Templates: []pool.Template{{MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}},
+		Pool:      func(c *pool.Config) { c.Audit, c.RefillParallel = sink, 8 }})
 	if err != nil {
 		log.Fatal(err)
 	}
-	go mgr.Run(ctx)
+	defer env.Close()
+	mgr, cache, iss := env.Manager, env.Cache, env.Issuer
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	key := "bench-key"
 	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: map[string]string{api.HashKey(key): "bench"}, Logger: quiet})}

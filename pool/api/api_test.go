@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,46 +11,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/pooltest"
-	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/token"
 )
 
 func TestAPI(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rs, err := devstack.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("redis-server: %v (make test installs it)", err)
-	}
-	defer rs.Stop()
-	opts, _ := redis.ParseURL(rs.URL)
-	store := redisstore.New(redis.NewClient(opts), "api:")
-	cache := binding.NewCache("n1", store, 0)
-	go cache.Run(ctx)
-	iss, _ := token.NewDevIssuer("dev", "aud")
-	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Templates: []pool.Template{{MinWarm: 3, MaxTotal: 10}}})
+	iss, m := e.Issuer, e.Manager
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{}, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor,
-		Templates: []pool.Template{pooltest.Template(pool.Template{MinWarm: 3, MaxTotal: 10})}, Logger: quiet})
-	go m.Run(ctx)
 	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, RatePerKey: 5, BurstPerKey: 20,
 		Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}}))
 	defer srv.Close()
-	for range 200 {
-		if ps, _ := m.Pools(ctx); ps[0].Warm == 3 && cache.Live() {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.MustWarm(t, 3)
 
 	call := func(key, method, path, body string) (int, map[string]any) {
 		t.Helper()

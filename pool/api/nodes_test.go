@@ -11,66 +11,44 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/pooltest"
-	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/token"
 )
 
 type apiNode struct {
 	m   *pool.Manager
 	rt  *pooltest.Runtime
 	srv *httptest.Server
+	env *pooltest.Env
 }
 
 // Nodes trust only nodes: a tenant's routing header is never believed, a forwarded call is
 // signed with the deployment's node secret, and a node never acts on another node's lease.
 func TestNodesTrustOnlyNodes(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rs, err := devstack.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("redis-server: %v (make test installs it)", err)
-	}
-	defer rs.Stop()
-	opts, _ := redis.ParseURL(rs.URL)
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	store := redisstore.New(rdb, "nodes:")
+	ctx := context.Background()
+	base := pooltest.NewEnv(t, pooltest.EnvConfig{Node: "n0", NoRun: true})
+	store := base.Store
 	secret, _ := store.NodeSecret(ctx)
-	iss, _ := token.NewDevIssuer("dev", "aud")
-	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
+	iss := base.Issuer
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	keys := map[string]string{api.HashKey("key-acme"): "acme"}
 	start := func(name string, warm int, secret []byte) *apiNode {
-		n := &apiNode{rt: &pooltest.Runtime{Node: name}}
-		cache := binding.NewCache(name, store, 0)
-		go cache.Run(ctx)
-		n.srv = httptest.NewUnstartedServer(nil)
-		n.m, _ = pool.New(pool.Config{Node: name, Runtime: n.rt, Store: store, Binder: cache, Audit: audit.Discard{}, Verify: v.VerifyFor,
-			Templates: []pool.Template{pooltest.Template(pool.Template{MinWarm: warm, MaxTotal: 4})},
-			Logger:    quiet, API: "http://" + n.srv.Listener.Addr().String()})
+		n := &apiNode{srv: httptest.NewUnstartedServer(nil)}
+		e := pooltest.NewEnv(t, pooltest.EnvConfig{Node: name, Store: store, Templates: []pool.Template{{MinWarm: warm, MaxTotal: 4}},
+			Pool: func(c *pool.Config) {
+				c.Verify, c.API = base.Verifier.VerifyFor, "http://"+n.srv.Listener.Addr().String()
+			}})
+		n.m, n.rt, n.env = e.Manager, e.Runtime, e
 		n.srv.Config.Handler = api.New(api.Config{Pool: n.m, Logger: quiet, Keys: keys, NodeAuth: &api.NodeAuth{Node: name, Secret: secret}})
 		n.srv.Start()
 		t.Cleanup(n.srv.Close)
-		go n.m.Run(ctx)
 		return n
 	}
 	a := start("n1", 0, secret)
 	b := start("n2", 2, secret)
-	for range 300 {
-		if ps, _ := b.m.Pools(ctx); ps[0].Warm == 2 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.env.MustWarm(t, 2)
 	call := func(n *apiNode, method, path, body string, hdr map[string]string) (int, string) {
 		req, _ := http.NewRequest(method, n.srv.URL+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer key-acme")

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -16,17 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
-	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/pooltest"
-	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/token"
 )
 
 // sitePage is a sandbox's web page that tries to take another exposed port's capability: it
@@ -70,34 +61,13 @@ func TestPortCookieIsolated(t *testing.T) {
 }
 
 func portCookieIsolation(t *testing.T, host string) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rs, err := devstack.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("redis-server: %v (make test installs it)", err)
-	}
-	defer rs.Stop()
-	opts, _ := redis.ParseURL(rs.URL)
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	store := redisstore.New(rdb, "ports:")
-	cache := binding.NewCache("n1", store, 0)
-	go cache.Run(ctx)
-	iss, _ := token.NewDevIssuer("dev", "aud")
-	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": iss.Issuer(time.Hour)}}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The sandboxes' pages listen on the host itself, standing in for sandbox addresses.
-	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{Addr: netip.MustParseAddr(host)}, Store: store, Binder: cache,
-		Audit: audit.Discard{}, Verify: v.VerifyFor, Templates: []pool.Template{pooltest.Template(pool.Template{MinWarm: 2, MaxTotal: 4})}, Logger: quiet})
-	go m.Run(ctx)
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Runtime: func(rt *pooltest.Runtime) { rt.Addr = netip.MustParseAddr(host) }})
+	iss, m := e.Issuer, e.Manager
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, PortHost: host, Keys: map[string]string{api.HashKey("k"): "acme"}}))
 	defer srv.Close()
-	for range 300 {
-		if ps, _ := m.Pools(ctx); ps[0].Warm == 2 && cache.Live() {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.MustWarm(t, 2)
 	apiCall := func(method, path, body string, out any) {
 		t.Helper()
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
