@@ -11,9 +11,13 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -161,4 +165,82 @@ func TestExampleConfigLoads(t *testing.T) {
 	if _, err := Load("../configs/airlock.example.yaml"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestExampleConfigNamesEverySetting holds configs/airlock.example.yaml to its promise of every
+// setting: each yaml field of Config, at any depth, appears in it, as YAML or in a commented
+// example (for list elements the example leaves out).
+func TestExampleConfigNamesEverySetting(t *testing.T) {
+	b, err := os.ReadFile("../configs/airlock.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	ex := example{text: string(b)}
+	for _, path := range ex.missing(reflect.TypeOf(Config{}), []any{doc}, "") {
+		t.Errorf("the example config does not show %s", path)
+	}
+}
+
+type example struct{ text string }
+
+// commented reports whether a comment line of the example shows the key name.
+func (e example) commented(name string) bool {
+	return regexp.MustCompile(`(?m)^\s*#.*[\s{,]` + regexp.QuoteMeta(name) + `:`).MatchString(e.text)
+}
+
+// missing walks the yaml fields of typ and returns the paths that no value in docs (the
+// example's values at that place) holds and no comment shows.
+func (e example) missing(typ reflect.Type, docs []any, at string) []string {
+	for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map {
+		if typ.Kind() == reflect.Map && typ.Elem().Kind() != reflect.Struct {
+			return nil
+		}
+		typ = typ.Elem()
+		var elems []any
+		for _, d := range docs {
+			switch v := d.(type) {
+			case []any:
+				elems = append(elems, v...)
+			case map[string]any:
+				for _, e := range v {
+					elems = append(elems, e)
+				}
+			}
+		}
+		docs = elems
+	}
+	if typ.Kind() != reflect.Struct || typ.PkgPath() == "time" {
+		return nil
+	}
+	var missing []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" && f.Anonymous {
+			missing = append(missing, e.missing(f.Type, docs, at)...)
+			continue
+		}
+		var inner []any
+		for _, d := range docs {
+			if m, ok := d.(map[string]any); ok {
+				if v, ok := m[name]; ok {
+					inner = append(inner, v)
+				}
+			}
+		}
+		path := strings.TrimPrefix(at+"."+name, ".")
+		if len(inner) == 0 && !e.commented(name) {
+			missing = append(missing, path)
+			continue
+		}
+		missing = append(missing, e.missing(f.Type, inner, path)...)
+	}
+	return missing
 }

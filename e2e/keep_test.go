@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,41 +12,34 @@ import (
 // sandbox stayed confined while the node was down, and a container no record refers to is
 // destroyed.
 func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
-	const node, network, bridge, chain = "e2ekeep", "airlock-e2ekeep", "airlock-e2ek", "AIRLOCK-e2ekeep"
+	spec := nodeSpec{Name: "e2ekeep", Network: "airlock-e2ekeep", Bridge: "airlock-e2ek", Subnet: "10.217.0.0/24", MinWarm: 2,
+		Extra: "pool:\n  keep_on_stop: true\n"}
 	dir := t.TempDir()
-	up := startUpstream(t)
-	b, _ := os.ReadFile(writeConfig(t, dir, up))
-	cfg := strings.NewReplacer(
-		"node: "+testNode+"\n", "node: "+node+"\n",
-		"name: airlock-e2e\n", "name: "+network+"\n",
-		"bridge: "+testBridge+"\n", "bridge: "+bridge+"\n",
-		testSubnet, "10.217.0.0/24",
-	).Replace(string(b)) + "pool:\n  keep_on_stop: true\n"
-	cfgPath := dir + "/keep.yaml"
-	os.WriteFile(cfgPath, []byte(cfg), 0o600)
+	cfgPath, err := spec.write(dir, startUpstream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	containers := func() []string {
-		out, _ := docker(t, "ps", "-aq", "--no-trunc", "--filter", "label=dev.airlock.node="+node)
+		out, _ := docker("ps", "-aq", "--no-trunc", "--filter", "label=dev.airlock.node="+spec.Name)
 		return strings.Fields(out)
 	}
 	t.Cleanup(func() {
 		// keep_on_stop leaves everything by design; the test removes it.
 		for _, id := range containers() {
-			docker(t, "rm", "-f", id)
+			docker("rm", "-f", id)
 		}
-		docker(t, "network", "rm", network)
-		exec.Command("iptables", "-D", "INPUT", "-i", bridge, "-j", chain).Run()
-		exec.Command("iptables", "-F", chain).Run()
-		exec.Command("iptables", "-X", chain).Run()
+		docker("network", "rm", spec.Network)
+		exec.Command("iptables", "-D", "INPUT", "-i", spec.Bridge, "-j", spec.chain()).Run()
+		exec.Command("iptables", "-F", spec.chain()).Run()
+		exec.Command("iptables", "-X", spec.chain()).Run()
 	})
 
-	n := startNode(t, dir+"/state", cfgPath)
+	n := startNode(t, spec, dir+"/state", cfgPath)
 	l := n.lease(t, "api.example.test")
-	for i := 0; ; i++ {
-		if out, _, _ := n.cli(t, "pools"); strings.Contains(out, "warm 2/2") || i > 200 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually(t, 30*time.Second, "the pool to be warm 2/2 again", func() bool {
+		out, _, _ := n.cli(t, "pools")
+		return strings.Contains(out, "warm 2/2")
+	})
 	warmBefore := containers()
 	n.kill() // kill -9: no cleanup runs; its Redis (append-only file) dies with it
 
@@ -55,18 +47,17 @@ func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
 	if left := containers(); len(left) != len(warmBefore) {
 		t.Fatalf("stop with keep_on_stop removed sandboxes: %d of %d left", len(left), len(warmBefore))
 	}
-	if out, _ := exec.Command("iptables", "-S", chain).CombinedOutput(); !strings.Contains(string(out), "REJECT") {
+	if out, _ := exec.Command("iptables", "-S", spec.chain()).CombinedOutput(); !strings.Contains(string(out), "REJECT") {
 		t.Fatalf("firewall rules removed while sandboxes are kept:\n%s", out)
 	}
-	orphan, err := docker(t, "run", "-d", "--label", "dev.airlock.managed=true", "--label", "dev.airlock.node="+node,
+	orphan, err := docker("run", "-d", "--label", "dev.airlock.managed=true", "--label", "dev.airlock.node="+spec.Name,
 		"airlock/default:latest", "sleep", "infinity")
 	if err != nil {
 		t.Fatalf("starting an orphan container: %v %s", err, orphan)
 	}
 	orphan = strings.TrimSpace(orphan)
 
-	n = startNode(t, dir+"/state", cfgPath)
-	defer n.stop(t)
+	n = startNode(t, spec, dir+"/state", cfgPath)
 	out, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami")
 	if code != 0 || !strings.Contains(out, "whoami ok") {
 		t.Fatalf("the lease did not survive the restart: exit %d %s %s", code, out, errs)
@@ -77,11 +68,7 @@ func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
 			t.Errorf("sandbox %.12s was not adopted", id)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Contains(strings.Join(containers(), " "), orphan) {
-		if time.Now().After(deadline) {
-			t.Fatalf("orphan container %.12s not destroyed", orphan)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "the orphan container "+orphan[:12]+" to be destroyed", func() bool {
+		return !strings.Contains(strings.Join(containers(), " "), orphan)
+	})
 }

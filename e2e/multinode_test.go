@@ -5,11 +5,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 )
@@ -20,33 +19,24 @@ import (
 func TestTwoNodesShareRedis(t *testing.T) {
 	dir := t.TempDir()
 	up := startUpstream(t)
-	base, _ := os.ReadFile(writeConfig(t, dir, up))
 	const key = "e2e-shared-api-key"
 	// Both APIs serve TLS, as nodes on different hosts must, with a certificate the other node
 	// verifies through api.peer_ca_file.
 	caFile, certFile, keyFile := apiCert(t, dir)
-	nodeConfig := func(node, network, bridge, subnet string, minWarm int, extra string) string {
-		tlsConf := fmt.Sprintf("  tls: {cert_file: %q, key_file: %q}\n  peer_ca_file: %q\n", certFile, keyFile, caFile)
-		cfg := strings.NewReplacer(
-			"node: "+testNode+"\n", "node: "+node+"\n",
-			"name: airlock-e2e\n", "name: "+network+"\n",
-			"bridge: "+testBridge+"\n", "bridge: "+bridge+"\n",
-			testSubnet, subnet,
-			"    min_warm: 2\n", fmt.Sprintf("    min_warm: %d\n", minWarm),
-			"api:\n", "api:\n  keys: [{tenant: dev, sha256: "+api.HashKey(key)+"}]\n"+tlsConf,
-		).Replace(string(base)) + extra
-		// Each node its own API port.
-		cfg = regexp.MustCompile(`listen: 127\.0\.0\.1:\d+`).ReplaceAllString(cfg, fmt.Sprintf("listen: 127.0.0.1:%d", freePort(t)))
-		path := dir + "/" + node + ".yaml"
-		os.WriteFile(path, []byte(cfg), 0o600)
-		return path
+	apiConf := fmt.Sprintf("  keys: [{tenant: dev, sha256: %s}]\n  tls: {cert_file: %q, key_file: %q}\n  peer_ca_file: %q\n",
+		api.HashKey(key), certFile, keyFile, caFile)
+	start := func(spec nodeSpec, env ...string) *nodeProc {
+		spec.API = apiConf
+		cfg, err := spec.write(dir, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return startNode(t, spec, dir+"/"+spec.Name, cfg, env...)
 	}
-	a := startNode(t, dir+"/a", nodeConfig("e2e-a", "airlock-e2ea", "airlock-e2ea", "10.218.0.0/24", 0, ""))
-	defer a.stop(t)
+	a := start(nodeSpec{Name: "e2e-a", Network: "airlock-e2ea", Bridge: "airlock-e2ea", Subnet: "10.218.0.0/24", MinWarm: 0})
 	// B uses A's Redis and Vault.
-	b := startNode(t, dir+"/b", nodeConfig("e2e-b", "airlock-e2eb", "airlock-e2eb", "10.219.0.0/24", 2, ""),
-		"REDIS_URL=unix://"+dir+"/a/redis/redis.sock", "VAULT_ADDR="+a.client.VaultAddr, "VAULT_TOKEN="+a.client.VaultToken)
-	defer b.stop(t)
+	b := start(nodeSpec{Name: "e2e-b", Network: "airlock-e2eb", Bridge: "airlock-e2eb", Subnet: "10.219.0.0/24", MinWarm: 2},
+		"REDIS_URL=unix://"+dir+"/e2e-a/redis/redis.sock", "VAULT_ADDR="+a.client.VaultAddr, "VAULT_TOKEN="+a.client.VaultToken)
 
 	ctx := context.Background()
 	if !strings.HasPrefix(a.client.Addr, "https://") {
@@ -87,21 +77,13 @@ func TestTwoNodesShareRedis(t *testing.T) {
 		t.Fatalf("release through A with a forged routing header: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if out, err := docker(t, "inspect", l.Sandbox); err == nil {
+	if out, err := docker("inspect", l.Sandbox); err == nil {
 		t.Fatalf("B's container survived a release through A: %s", out[:80])
 	}
 	// B, the owner, did the work: its trail has the exec, the transfers and the release; A's
 	// has only the bind.
-	events := func(n *nodeProc) map[string]bool {
-		got := map[string]bool{}
-		for _, r := range n.auditRecords(t) {
-			if r.Lease == l.ID {
-				got[string(r.Kind)+"/"+r.Event] = true
-			}
-		}
-		return got
-	}
-	onB, onA := events(b), events(a)
+	onB := events(b.trailUntil(t, l.ID, func(recs []audit.Record) bool { return hasAll(events(recs), "lease/release") }))
+	onA := events(a.trailUntil(t, l.ID, func(recs []audit.Record) bool { return hasAll(events(recs), "lease/bind") }))
 	for _, k := range []string{"exec/", "file/upload", "file/download", "lease/release", "http/"} {
 		if !onB[k] {
 			t.Errorf("B's trail lacks %s (has %v)", k, onB)

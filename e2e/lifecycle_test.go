@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestStopAndKillLeaveNothing runs a node of its own: a stop removes everything it made and
+// nothing it handled is in what it wrote; a node killed with SIGKILL is cleaned up by the next
+// start, and its leases die with it.
+func TestStopAndKillLeaveNothing(t *testing.T) {
+	spec := nodeSpec{Name: "e2elife", Network: "airlock-e2elife", Bridge: "airlock-e2el", Subnet: "10.216.0.0/24", MinWarm: 2}
+	dir := t.TempDir()
+	up := startUpstream(t)
+	cfg, err := spec.write(dir, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := dir + "/state"
+	n := startNode(t, spec, state, cfg)
+
+	t.Run("stop removes everything and no secret is in what the node wrote", func(t *testing.T) {
+		secret := n.demoSecret(t)
+		for _, allow := range []string{"api.example.test=demo", "api.example.test=vault-task"} {
+			l := n.lease(t, allow)
+			if out, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 || !strings.Contains(out, "whoami ok") {
+				t.Fatalf("curl under %s: exit %d %q %q", allow, code, out, errs)
+			}
+		}
+		metrics := n.metrics(t)
+		n.stop(t)
+		n.checkClean(t)
+		// The values are the demo credential, every per-task Vault token the upstream
+		// received, and the dev Vault's root token.
+		for _, found := range n.secretsWritten(metrics, append([]string{secret, n.client.VaultToken}, up.vaultTokens()...)...) {
+			t.Error(found)
+		}
+		if !strings.Contains(metrics, "airlock_gateway_requests_total") || !strings.Contains(metrics, "airlock_pool_sandboxes") {
+			t.Errorf("metrics lack the gateway or pool series")
+		}
+		if t.Failed() {
+			t.Logf("node output:\n%s", n.log)
+		}
+	})
+
+	t.Run("restart after kill -9 cleans up", func(t *testing.T) {
+		n = startNode(t, spec, state, cfg)
+		before := n.managedContainers(t)
+		l := n.lease(t, "api.example.test")
+		n.kill() // no cleanup runs; redis and vault die with it
+		if left := n.managedContainers(t); len(left) == 0 {
+			t.Fatal("kill -9 left nothing behind, so this test proves nothing")
+		}
+		n = startNode(t, spec, state, cfg)
+		for _, id := range append(before, l.Sandbox) {
+			if out, err := docker("inspect", id); err == nil {
+				t.Errorf("container %s from the killed node survived the restart: %s", id[:12], lines(out)[0])
+			}
+		}
+		if _, errs, code := n.exec(t, l.ID, "true"); code == 0 {
+			t.Errorf("lease of the killed node still usable: %s", errs)
+		}
+		n.stop(t)
+		n.checkClean(t)
+	})
+}
+
+// TestBadConfigStopsStartup checks that a wrong field stops `airlock up` with its name, before
+// anything is started.
+func TestBadConfigStopsStartup(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/bad.yaml"
+	if err := os.WriteFile(path, []byte("templates:\n  - name: big\n    memory_mb: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBin, "up", "--config", path)
+	cmd.Env = append(os.Environ(), "AIRLOCK_STATE_DIR="+dir+"/state")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(string(out), "templates[0].memory_mb: must be >= 16") {
+		t.Fatalf("airlock up with a bad config: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "panic") {
+		t.Fatalf("panicked:\n%s", out)
+	}
+}

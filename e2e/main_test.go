@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+// sharedSpec is the node most tests share. Each test takes leases of its own on it, so any one
+// runs alone with -run; tests that stop, kill or reconfigure a node start one of their own.
+var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-e2e", Subnet: "10.214.0.0/24", MinWarm: 2}
+
+// shared is the shared node and the upstream its sandboxes reach.
+type shared struct {
+	*nodeProc
+	up  *upstream
+	dir string
+}
+
+var (
+	sharedOnce sync.Once
+	sharedEnv  *shared
+	sharedErr  error
+)
+
+// sharedNode starts the shared node on first use; TestMain stops it after the last test.
+func sharedNode(t *testing.T) *shared {
+	t.Helper()
+	sharedOnce.Do(func() { sharedEnv, sharedErr = startShared() })
+	if sharedErr != nil {
+		t.Fatalf("the shared node did not start: %v", sharedErr)
+	}
+	return sharedEnv
+}
+
+func startShared() (*shared, error) {
+	dir, err := os.MkdirTemp("", "airlock-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	up, err := newUpstream()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := sharedSpec.write(dir, up)
+	if err != nil {
+		up.srv.Close()
+		return nil, err
+	}
+	n, err := launch(sharedSpec, dir+"/state", cfg)
+	if err != nil {
+		up.srv.Close()
+		return nil, err
+	}
+	return &shared{nodeProc: n, up: up, dir: dir}, nil
+}
+
+// stopShared stops the shared node and names what it left behind, or a secret value it wrote
+// anywhere during the whole run.
+func stopShared(s *shared) []string {
+	defer s.up.srv.Close()
+	var problems []string
+	metrics, err := s.metricsPage()
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("metrics: %v", err))
+	}
+	demo, err := s.demoValue()
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if err := s.shutdown(); err != nil {
+		return append(problems, err.Error())
+	}
+	problems = append(problems, s.leftovers()...)
+	secrets := append([]string{demo, s.client.VaultToken}, s.up.vaultTokens()...)
+	problems = append(problems, s.secretsWritten(metrics, secrets...)...)
+	if len(problems) == 0 {
+		os.RemoveAll(s.dir)
+	}
+	return problems
+}
+
+func TestMain(m *testing.M) {
+	for _, need := range []string{airlockBin, "../bin/vault"} {
+		if _, err := os.Stat(need); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %s is missing; run the tests with `make test`, which builds it\n", need)
+			os.Exit(1)
+		}
+	}
+	if out, err := exec.Command("docker", "image", "inspect", "airlock/default:latest").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: the sandbox image is missing (`make image`): %s\n", bytes.TrimSpace(out))
+		os.Exit(1)
+	}
+	code := m.Run()
+	if sharedEnv != nil {
+		if problems := stopShared(sharedEnv); len(problems) > 0 {
+			fmt.Fprintf(os.Stderr, "e2e: the shared node, after the last test:\n")
+			for _, p := range problems {
+				fmt.Fprintf(os.Stderr, "  %s\n", p)
+			}
+			fmt.Fprintf(os.Stderr, "its output:\n%s\n", sharedEnv.log)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

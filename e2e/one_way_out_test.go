@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tcpProbe tries a TCP connection from the sandbox of lease to host:port and returns what it
+// printed and its exit code.
+func (n *nodeProc) tcpProbe(t *testing.T, lease, host string, port int) (string, int) {
+	t.Helper()
+	out, errs, code := n.exec(t, lease, "timeout", "5", "bash", "-c", "exec 3<>/dev/tcp/"+host+"/"+strconv.Itoa(port)+" && echo connected")
+	return out + errs, code
+}
+
+// TestOneWayOut attacks invariant 2: a sandbox reaches only the gateway and the resolver, not
+// the host's other ports, not what lies past the host, not other sandboxes, not the Docker
+// socket.
+func TestOneWayOut(t *testing.T) {
+	n := sharedNode(t)
+	hostIP := n.spec.hostIP()
+
+	t.Run("the host's other ports on the bridge are out of reach", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		// Listeners on the host's bridge address that a sandbox could reach if the rules were
+		// wrong: one bound to that address, one to every address.
+		specific, err := net.Listen("tcp", hostIP+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer specific.Close()
+		wildcard, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wildcard.Close()
+		accepted := make(chan string, 4)
+		for _, l := range []net.Listener{specific, wildcard} {
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- c.RemoteAddr().String()
+					c.Close()
+				}
+			}()
+		}
+		// Control: the gateway port on the same address is reachable, so the probe works.
+		if out, code := n.tcpProbe(t, a.ID, hostIP, 3128); code != 0 || !strings.Contains(out, "connected") {
+			t.Fatalf("control probe to the gateway failed (exit %d): %s", code, out)
+		}
+		for _, port := range []int{specific.Addr().(*net.TCPAddr).Port, wildcard.Addr().(*net.TCPAddr).Port} {
+			if out, code := n.tcpProbe(t, a.ID, hostIP, port); code == 0 || strings.Contains(out, "connected") {
+				t.Errorf("sandbox reached host port %d on the bridge address: %s", port, out)
+			}
+		}
+		select {
+		case from := <-accepted:
+			t.Errorf("host listener accepted a connection from %s", from)
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
+
+	t.Run("nothing past the host", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		// A server on another Docker network of the test's own, which the host itself reaches.
+		outside := startOutsideServer(t)
+		if out, code := n.tcpProbe(t, a.ID, outside, 8080); code == 0 || strings.Contains(out, "connected") {
+			t.Errorf("sandbox reached %s:8080 on another network through the host: %s", outside, out)
+		}
+	})
+
+	t.Run("no Docker socket", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		if _, _, code := n.exec(t, a.ID, "test", "-d", "/var/run"); code != 0 {
+			t.Fatal("control: /var/run is not visible, so the socket test proves nothing")
+		}
+		if _, _, code := n.exec(t, a.ID, "test", "-e", "/var/run/docker.sock"); code == 0 {
+			t.Error("the Docker socket is visible in the sandbox")
+		}
+	})
+
+	t.Run("another sandbox is out of reach", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		// B serves on its own port, which it reaches itself, but A cannot.
+		b := n.lease(t, "api.example.test")
+		_, errs, code := n.exec(t, b.ID, "sh", "-c",
+			"nohup python3 -m http.server 8080 --bind 0.0.0.0 >/tmp/http.log 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do curl --noproxy '*' -s -o /dev/null http://127.0.0.1:8080/ && exit 0; sleep 0.3; done; exit 1")
+		if code != 0 {
+			t.Fatalf("sandbox B could not serve to itself (control): %s", errs)
+		}
+		if out, code := n.tcpProbe(t, a.ID, b.Address, 8080); code == 0 || strings.Contains(out, "connected") {
+			t.Errorf("sandbox A reached sandbox B at %s:8080: %s", b.Address, out)
+		}
+	})
+
+	t.Run("no IPv6, not even to the host's link-local address", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		out, errs, code := n.exec(t, a.ID, "bash", "-c", "cat /proc/sys/net/ipv6/conf/all/disable_ipv6; ip -6 addr")
+		if code != 0 {
+			t.Fatalf("probe: exit %d: %s", code, errs)
+		}
+		if first := strings.SplitN(out, "\n", 2)[0]; first != "1" {
+			t.Errorf("disable_ipv6 = %q, want 1", first)
+		}
+		if strings.Contains(out, "inet6") {
+			t.Errorf("the sandbox has IPv6 addresses:\n%s", out)
+		}
+		// The host's side of the bridge has a link-local IPv6 address; a listener on every
+		// address of the host is out of reach over it.
+		ll, err := exec.Command("ip", "-6", "-o", "addr", "show", "dev", n.spec.Bridge, "scope", "link").CombinedOutput()
+		f := strings.Fields(string(ll))
+		if err != nil || len(f) < 4 {
+			t.Skipf("the bridge has no link-local IPv6 address (%v): nothing to reach", err)
+		}
+		addr := strings.Split(f[3], "/")[0]
+		l, err := net.Listen("tcp", "[::]:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		port := l.Addr().(*net.TCPAddr).Port
+		script := fmt.Sprintf("import socket,sys\ns=socket.socket(socket.AF_INET6)\ns.settimeout(3)\ntry:\n s.connect(('%s%%eth0',%d,0,0))\n print('connected')\nexcept OSError as e:\n print('refused', e)", addr, port)
+		if out, _, _ := n.exec(t, a.ID, "python3", "-c", script); strings.Contains(out, "connected") {
+			t.Errorf("the sandbox reached the host over IPv6 link-local %s: %s", addr, out)
+		}
+	})
+}
+
+// TestSandboxHardened checks the floor every sandbox starts from: no setuid or setgid files, a
+// numeric user that is not root, and limits on open files and processes.
+func TestSandboxHardened(t *testing.T) {
+	n := sharedNode(t)
+	a := n.lease(t, "api.example.test")
+	if out, errs, code := n.exec(t, a.ID, "sh", "-c", "find / -xdev -type f \\( -perm -4000 -o -perm -2000 \\) 2>/dev/null"); strings.TrimSpace(out) != "" {
+		t.Errorf("setuid or setgid files in the sandbox (exit %d, %s):\n%s", code, errs, out)
+	}
+	out, errs, code := n.exec(t, a.ID, "bash", "-c", "echo $(id -u):$(id -g) $(ulimit -n) $(ulimit -u)")
+	if code != 0 {
+		t.Fatalf("probe: exit %d: %s", code, errs)
+	}
+	if got := strings.TrimSpace(out); got != "10001:10001 4096 4096" {
+		t.Errorf("uid:gid nofile nproc = %q, want \"10001:10001 4096 4096\"", got)
+	}
+}
+
+// startOutsideServer runs a web server in a container on a routed Docker network of the test's
+// own (not the sandbox network), checks that the host reaches it, and returns its address.
+func startOutsideServer(t *testing.T) string {
+	t.Helper()
+	const name, addr = "airlock-e2e-outside", "10.215.0.10"
+	docker("rm", "-f", name)
+	docker("network", "rm", name)
+	if out, err := docker("network", "create", "--subnet", "10.215.0.0/24", name); err != nil {
+		t.Fatalf("creating the outside network: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		docker("rm", "-f", name)
+		docker("network", "rm", name)
+	})
+	if out, err := docker("run", "-d", "--name", name, "--network", name, "--ip", addr,
+		"airlock/default:latest", "python3", "-m", "http.server", "8080", "--directory", "/tmp"); err != nil {
+		t.Fatalf("starting the outside server: %v: %s", err, out)
+	}
+	eventually(t, 20*time.Second, "the host to reach the outside server (the control)", func() bool {
+		c, err := net.DialTimeout("tcp", addr+":8080", time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return addr
+}
