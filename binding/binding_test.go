@@ -83,9 +83,7 @@ func TestCacheFailsClosed(t *testing.T) {
 		t.Fatalf("lookup before the feed is up = %v, want ErrUnavailable", err)
 	}
 	go c.Run(ctx)
-	for !c.Live() {
-		time.Sleep(time.Millisecond)
-	}
+	waitLive(t, c, true)
 	if b, err := c.Lookup(ctx, a); err != nil || b.Lease != "l-1" {
 		t.Fatalf("lookup = %v, %v", b, err)
 	}
@@ -116,9 +114,7 @@ func TestCacheFailsClosed(t *testing.T) {
 	src.down = true
 	src.mu.Unlock()
 	close(src.broken)
-	for c.Live() {
-		time.Sleep(time.Millisecond)
-	}
+	waitLive(t, c, false)
 	if _, err := c.Lookup(ctx, a); err != nil {
 		t.Fatalf("within grace = %v", err)
 	}
@@ -190,5 +186,17 @@ func TestCacheNeverKeepsAReleasedBinding(t *testing.T) {
 	c.Put(Binding{Lease: "l-2", Addr: a, Expires: time.Now().Add(time.Hour), Version: 7})
 	if b, err := c.Lookup(context.Background(), a); err != nil || b.Lease != "l-2" {
 		t.Fatalf("a newer put: %+v %v", b, err)
+	}
+}
+
+// waitLive waits up to 5s for the cache to say it follows the feed (live) or has lost it.
+func waitLive(t *testing.T, c *Cache, live bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Live() != live {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache's Live() is still %v after 5s", !live)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

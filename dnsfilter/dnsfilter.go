@@ -56,6 +56,9 @@ type Config struct {
 	// Workers bounds concurrent UDP queries (default 8 per CPU).
 	Workers int
 	Logger  *slog.Logger
+	// Now is the clock of the cache, the tunnel window, the rate limit and durations; nil
+	// means time.Now.
+	Now func() time.Time
 }
 
 // Resolver is the DNS handler. Safe for concurrent use.
@@ -69,7 +72,7 @@ type Resolver struct {
 	cache   *answerCache
 	guard   *exfil.Guard
 	rate    *ratelimit.Limiter[netip.Addr]
-	now     func() time.Time // the clock of the cache, the tunnel window and durations
+	now     func() time.Time // Config.Now
 }
 
 // New returns a Resolver.
@@ -98,9 +101,12 @@ func New(cfg Config) *Resolver {
 		tcp:    &dns.Client{Net: "tcp", Timeout: 3 * time.Second},
 		cache:  newAnswerCache(cfg.CacheMaxTTL, cfg.CacheNegTTL, cfg.CacheEntries),
 		guard:  cfg.Guard,
-		now:    time.Now,
+		now:    cfg.Now,
 	}
-	r.rate = ratelimit.New[netip.Addr](cfg.RateQPS, cfg.RateBurst)
+	if r.now == nil {
+		r.now = time.Now
+	}
+	r.rate = ratelimit.New[netip.Addr](cfg.RateQPS, cfg.RateBurst).Clock(func() time.Time { return r.now() })
 	r.SetPins(cfg.Pins)
 	return r
 }

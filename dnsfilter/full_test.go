@@ -216,7 +216,12 @@ func TestTypesEDNSAndTruncation(t *testing.T) {
 }
 
 func TestRateLimitAndMalformed(t *testing.T) {
-	h := newFullHarness(t, func(c *Config) { c.RateQPS, c.RateBurst = 1, 3 })
+	var clock atomic.Int64 // the resolver's clock, so the bucket refills without a wait
+	clock.Store(time.Now().UnixNano())
+	h := newFullHarness(t, func(c *Config) {
+		c.RateQPS, c.RateBurst = 1, 3
+		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	})
 	refused := 0
 	for range 6 {
 		if m := h.ask(t, "exact.example.", dns.TypeA, false, "udp"); m.Rcode == dns.RcodeRefused {
@@ -232,7 +237,7 @@ func TestRateLimitAndMalformed(t *testing.T) {
 	for _, pkt := range [][]byte{{1}, {0, 1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0xff}, make([]byte, 600)} {
 		c.Write(pkt)
 	}
-	time.Sleep(1100 * time.Millisecond) // refill the bucket
+	clock.Add(int64(1100 * time.Millisecond)) // the bucket refills
 	if m := h.ask(t, "exact.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after garbage: rcode %d", m.Rcode)
 	}

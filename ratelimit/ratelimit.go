@@ -32,6 +32,14 @@ func New[K comparable](rate, burst int) *Limiter[K] {
 	return &Limiter[K]{rate: float64(rate), burst: float64(max(burst, rate)), now: time.Now, buckets: map[K]*bucket{}}
 }
 
+// Clock makes l read the time from now (tests drive it); it returns l.
+func (l *Limiter[K]) Clock(now func() time.Time) *Limiter[K] {
+	if l != nil {
+		l.now = now
+	}
+	return l
+}
+
 // Allow takes a token for k, reporting false when its bucket is empty.
 func (l *Limiter[K]) Allow(k K) bool {
 	if l == nil {

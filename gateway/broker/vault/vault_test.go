@@ -153,7 +153,10 @@ func TestAppRoleLoginRenewalAndCatalogCheck(t *testing.T) {
 		t.Fatalf("read after approle login: %v %v", s, err)
 	}
 	// The token lives 2s; past several lifetimes it still reads, because it is renewed.
-	time.Sleep(5 * time.Second)
+	born := time.Now()
+	waitFor(t, 30*time.Second, "the broker's token to be renewed past two of its lifetimes", func() bool {
+		return b.renewals.Load() >= 3 && time.Since(born) > 4*time.Second
+	})
 	if s, err := b.Get(ctx, broker.Lease{ID: "l"}, entry("b", "airlock/b")); err != nil || s["token"] != "value-of-airlock/b" {
 		t.Fatalf("read after the token's first TTL: %v %v", s, err)
 	}
@@ -508,17 +511,21 @@ func TestKVRefreshedInTheBackground(t *testing.T) {
 		t.Fatalf("first read %v", s)
 	}
 	v.SeedKV(ctx, "airlock/r", map[string]any{"token": "new-value"})
-	// Past four fifths of the TTL the refresher has read it again: the cache holds the new
-	// value before the old one expires, so no request waits on Vault.
-	time.Sleep(2500 * time.Millisecond)
-	b.mu.Lock()
-	ent := b.cache["secret\x00airlock/r"]
-	b.mu.Unlock()
-	ent.mu.Lock()
-	got, fresh := ent.secret["token"], b.now().Before(ent.expires)
-	ent.mu.Unlock()
-	if got != "new-value" || !fresh {
-		t.Fatalf("cache holds %q (fresh %v), want the refreshed value", got, fresh)
+	// Past four fifths of the TTL the refresher reads it again: the cache holds the new value
+	// while the entry is still fresh, so no request waits on Vault.
+	var got any
+	var fresh bool
+	err := waitUntil(10*time.Second, "the refresher to put the new value in the cache", func() bool {
+		b.mu.Lock()
+		ent := b.cache["secret\x00airlock/r"]
+		b.mu.Unlock()
+		ent.mu.Lock()
+		defer ent.mu.Unlock()
+		got, fresh = ent.secret["token"], b.now().Before(ent.expires)
+		return got == "new-value" || !fresh
+	})
+	if err != nil || got != "new-value" || !fresh {
+		t.Fatalf("cache holds %q (fresh %v), want the refreshed value before the old one expired (%v)", got, fresh, err)
 	}
 }
 
@@ -553,17 +560,13 @@ func TestReloginAndRecovery(t *testing.T) {
 	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "x", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/x", TTL: time.Millisecond},
 		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
-	time.Sleep(7 * time.Second)
-	if b.logins.Load() == 0 {
-		t.Fatal("the broker never logged in again after its token's max TTL")
-	}
+	waitFor(t, 30*time.Second, "the broker to log in again after its token's max TTL of 4s", func() bool { return b.logins.Load() > 0 })
 	if _, err := b.Get(ctx, broker.Lease{ID: "l"}, cat["x"]); err != nil {
 		t.Fatalf("read after re-login: %v", err)
 	}
 
 	// Vault goes away.
-	v.Stop()
-	time.Sleep(10 * time.Millisecond)
+	v.Stop() // waits for the server to exit
 	_, err = b.Get(ctx, broker.Lease{ID: "l"}, cat["x"])
 	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("with Vault down: %v", err)
@@ -584,15 +587,30 @@ func TestReloginAndRecovery(t *testing.T) {
 	sid, _ := root2.Logical().Write("auth/approle/role/gw/secret-id", nil)
 	os.WriteFile(b.auth.RoleIDFile, []byte(rid.Data["role_id"].(string)), 0o600)
 	os.WriteFile(b.auth.SecretIDFile, []byte(sid.Data["secret_id"].(string)), 0o600)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if s, err := b.Get(ctx, broker.Lease{ID: "l"}, cat["x"]); err == nil && s["token"] == "x-value" {
-			return
-		}
+	waitFor(t, 30*time.Second, "reads to work again once Vault is back", func() bool {
+		s, err := b.Get(ctx, broker.Lease{ID: "l"}, cat["x"])
+		return err == nil && s["token"] == "x-value"
+	})
+}
+
+// waitUntil polls cond every 20ms until it holds, or gives up after timeout naming what it
+// waited for.
+func waitUntil(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("no recovery within 30s of Vault coming back")
+			return fmt.Errorf("gave up after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// waitFor is waitUntil that fails the test.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := waitUntil(timeout, what, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 
