@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // TestWorkbench drives what an agent does with its sandbox: run commands, move files and
@@ -149,6 +151,17 @@ func TestWorkbench(t *testing.T) {
 			if _, errs, code := n.cli(t, "cp", bad, t.TempDir()+"/x"); code == 0 || !strings.Contains(errs, "outside the workspace") {
 				t.Errorf("download of %s: exit %d %s", bad, code, errs)
 			}
+		}
+		refused := func(recs []audit.Record) bool {
+			for _, r := range recs {
+				if r.Kind == audit.KindFile && r.Decision == audit.Deny && r.Rule == rule.BadRequest && strings.Contains(r.Reason, "outside the workspace") {
+					return true
+				}
+			}
+			return false
+		}
+		if !refused(n.trailUntil(t, a.ID, refused)) {
+			t.Error("no deny record, under rule bad-request, of a download outside the workspace")
 		}
 		want := []string{"file/upload", "file/download", "file/upload-tar", "file/download-tar"}
 		kinds := n.logKinds(t, a.ID, want...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // Renew extends tenant's lease id by ttl from now (zero: the template's default), capped by the
@@ -63,9 +65,9 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	return l, nil
 }
 
-// leaseFile returns tenant's lease id and p resolved inside its template's workspace, refusing
-// anything outside it.
-func (m *Manager) leaseFile(ctx context.Context, tenant, id, p string) (Lease, string, error) {
+// leaseFile returns tenant's lease id and p resolved inside its template's workspace. A path
+// outside it is refused, and the refusal recorded as the file event it would have been.
+func (m *Manager) leaseFile(ctx context.Context, tenant, id, p, event string) (Lease, string, error) {
 	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, "", err
@@ -76,9 +78,19 @@ func (m *Manager) leaseFile(ctx context.Context, tenant, id, p string) (Lease, s
 	}
 	p = path.Clean(p)
 	if p == ws || !strings.HasPrefix(p, ws+"/") {
-		return Lease{}, "", fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
+		err := fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
+		m.fileEvent(ctx, l, event, FileInfo{Path: p}, err)
+		return Lease{}, "", err
 	}
 	return l, p, nil
+}
+
+// transferEvent names a transfer's audit event.
+func transferEvent(dir string, archive bool) string {
+	if archive {
+		return dir + "-tar"
+	}
+	return dir
 }
 
 // FileInfo describes a transferred file.
@@ -91,17 +103,18 @@ type FileInfo struct {
 // PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
 // With archive, r is a tar stream unpacked into the directory p.
 func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader, archive bool) (FileInfo, error) {
-	l, p, err := m.leaseFile(ctx, tenant, id, p)
+	event := transferEvent("upload", archive)
+	l, p, err := m.leaseFile(ctx, tenant, id, p, event)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	h := sha256.New()
 	cr := &countReader{r: io.TeeReader(r, h)}
 	var stderr strings.Builder
-	script, event := `umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`, "upload"
+	script := `umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`
 	if archive {
 		// As the sandbox user: tar drops leading / and ../ from member names.
-		script, event = `umask 077 && mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"`, "upload-tar"
+		script = `umask 077 && mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"`
 	}
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"sh", "-c", script, "airlock-put", p}}, cr, io.Discard, &stderr)
 	if err == nil && code != 0 {
@@ -114,16 +127,17 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 
 // GetFile streams p from tenant's lease id to w; with archive, the directory p as a tar stream.
 func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer, archive bool) (FileInfo, error) {
-	l, p, err := m.leaseFile(ctx, tenant, id, p)
+	event := transferEvent("download", archive)
+	l, p, err := m.leaseFile(ctx, tenant, id, p, event)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(w, h)}
 	var stderr strings.Builder
-	cmd, event := []string{"cat", "--", p}, "download"
+	cmd := []string{"cat", "--", p}
 	if archive {
-		cmd, event = []string{"tar", "-c", "-C", p, "."}, "download-tar"
+		cmd = []string{"tar", "-c", "-C", p, "."}
 	}
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd}, nil, cw, &stderr)
 	if err == nil && code != 0 {
@@ -137,7 +151,7 @@ func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer
 // StatFile reports whether p is a regular file (a directory, with archive) in the lease's
 // workspace, so a download can fail with a status before any byte is sent.
 func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bool) error {
-	l, p, err := m.leaseFile(ctx, tenant, id, p)
+	l, p, err := m.leaseFile(ctx, tenant, id, p, transferEvent("download", archive))
 	if err != nil {
 		return err
 	}
@@ -155,6 +169,9 @@ func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bo
 	return nil
 }
 
+// fileEvent records a transfer, or its refusal: a request the pool would not carry out (a path
+// outside the workspace, a file that is not there, an archive tar would not unpack) is denied
+// under rule bad-request.
 func (m *Manager) fileEvent(ctx context.Context, l Lease, event string, info FileInfo, err error) {
 	rec := audit.Record{
 		Kind: audit.KindFile, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
@@ -162,6 +179,9 @@ func (m *Manager) fileEvent(ctx context.Context, l Lease, event string, info Fil
 	}
 	if err != nil {
 		rec.Decision, rec.Reason = audit.Deny, err.Error()
+		if errors.Is(err, ErrBadRequest) {
+			rec.Rule = rule.BadRequest
+		}
 	}
 	if aerr := m.cfg.Audit.Write(ctx, rec); aerr != nil {
 		m.log.Error("audit write failed", "err", aerr)

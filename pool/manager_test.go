@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/pooltest"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
@@ -247,6 +251,78 @@ func TestHealthChecksDoNotOverfill(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		if n := e.rt.Created(); n > 2 {
 			t.Fatalf("health checks made the pool create %d sandboxes for a min_warm of 2", n)
+		}
+	}
+}
+
+// recordSink keeps the records written to it.
+type recordSink struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (s *recordSink) Write(_ context.Context, r audit.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, r)
+	return nil
+}
+
+func (s *recordSink) files() []audit.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []audit.Record
+	for _, r := range s.recs {
+		if r.Kind == audit.KindFile {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestFileRefusalsRecorded: a transfer the pool refuses, for a path outside the workspace, is
+// recorded as the denied file event it would have been, under rule bad-request; one it carries
+// out is an allow with no rule.
+func TestFileRefusalsRecorded(t *testing.T) {
+	sink := &recordSink{}
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Pool: func(c *pool.Config) { c.Audit = sink }})
+	e.MustWarm(t, 1)
+	ctx := context.Background()
+	tok, _ := e.Issuer.Mint("task-files", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	l, err := e.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Manager.PutFile(ctx, "acme", l.ID, "notes.txt", strings.NewReader("x"), false); err != nil {
+		t.Fatalf("upload inside the workspace: %v", err)
+	}
+	cases := []struct {
+		event string
+		do    func() error
+	}{
+		{"download", func() error { return e.Manager.StatFile(ctx, "acme", l.ID, "../../etc/passwd", false) }},
+		{"download-tar", func() error { _, err := e.Manager.GetFile(ctx, "acme", l.ID, "/etc", io.Discard, true); return err }},
+		{"upload", func() error {
+			_, err := e.Manager.PutFile(ctx, "acme", l.ID, "/workspace/../etc/x", strings.NewReader("x"), false)
+			return err
+		}},
+	}
+	for _, c := range cases {
+		if err := c.do(); !errors.Is(err, pool.ErrBadRequest) {
+			t.Errorf("%s outside the workspace = %v, want ErrBadRequest", c.event, err)
+		}
+	}
+	recs := sink.files()
+	if len(recs) != 1+len(cases) {
+		t.Fatalf("file records %+v, want %d", recs, 1+len(cases))
+	}
+	if r := recs[0]; r.Event != "upload" || r.Decision != audit.Allow || r.Rule != "" || r.Path != "/workspace/notes.txt" {
+		t.Errorf("the upload's record is %+v", r)
+	}
+	for i, c := range cases {
+		if r := recs[1+i]; r.Event != c.event || r.Decision != audit.Deny || r.Rule != rule.BadRequest || r.Lease != l.ID ||
+			!strings.Contains(r.Reason, "outside the workspace") {
+			t.Errorf("the refused %s's record is %+v", c.event, r)
 		}
 	}
 }

@@ -17,7 +17,7 @@ const (
 	StoreDown           Rule = "lease-store-down"       // the lease store cannot be asked
 	ScopeMiss           Rule = "scope-miss"             // no scope covers the destination
 	HostMismatch        Rule = "host-mismatch"          // CONNECT host, SNI and Host disagree
-	BadRequest          Rule = "bad-request"            // malformed or ambiguous request or message
+	BadRequest          Rule = "bad-request"            // malformed or ambiguous request or message; a file transfer refused
 	PrivateAddress      Rule = "private-address"        // the destination resolves to a non-public address
 	CredentialDenied    Rule = "credential-denied"      // the catalog forbids the credential here
 	CredentialDown      Rule = "credential-unavailable" // the credential's source cannot give it now
