@@ -171,20 +171,8 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p.tunnels.Add(1)
 	defer p.tunnels.Add(-1)
 	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, tunnel: true, bearer: x.bearer, closer: conn})()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		x.down, _ = io.Copy(conn, up)
-		conn.Close()
-	}()
-	io.Copy(up, &meteredConn{Conn: conn, m: x.meter})
-	up.Close()
-	wg.Wait()
-	x.up, x.event = x.meter.n.Load(), "close"
-	if over := x.meter.over.Load(); over != nil {
-		x.refusal = over
-	}
+	splice(x, conn, conn, up)
+	x.event = "close"
 	p.record(x)
 }
 

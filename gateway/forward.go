@@ -470,19 +470,27 @@ func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, resp *ht
 	if brw.Reader.Buffered() > 0 {
 		client = &bufferedConn{Conn: conn, r: brw.Reader}
 	}
+	splice(x, conn, client, backend)
+	p.record(x)
+}
+
+// splice relays bytes both ways between the client (written to conn, read from client, which
+// may hold bytes buffered from conn) and the upstream until both sides are done, metering what
+// goes up against the lease's budget. It sets the exchange's byte counts, and its refusal when
+// the budget ran out mid-stream.
+func splice(x *exchange, conn, client net.Conn, upstream io.ReadWriteCloser) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		x.down, _ = io.Copy(conn, backend)
+		x.down, _ = io.Copy(conn, upstream)
 		conn.Close()
 	}()
-	io.Copy(backend, &meteredConn{Conn: client, m: x.meter})
-	backend.Close()
+	io.Copy(upstream, &meteredConn{Conn: client, m: x.meter})
+	upstream.Close()
 	wg.Wait()
 	x.up = x.meter.n.Load()
 	if over := x.meter.over.Load(); over != nil {
 		x.refusal = over
 	}
-	p.record(x)
 }
