@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -84,12 +83,7 @@ func TestCredentialsGoWhereTheCatalogSays(t *testing.T) {
 
 	t.Run("a token naming the credential for a host outside the catalog's list is refused", func(t *testing.T) {
 		bad := mintToken(t, "task-bad", []map[string]any{{"host": "evil.example", "credential": "demo"}}, 10*time.Minute)
-		out, errs, code := n.cli(t, "lease", "--json", "--token", bad)
-		if code == 0 || !strings.Contains(errs, "may not be sent to evil.example") {
-			var l leaseJSON
-			if json.Unmarshal([]byte(out), &l) == nil && l.ID != "" {
-				n.cli(t, "release", l.ID)
-			}
+		if code, errs := n.leaseRefused(t, "--token", bad); code == 0 || !strings.Contains(errs, "may not be sent to evil.example") {
 			t.Fatalf("lease with a widened credential: exit %d %s", code, errs)
 		}
 	})

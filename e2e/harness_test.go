@@ -451,6 +451,18 @@ func (n *nodeProc) leaseWith(t *testing.T, args ...string) leaseJSON {
 	return l
 }
 
+// leaseRefused runs `airlock lease --json` with args, which should be refused, and returns
+// its exit code and stderr; a lease it did make is released at once.
+func (n *nodeProc) leaseRefused(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	out, errs, code := n.cli(t, append([]string{"lease", "--json"}, args...)...)
+	var l leaseJSON
+	if code == 0 && json.Unmarshal([]byte(out), &l) == nil && l.ID != "" {
+		n.cli(t, "release", l.ID)
+	}
+	return code, errs
+}
+
 func (n *nodeProc) exec(t *testing.T, id string, cmd ...string) (string, string, int) {
 	t.Helper()
 	return n.cli(t, append([]string{"exec", id, "--timeout", "60s", "--"}, cmd...)...)
