@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +92,33 @@ func TestLeasesExclusiveAndEphemeral(t *testing.T) {
 		})
 		if _, errs, code := n.exec(t, l.ID, "true"); code == 0 || !(strings.Contains(errs, "lease_not_found") || strings.Contains(errs, "expired")) {
 			t.Fatalf("the expired lease still runs commands: %s", errs)
+		}
+	})
+
+	t.Run("a client that hangs up right after DELETE does not cut the release short", func(t *testing.T) {
+		l := n.lease(t, "api.example.test=vault-task")
+		if _, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 {
+			t.Fatalf("curl: %s", errs)
+		}
+		tok := n.up.lastVaultToken(t)
+		root := n.vaultClient(t)
+		if _, err := root.Auth().Token().Lookup(tok); err != nil {
+			t.Fatalf("control: the task token is not live: %v", err)
+		}
+		u, _ := url.Parse(n.client.Addr)
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "DELETE /v1/leases/%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", l.ID, u.Host, n.client.Token)
+		c.Close() // gone before any answer
+		eventually(t, 30*time.Second, "the sandbox to be destroyed and the task token revoked", func() bool {
+			_, inspectErr := docker("inspect", l.Sandbox)
+			_, lookupErr := root.Auth().Token().Lookup(tok)
+			return inspectErr != nil && lookupErr != nil
+		})
+		if kinds := n.logKinds(t, l.ID, "lease/release"); !kinds["lease/release"] {
+			t.Errorf("no release record (have %v)", kinds)
 		}
 	})
 

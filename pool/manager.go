@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -625,8 +626,12 @@ func (m *Manager) Held(ctx context.Context, tenant, id string) (Lease, error) {
 	return l, nil
 }
 
-// Release ends tenant's lease id: unbind first, then destroy the sandbox, then refill.
+// Release ends tenant's lease id: unbind first, then destroy the sandbox, then refill. A release
+// asked for is carried out whether or not the caller waits for the answer: it runs on a context
+// of its own from the start (see end).
 func (m *Manager) Release(ctx context.Context, tenant, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
 	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -634,20 +639,39 @@ func (m *Manager) Release(ctx context.Context, tenant, id string) error {
 	return m.end(ctx, l, "release")
 }
 
+// teardownTimeout bounds how long ending a lease may take: unbinding, revoking what was minted
+// for it and destroying its sandbox.
+const teardownTimeout = 2 * time.Minute
+
+// end ends l: unbind first, so nothing reaches the sandbox or its credentials any more, then
+// revoke and destroy. Once begun it runs to the end on a context of its own: a caller that goes
+// away (a client that hangs up right after DELETE) must not leave an unbound lease whose
+// credentials stay valid and whose sandbox lives on with nothing left to reap it. The outcome,
+// failures included, is the lease's audit record.
 func (m *Manager) end(ctx context.Context, l Lease, event string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
 	m.unbindLocal(l)
 	if err := m.leases.Unbind(ctx, l); err != nil {
 		return err
 	}
-	reason := m.revoke(ctx, l)
+	var problems []string
+	if r := m.revoke(ctx, l); r != "" {
+		problems = append(problems, r)
+	}
 	err := m.cfg.Runtime.Destroy(ctx, l.Sandbox.ID)
-	m.event(ctx, l, event, reason)
+	if err != nil {
+		m.log.Error("destroying sandbox", "lease", l.ID, "sandbox", l.Sandbox.ID, "err", err)
+		problems = append(problems, "destroying the sandbox failed: "+err.Error())
+	}
+	m.event(ctx, l, event, strings.Join(problems, "; "))
 	m.kick(l.Template)
 	return err
 }
 
 // revoke revokes l's per-task material, returning a reason for the audit record when it fails
-// (the lease ends regardless; what could not be revoked still expires with its TTL).
+// (the lease ends regardless; what could not be revoked now the broker retries, and it expires
+// with the lease).
 func (m *Manager) revoke(ctx context.Context, l Lease) string {
 	if m.cfg.Revoke == nil {
 		return ""

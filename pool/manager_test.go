@@ -326,3 +326,54 @@ func TestFileRefusalsRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseRunsToTheEnd: a client that hangs up once a release has begun (here, while its
+// credentials are being revoked) does not cut the release short: revocation and destruction
+// run on, and the lease's record says how it went, failures included.
+func TestReleaseRunsToTheEnd(t *testing.T) {
+	sink := &recordSink{}
+	var revokeErr error
+	reqCtx, hangUp := context.WithCancel(context.Background())
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Pool: func(c *pool.Config) {
+		c.Audit = sink
+		c.Revoke = func(ctx context.Context, lease string) error {
+			hangUp() // the client goes away mid-release
+			revokeErr = ctx.Err()
+			return nil
+		}
+	}})
+	e.MustWarm(t, 2)
+	tok, _ := e.Issuer.Mint("task-release", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	l, err := e.Manager.Lease(reqCtx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Manager.Release(reqCtx, "acme", l.ID); err != nil {
+		t.Fatalf("release with the client gone mid-way: %v", err)
+	}
+	if revokeErr != nil {
+		t.Fatalf("revocation ran on the client's ended context: %v", revokeErr)
+	}
+	if !e.Runtime.Destroyed(l.Sandbox.ID) {
+		t.Fatal("the sandbox was not destroyed once the client hung up")
+	}
+	// A destroy that fails is in the record.
+	e.Runtime.FailDestroy(errors.New("engine gone"))
+	tok, _ = e.Issuer.Mint("task-release-2", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	l2, err := e.Manager.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Manager.Release(context.Background(), "acme", l2.ID)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var reasons []string
+	for _, r := range sink.recs {
+		if r.Kind == audit.KindLease && r.Event == "release" {
+			reasons = append(reasons, r.Lease+": "+r.Reason)
+		}
+	}
+	if len(reasons) != 2 || reasons[0] != l.ID+": " || !strings.Contains(reasons[1], "destroying the sandbox failed: engine gone") {
+		t.Fatalf("release records %q", reasons)
+	}
+}

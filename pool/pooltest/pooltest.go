@@ -30,10 +30,18 @@ type Runtime struct {
 	// CheckDelay, set before use, makes every Check take that long.
 	CheckDelay time.Duration
 
-	n         atomic.Uint32
-	sick      sync.Map
-	mu        sync.Mutex
-	destroyed []string
+	n          atomic.Uint32
+	sick       sync.Map
+	mu         sync.Mutex
+	destroyed  []string
+	destroyErr error
+}
+
+// FailDestroy makes every later Destroy fail with err.
+func (r *Runtime) FailDestroy(err error) {
+	r.mu.Lock()
+	r.destroyErr = err
+	r.mu.Unlock()
 }
 
 var _ pool.Runtime = (*Runtime)(nil)
@@ -81,9 +89,16 @@ func (r *Runtime) Check(_ context.Context, sb pool.Sandbox) error {
 // SetSick makes id fail its health checks.
 func (r *Runtime) SetSick(id string) { r.sick.Store(id, true) }
 
-// Destroy records id.
-func (r *Runtime) Destroy(_ context.Context, id string) error {
+// Destroy records id; like an engine's call, it fails on a context that has ended.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.mu.Lock()
+	if r.destroyErr != nil {
+		defer r.mu.Unlock()
+		return r.destroyErr
+	}
 	r.destroyed = append(r.destroyed, id)
 	r.mu.Unlock()
 	return nil
