@@ -65,6 +65,9 @@ type API struct {
 	// RatePerKey and BurstPerKey limit requests per API key (429 past them); 0 disables.
 	RatePerKey  int `yaml:"rate_per_key"`
 	BurstPerKey int `yaml:"burst_per_key"`
+	// MaxPortsPerLease bounds the ports one lease may expose with `airlock port` at once; each
+	// is a listener on the node. 0 means 8.
+	MaxPortsPerLease int `yaml:"max_ports_per_lease"`
 }
 
 // APITLS is the API's certificate.
@@ -338,6 +341,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
 		bad("api.rate_per_key", "must be >= 0")
+	}
+	if c.API.MaxPortsPerLease < 0 || c.API.MaxPortsPerLease > 1000 {
+		bad("api.max_ports_per_lease", "must be between 0 (the default, 8) and 1000")
 	}
 	switch c.Vault.Auth.Method {
 	case "", "token":

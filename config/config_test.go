@@ -67,6 +67,7 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"api cert without key", "api:\n  tls: {cert_file: /c.pem}\n", "api.tls"},
 		{"api advertised over plain http with tls", "api:\n  tls: {cert_file: /c.pem, key_file: /k.pem}\n  advertise: http://n2:7070\n", "api.advertise"},
 		{"issuer without tenants", "tokens:\n  issuers:\n    - {name: i, keys: {k1: /k.pem}}\n", "tokens.issuers[0].tenants"},
+		{"unbounded ports", "api:\n  max_ports_per_lease: -1\n", "api.max_ports_per_lease"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -217,6 +217,26 @@ func TestWorkbench(t *testing.T) {
 		}
 	})
 
+	t.Run("a lease exposes a bounded number of ports", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		first := ""
+		for port := 9001; port <= 9008; port++ {
+			out, errs, code := n.cli(t, "port", a.ID, strconv.Itoa(port))
+			if code != 0 {
+				t.Fatalf("exposing port %d of the default 8: %s", port, errs)
+			}
+			if port == 9001 {
+				first = strings.TrimSpace(out)
+			}
+		}
+		if out, _, code := n.cli(t, "port", a.ID, "9001"); code != 0 || strings.TrimSpace(out) != first {
+			t.Errorf("exposing port 9001 again: exit %d %q, want its first URL %q", code, out, first)
+		}
+		if _, errs, code := n.cli(t, "port", a.ID, "9009"); code == 0 || !strings.Contains(errs, "max_ports_per_lease") {
+			t.Fatalf("a ninth port: exit %d %s", code, errs)
+		}
+	})
+
 	t.Run("airlock verify passes every check", func(t *testing.T) {
 		out, errs, code := n.cli(t, "verify")
 		if code != 0 || !strings.Contains(out, "checks passed") || strings.Contains(out, "FAIL") {

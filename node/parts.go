@@ -277,7 +277,8 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 	}
 	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush,
+		MaxPortsPerLease: cfg.API.MaxPortsPerLease,
+		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush,
 		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -50,8 +51,12 @@ type Config struct {
 	// Explain answers POST /v1/explain: what the gateway would decide for a request.
 	Explain func(token, method, url string) (rule.Explanation, error)
 	// PortHost is the address exposed sandbox ports listen on (the API's host); empty disables
-	// POST /v1/leases/{id}/ports.
-	PortHost string
+	// POST /v1/leases/{id}/ports. MaxPortsPerLease bounds how many one lease exposes at once (0:
+	// DefaultMaxPortsPerLease); PortSweep is how often ports of leases that ended elsewhere
+	// are closed (0: 10s).
+	PortHost         string
+	MaxPortsPerLease int
+	PortSweep        time.Duration
 	// AuditPath is the node's audit trail, served (per tenant) by GET /v1/audit; AuditFlush,
 	// when set, is called first so the answer includes every record accepted so far.
 	AuditPath  string
@@ -80,7 +85,8 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey),
-		ports: &ports{host: cfg.PortHost, pool: cfg.Pool}}
+		ports: &ports{host: cfg.PortHost, pool: cfg.Pool, perLease: cmp.Or(cfg.MaxPortsPerLease, DefaultMaxPortsPerLease),
+			every: cmp.Or(cfg.PortSweep, 10*time.Second)}}
 	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
 	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.owned(s.getLease)))
@@ -656,6 +662,8 @@ func writePoolError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, pool.ErrNotOwner):
 		writeError(w, http.StatusConflict, "not_owner", err.Error())
+	case errors.Is(err, errTooManyPorts):
+		writeError(w, http.StatusTooManyRequests, "too_many_ports", err.Error())
 	default:
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -35,8 +36,10 @@ type PortView struct {
 // ports serves each exposed sandbox port on its own loopback listener, so a page under review
 // never shares an origin with the API. Safe for concurrent use.
 type ports struct {
-	host string // address listeners bind to (the API's host)
-	pool *pool.Manager
+	host     string // address listeners bind to (the API's host)
+	pool     *pool.Manager
+	perLease int           // most ports one lease may expose at once
+	every    time.Duration // how often leases that ended elsewhere are swept
 
 	mu       sync.Mutex
 	open     map[string][]*exposed // lease id -> its exposed ports
@@ -45,10 +48,19 @@ type ports struct {
 
 type exposed struct {
 	srv    *http.Server
+	port   int
 	secret string
 	url    string
 	tenant string
 }
+
+// DefaultMaxPortsPerLease is how many ports one lease may expose when the configuration says
+// nothing: each is a listener and a proxy on the node, so a lease must not be able to open them
+// without bound.
+const DefaultMaxPortsPerLease = 8
+
+// errTooManyPorts refuses an exposure past the lease's bound.
+var errTooManyPorts = errors.New("too many exposed ports")
 
 // portCookie is the prefix of the capability cookie's name; each exposed port's cookie is named
 // for its listener, and no sandbox may set a cookie under the prefix.
@@ -83,6 +95,17 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 	if err != nil {
 		return PortView{}, err
 	}
+	// The bound holds under concurrent calls: the check, the listener and the record go together.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.open[id] {
+		if e.port == port {
+			return PortView{Lease: id, Port: port, URL: e.url}, nil // exposed already: the same URL
+		}
+	}
+	if n := len(p.open[id]); n >= p.perLease {
+		return PortView{}, fmt.Errorf("%w: lease %s already exposes %d ports, the most one lease may (api.max_ports_per_lease)", errTooManyPorts, id, n)
+	}
 	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(l.Sandbox.Addr.String(), strconv.Itoa(port))}
 	ln, err := p.listen()
 	if err != nil {
@@ -90,7 +113,7 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 	}
 	var b [24]byte
 	rand.Read(b[:])
-	e := &exposed{secret: hex.EncodeToString(b[:]), tenant: tenant}
+	e := &exposed{port: port, secret: hex.EncodeToString(b[:]), tenant: tenant}
 	cookie := fmt.Sprintf("%s_%d", portCookie, ln.Addr().(*net.TCPAddr).Port)
 	e.url = fmt.Sprintf("http://%s/?%s=%s", ln.Addr(), portCookie, e.secret)
 	rp := &httputil.ReverseProxy{
@@ -133,7 +156,6 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 		rp.ServeHTTP(w, r)
 	})}
 	go e.srv.Serve(ln)
-	p.mu.Lock()
 	if p.open == nil {
 		p.open = map[string][]*exposed{}
 	}
@@ -142,7 +164,6 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 		p.sweeping = true
 		go p.sweep()
 	}
-	p.mu.Unlock()
 	return PortView{Lease: id, Port: port, URL: e.url}, nil
 }
 
@@ -168,10 +189,10 @@ func (p *ports) closeLease(id string) {
 	}
 }
 
-// sweep closes, every 10s while any port is open, the ports whose lease has ended (released
-// through another API replica, or expired).
+// sweep closes, every p.every while any port is open, the ports whose lease has ended (released
+// through another API replica, or expired); until then each request through them is refused.
 func (p *ports) sweep() {
-	t := time.NewTicker(10 * time.Second)
+	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for range t.C {
 		p.mu.Lock()

@@ -133,3 +133,102 @@ func portCookieIsolation(t *testing.T, host string) {
 		}
 	}
 }
+
+// TestPortsBoundedAndEndWithLease: a lease exposes at most the configured number of ports, even
+// asked concurrently (the same port again is the same URL, not another listener), and the
+// listeners close when the lease ends, here by expiry.
+func TestPortsBoundedAndEndWithLease(t *testing.T) {
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Runtime: func(rt *pooltest.Runtime) { rt.Addr = netip.MustParseAddr("127.0.0.1") }})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(api.New(api.Config{Pool: e.Manager, Logger: quiet, PortHost: "127.0.0.1",
+		MaxPortsPerLease: 3, PortSweep: 50 * time.Millisecond, Keys: map[string]string{api.HashKey("k"): "acme"}}))
+	defer srv.Close()
+	e.MustWarm(t, 2)
+	call := func(method, path, body string, out any) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	lease := func(ttl string) string {
+		tok, _ := e.Issuer.Mint("task-ports-"+ttl, "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+		var l api.LeaseView
+		if st := call("POST", "/v1/leases", `{"token":"`+tok+`","ttl":"`+ttl+`"}`, &l); st != http.StatusCreated {
+			t.Fatalf("lease: %d", st)
+		}
+		return l.ID
+	}
+	expose := func(id string, port int) (int, api.PortView) {
+		var pv api.PortView
+		return call("POST", "/v1/leases/"+id+"/ports", `{"port":`+strconv.Itoa(port)+`}`, &pv), pv
+	}
+
+	a := lease("10m")
+	urls := map[string]bool{}
+	for port := 8001; port <= 8003; port++ {
+		st, pv := expose(a, port)
+		if st != http.StatusCreated || urls[pv.URL] {
+			t.Fatalf("exposing port %d: %d %q", port, st, pv.URL)
+		}
+		urls[pv.URL] = true
+	}
+	if st, pv := expose(a, 8001); st != http.StatusCreated || !urls[pv.URL] {
+		t.Fatalf("exposing port 8001 again: %d %q, want its first URL", st, pv.URL)
+	}
+	var refusal struct {
+		Error struct{ Code, Message string }
+	}
+	if st := call("POST", "/v1/leases/"+a+"/ports", `{"port":8004}`, &refusal); st != http.StatusTooManyRequests ||
+		refusal.Error.Code != "too_many_ports" || !strings.Contains(refusal.Error.Message, "api.max_ports_per_lease") {
+		t.Fatalf("a fourth port: %d %+v", st, refusal)
+	}
+
+	// Concurrent requests cannot slip past the bound; and the lease's expiry closes them.
+	b := lease("2s")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var exposed []string
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if st, pv := expose(b, 9000+i); st == http.StatusCreated {
+				mu.Lock()
+				exposed = append(exposed, strings.Split(strings.TrimPrefix(pv.URL, "http://"), "/")[0])
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(exposed) != 3 {
+		t.Fatalf("20 concurrent exposures made %d listeners, want 3", len(exposed))
+	}
+	open := func() int {
+		n := 0
+		for _, hp := range exposed {
+			if c, err := net.DialTimeout("tcp", hp, time.Second); err == nil {
+				c.Close()
+				n++
+			}
+		}
+		return n
+	}
+	if n := open(); n != 3 {
+		t.Fatalf("control: %d of 3 listeners answer", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for open() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listeners still open 10s after the lease began, 2s after it was to end", open())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
