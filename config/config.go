@@ -100,6 +100,10 @@ type Vault struct {
 	// Binary is the vault executable for the dev server; empty looks beside airlock, then PATH.
 	Binary string    `yaml:"binary"`
 	Auth   VaultAuth `yaml:"auth"`
+	// RevokeRetryFor is how long a revocation of per-lease material that keeps failing is
+	// retried before it is given up (recorded in the audit trail; the material still expires
+	// with its lease). 0 means 24h.
+	RevokeRetryFor time.Duration `yaml:"revoke_retry_for"`
 }
 
 // VaultAuth is how the gateway logs in to an external Vault.
@@ -360,6 +364,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		bad("vault.auth.method", "%q is not token, approle, jwt or kubernetes", c.Vault.Auth.Method)
+	}
+	if c.Vault.RevokeRetryFor < 0 {
+		bad("vault.revoke_retry_for", "must be >= 0")
 	}
 	if c.Pool.HealthEvery < 0 {
 		bad("pool.health_every", "must be >= 0")

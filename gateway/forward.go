@@ -206,7 +206,7 @@ func (p *Proxy) borrow(ctx context.Context, x *exchange) error {
 		return nil
 	}
 	var err error
-	x.secret, err = p.cfg.Broker.Get(ctx, broker.Lease{ID: x.b.Lease, Expires: x.b.Expires}, x.entry)
+	x.secret, err = p.cfg.Broker.Get(ctx, broker.Lease{ID: x.b.Lease, Tenant: x.b.Tenant, Task: x.b.Task, Expires: x.b.Expires}, x.entry)
 	return err
 }
 

@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	defer closeBackend()
-	creds, err := startCredentials(ctx, cfg, deps, log)
+	creds, err := startCredentials(ctx, cfg, deps, store, sink, log)
 	if err != nil {
 		return err
 	}
@@ -82,6 +82,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	reg := newRegistry()
+	reg.MustRegister(creds.vault.Collectors()...)
 	// The pool decides on every use of a task token (a lease, a token swap, a client outside the
 	// pool at the gateway), under the catalog the gateway has at that moment.
 	var gw *gatewayPart

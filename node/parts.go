@@ -117,7 +117,9 @@ type credentials struct {
 // startCredentials logs in to Vault, keeps the login renewed until ctx ends, and reports (by
 // name, without stopping) every catalog entry Vault cannot serve: requests needing it get 503,
 // everything else works.
-func startCredentials(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger) (credentials, error) {
+// What is minted per lease is kept in the store, under this node's name, until it is revoked: a
+// restart revokes what the run before it left.
+func startCredentials(ctx context.Context, cfg config.Config, deps Deps, store *redisstore.Store, sink audit.Sink, log *slog.Logger) (credentials, error) {
 	catalog, err := broker.NewCatalog(cfg.Creds)
 	if err != nil {
 		return credentials{}, err
@@ -125,14 +127,15 @@ func startCredentials(ctx context.Context, cfg config.Config, deps Deps, log *sl
 	va := cfg.Vault.Auth
 	vb, err := vaultbroker.New(vaultbroker.Config{Address: deps.VaultAddr, Token: deps.VaultToken, Auth: vaultbroker.Auth{
 		Method: va.Method, RoleIDFile: va.RoleIDFile, SecretIDFile: va.SecretIDFile, SecretIDWrapped: va.SecretIDWrapped, Mount: va.Mount,
-		Role: va.Role, JWTFile: va.JWTFile}})
+		Role: va.Role, JWTFile: va.JWTFile},
+		Journal: store.Journal("minted:" + cfg.Node), Audit: sink, Node: cfg.Node, RetryFor: cfg.Vault.RevokeRetryFor, Logger: log})
 	if err != nil {
 		return credentials{}, err
 	}
 	if err := vb.Login(ctx); err != nil {
 		return credentials{}, err
 	}
-	go vb.Run(ctx, log)
+	go vb.Run(ctx)
 	for name, err := range vb.CheckCatalog(ctx, catalog) {
 		log.Error("credential cannot be served", "credential", name, "err", err)
 	}
@@ -169,7 +172,7 @@ func newPool(cfg config.Config, backend pool.Backend, store *redisstore.Store, c
 	return pool.New(pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(catalog(), t) },
-		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: cfg.Pool.KeepOnStop, Revoke: creds.vault.Release, Logger: log,
+		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: cfg.Pool.KeepOnStop, Release: creds.vault.Release, Revoke: creds.vault.Revoke, Logger: log,
 		API: apiURL,
 	})
 }

@@ -58,7 +58,7 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 		return Lease{}, err
 	}
 	reason := fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI)
-	if r := m.revoke(ctx, l); r != "" {
+	if r := m.revoke(ctx, m.cfg.Revoke, l); r != "" {
 		reason += "; " + r
 	}
 	m.event(ctx, l, "token-swap", reason)

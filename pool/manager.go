@@ -44,10 +44,11 @@ type Config struct {
 	RefillParallel int
 	// HealthEvery is how often warm sandboxes are checked; zero means 30s.
 	HealthEvery time.Duration
-	// Revoke, when set, revokes what was minted for a lease's task (per-task Vault material);
-	// it is called when the lease ends, between unbinding and destroying the sandbox, and on a
-	// token swap (material is minted again on next use, under the new scopes).
-	Revoke func(ctx context.Context, lease string) error
+	// Release, when set, revokes what was minted for a lease's task (per-task Vault material)
+	// and mints nothing for it again; it is called when the lease ends, between unbinding and
+	// destroying the sandbox. Revoke revokes it and lets the lease go on: a token swap calls it,
+	// and material is minted again on next use, under the new scopes.
+	Release, Revoke func(ctx context.Context, lease string) error
 	// API is this node's API address as other nodes reach it; with it the node heartbeats, and
 	// leases may take other live nodes' warm sandboxes when its own pool is empty.
 	API string
@@ -234,7 +235,7 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 	for _, l := range leases {
 		m.unbindLocal(l)
 		errs = append(errs, m.leases.Unbind(ctx, l))
-		if reason := m.revoke(ctx, l); reason != "" {
+		if reason := m.revoke(ctx, m.cfg.Release, l); reason != "" {
 			errs = append(errs, errors.New(reason))
 		}
 	}
@@ -656,7 +657,7 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 		return err
 	}
 	var problems []string
-	if r := m.revoke(ctx, l); r != "" {
+	if r := m.revoke(ctx, m.cfg.Release, l); r != "" {
 		problems = append(problems, r)
 	}
 	err := m.cfg.Runtime.Destroy(ctx, l.Sandbox.ID)
@@ -669,14 +670,14 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 	return err
 }
 
-// revoke revokes l's per-task material, returning a reason for the audit record when it fails
-// (the lease ends regardless; what could not be revoked now the broker retries, and it expires
-// with the lease).
-func (m *Manager) revoke(ctx context.Context, l Lease) string {
-	if m.cfg.Revoke == nil {
+// revoke calls f (Config.Release or Revoke) for l's per-task material, returning a reason for
+// the audit record when it fails (the lease ends regardless; what could not be revoked now the
+// broker retries, and it expires with the lease).
+func (m *Manager) revoke(ctx context.Context, f func(context.Context, string) error, l Lease) string {
+	if f == nil {
 		return ""
 	}
-	if err := m.cfg.Revoke(ctx, l.ID); err != nil {
+	if err := f(ctx, l.ID); err != nil {
 		m.log.Error("revoking per-task credentials", "lease", l.ID, "err", err)
 		return "revocation failed: " + err.Error()
 	}

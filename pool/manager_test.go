@@ -336,7 +336,7 @@ func TestReleaseRunsToTheEnd(t *testing.T) {
 	reqCtx, hangUp := context.WithCancel(context.Background())
 	e := pooltest.NewEnv(t, pooltest.EnvConfig{Pool: func(c *pool.Config) {
 		c.Audit = sink
-		c.Revoke = func(ctx context.Context, lease string) error {
+		c.Release = func(ctx context.Context, lease string) error {
 			hangUp() // the client goes away mid-release
 			revokeErr = ctx.Err()
 			return nil
@@ -375,5 +375,40 @@ func TestReleaseRunsToTheEnd(t *testing.T) {
 	}
 	if len(reasons) != 2 || reasons[0] != l.ID+": " || !strings.Contains(reasons[1], "destroying the sandbox failed: engine gone") {
 		t.Fatalf("release records %q", reasons)
+	}
+}
+
+// TestSwapRevokesReleaseEnds: a token swap revokes the lease's material and lets it mint again
+// (Revoke); only the lease's end makes the broker stop minting for it (Release).
+func TestSwapRevokesReleaseEnds(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	note := func(what string) func(context.Context, string) error {
+		return func(_ context.Context, lease string) error {
+			mu.Lock()
+			calls = append(calls, what+" "+lease)
+			mu.Unlock()
+			return nil
+		}
+	}
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Pool: func(c *pool.Config) { c.Revoke, c.Release = note("revoke"), note("release") }})
+	e.MustWarm(t, 1)
+	ctx := context.Background()
+	tok, _ := e.Issuer.Mint("task-swap", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	l, err := e.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok2, _ := e.Issuer.Mint("task-swap", "acme", []scope.Scope{{Host: "b.example"}}, time.Minute)
+	if _, err := e.Manager.SwapToken(ctx, "acme", l.ID, tok2); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Manager.Release(ctx, "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"revoke " + l.ID, "release " + l.ID}; strings.Join(calls, ",") != strings.Join(want, ",") {
+		t.Fatalf("calls %q, want %q", calls, want)
 	}
 }

@@ -141,18 +141,20 @@ func (s Secret) Values() []string {
 // lifetime no longer than what is left of it.
 type Lease struct {
 	ID string
+	// Tenant and Task say whose lease it is, for the records of what is minted and revoked.
+	Tenant, Task string
 	// Expires caps the lifetime of what is minted for the lease; zero means no cap.
 	Expires time.Time
 }
 
-// Lifetime returns ttl, shortened to what is left of the lease (but never under a second, so a
-// lease about to end still gets a usable value).
+// Lifetime returns ttl, shortened to what is left of the lease, in whole seconds rounded up, so
+// that what is minted near the lease's end lives to the end and not past the next second.
 func (l Lease) Lifetime(ttl time.Duration) time.Duration {
 	if l.Expires.IsZero() {
 		return ttl
 	}
 	if left := time.Until(l.Expires); left < ttl {
-		return max(left, time.Second)
+		return max((left+time.Second-1)/time.Second*time.Second, time.Second)
 	}
 	return ttl
 }

@@ -468,3 +468,35 @@ func (s *Store) Nodes(ctx context.Context) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// Journal is a hash in Redis, under name, of opaque values by id (see vault.Journal).
+type Journal struct {
+	rdb *redis.Client
+	key string
+}
+
+// Journal returns the journal called name in this key space.
+func (s *Store) Journal(name string) *Journal { return &Journal{rdb: s.rdb, key: s.key(name)} }
+
+// Put stores value under id.
+func (j *Journal) Put(ctx context.Context, id string, value []byte) error {
+	return j.rdb.HSet(ctx, j.key, id, value).Err()
+}
+
+// Delete removes id.
+func (j *Journal) Delete(ctx context.Context, id string) error {
+	return j.rdb.HDel(ctx, j.key, id).Err()
+}
+
+// All returns every value by id.
+func (j *Journal) All(ctx context.Context) (map[string][]byte, error) {
+	m, err := j.rdb.HGetAll(ctx, j.key).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = []byte(v)
+	}
+	return out, nil
+}

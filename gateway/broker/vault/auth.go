@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -159,7 +158,9 @@ func readTrim(path string) (string, error) {
 // Run keeps the gateway's token alive until ctx ends: it renews a renewable token with a
 // LifetimeWatcher and logs in again when renewal stops (max TTL reached, token revoked, Vault
 // away), retrying with backoff. Requests meanwhile fail with 503 for credentials not cached.
-func (b *Broker) Run(ctx context.Context, log *slog.Logger) {
+func (b *Broker) Run(ctx context.Context) {
+	log := b.log
+	go b.revoker(ctx)
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()

@@ -27,17 +27,18 @@ func psql(pg *devstack.Postgres, user, password, query string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// TestDynamicDatabaseCredentials: a per-task PostgreSQL user from Vault's database engine,
-// injected as basic auth into a request to an upstream that proves it by logging in with it;
-// renewed while the task runs and gone from PostgreSQL after release.
-func TestDynamicDatabaseCredentials(t *testing.T) {
+// databaseBroker runs PostgreSQL and a dev Vault whose database engine makes a PostgreSQL role
+// per read of database/creds/task, with the default TTL given, and a broker logged in to it
+// with a catalog of one dynamic credential "db".
+func databaseBroker(t *testing.T, defaultTTL string) (*devstack.Postgres, *Broker, broker.Catalog) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	pg, err := devstack.StartPostgres(ctx)
 	if err != nil {
 		t.Fatalf("postgres: %v (make test installs Debian's postgresql)", err)
 	}
-	defer pg.Close()
+	t.Cleanup(pg.Close)
 	v := startVault(t)
 	root, _ := vaultapi.NewClient(&vaultapi.Config{Address: v.Addr})
 	root.SetToken(v.Token)
@@ -54,7 +55,7 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 	if _, err := root.Logical().Write("database/roles/task", map[string]any{
 		"db_name":             "pg",
 		"creation_statements": `CREATE ROLE "{{name}}" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL '{{expiration}}';`,
-		"default_ttl":         "3s", "max_ttl": "10m",
+		"default_ttl":         defaultTTL, "max_ttl": "1h",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +63,7 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 	if err := b.Login(ctx); err != nil {
 		t.Fatal(err)
 	}
+	go b.Run(ctx)
 	cat, err := broker.NewCatalog([]broker.Entry{{Name: "db", Source: broker.Source{Kind: broker.SourceDynamic, Path: "database/creds/task"},
 		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"db-api.example"}}})
 	if err != nil {
@@ -70,7 +72,54 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
 		t.Fatalf("catalog check: %v", bad)
 	}
+	return pg, b, cat
+}
 
+// roleCount is how many PostgreSQL roles are named user.
+func roleCount(t *testing.T, pg *devstack.Postgres, user string) string {
+	t.Helper()
+	out, err := psql(pg, "postgres", pg.Password, "select count(*) from pg_roles where rolname = '"+user+"'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDynamicSecretEndsWithItsLease: a dynamic secret read for a lease with seconds left is cut
+// to the lease at once (the role's default is ten minutes) and its renewals never pass the
+// lease's end, so even a revocation that never comes ends it with the lease.
+func TestDynamicSecretEndsWithItsLease(t *testing.T) {
+	pg, b, cat := databaseBroker(t, "10m")
+	ctx := context.Background()
+	end := time.Now().Add(6 * time.Second)
+	s, err := b.Get(ctx, broker.Lease{ID: "l-short-db", Expires: end}, cat["db"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := s["username"]
+	if roleCount(t, pg, user) != "1" {
+		t.Fatal("control: the task's role does not exist")
+	}
+	m := b.material(broker.Lease{ID: "l-short-db"})
+	m.mu.Lock()
+	expires := m.tokens["db"].expires
+	m.mu.Unlock()
+	if expires.After(end.Add(time.Second)) {
+		t.Fatalf("the Vault lease ends %s after the task's", expires.Sub(end))
+	}
+	// No release: Vault itself ends it when the task's lease ends.
+	waitFor(t, 20*time.Second, "the task's database role to go with its lease", func() bool { return roleCount(t, pg, user) == "0" })
+	if time.Now().Before(end) {
+		t.Fatal("the role went before the lease ended")
+	}
+}
+
+// TestDynamicDatabaseCredentials: a per-task PostgreSQL user from Vault's database engine,
+// injected as basic auth into a request to an upstream that proves it by logging in with it;
+// renewed while the task runs and gone from PostgreSQL after release.
+func TestDynamicDatabaseCredentials(t *testing.T) {
+	ctx := context.Background()
+	pg, b, cat := databaseBroker(t, "3s")
 	// The upstream: logs in to PostgreSQL with the basic-auth credentials it received.
 	var lastUser string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -125,8 +174,7 @@ func TestDynamicDatabaseCredentials(t *testing.T) {
 	if err := b.Release(ctx, "l-db"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := psql(pg, "postgres", pg.Password, "select count(*) from pg_roles where rolname = '"+user+"'")
-	if err != nil || out != "0" {
-		t.Fatalf("the task's database role survived the release: %s %v", out, err)
+	if out := roleCount(t, pg, user); out != "0" {
+		t.Fatalf("the task's database role survived the release: %s", out)
 	}
 }

@@ -1,22 +1,37 @@
 package vault
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	vaultapi "github.com/hashicorp/vault/api"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/gateway/broker"
 )
 
-// Config says how to reach Vault and log in.
+// Config says how to reach Vault and log in, and where what is minted per lease is kept until
+// it is revoked.
 type Config struct {
 	Address string
 	Token   string // for the token method
 	Auth    Auth
+	// Journal keeps what is minted per lease (never the values) until it is revoked, so that a
+	// restart or a Vault outage at release does not lose it; nil keeps it in memory only.
+	Journal Journal
+	// Audit records each revocation, and each given up; nil records nothing. Node names this
+	// node in those records.
+	Audit audit.Sink
+	Node  string
+	// RetryFor is how long a failing revocation is retried before it is given up (recorded,
+	// and left to expire in Vault); zero means 24h.
+	RetryFor time.Duration
+	Logger   *slog.Logger
 }
 
 // Broker reads credentials from Vault. Static KV values are cached for their entry's TTL and
@@ -31,6 +46,14 @@ type Broker struct {
 	renewals   atomic.Int64
 	logins     atomic.Int64 // logins by Run after the first
 	unwrapped  string       // the AppRole secret id once unwrapped; guarded by mu
+
+	journal  Journal
+	audit    audit.Sink
+	node     string
+	retryFor time.Duration
+	log      *slog.Logger
+	revs     *revocations
+	seq      atomic.Uint64
 
 	mu     sync.Mutex
 	cache  map[string]*kvEntry
@@ -60,8 +83,20 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
 	c.SetToken(cfg.Token)
-	return &Broker{client: c, now: time.Now, token: cfg.Token, auth: cfg.Auth, cache: map[string]*kvEntry{},
-		leases: map[string]*leaseMaterial{}, ended: map[string]time.Time{}}, nil
+	b := &Broker{client: c, now: time.Now, token: cfg.Token, auth: cfg.Auth, cache: map[string]*kvEntry{},
+		leases: map[string]*leaseMaterial{}, ended: map[string]time.Time{},
+		journal: cfg.Journal, audit: cfg.Audit, node: cfg.Node, retryFor: cmp.Or(cfg.RetryFor, 24*time.Hour),
+		log: cfg.Logger, revs: newRevocations()}
+	if b.journal == nil {
+		b.journal = &memJournal{m: map[string][]byte{}}
+	}
+	if b.audit == nil {
+		b.audit = audit.Discard{}
+	}
+	if b.log == nil {
+		b.log = slog.Default()
+	}
+	return b, nil
 }
 
 // Get returns the value of e for lease. A cached value serves until its TTL ends, never longer,

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -140,7 +139,7 @@ func TestAppRoleLoginRenewalAndCatalogCheck(t *testing.T) {
 	if err := b.Login(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go b.Run(ctx)
 	entry := func(name, path string) *broker.Entry {
 		cat, err := broker.NewCatalog([]broker.Entry{{Name: name, Source: broker.Source{Kind: broker.SourceKV, Path: path, TTL: time.Millisecond},
 			Inject: broker.Injection{Kind: broker.InjectHeader, Header: "Authorization", Template: "{{.token}}"}, Hosts: []string{"a.example"}}})
@@ -504,7 +503,7 @@ func TestKVRefreshedInTheBackground(t *testing.T) {
 	v.SeedKV(ctx, "airlock/r", map[string]any{"token": "old-value"})
 	b, _ := New(Config{Address: v.Addr, Token: v.Token})
 	b.Login(ctx)
-	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go b.Run(ctx)
 	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "r", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/r", TTL: 2 * time.Second},
 		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
 	if s, _ := b.Get(ctx, broker.Lease{ID: "l"}, cat["r"]); s["token"] != "old-value" {
@@ -557,7 +556,7 @@ func TestReloginAndRecovery(t *testing.T) {
 	if err := b.Login(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go b.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go b.Run(ctx)
 	cat, _ := broker.NewCatalog([]broker.Entry{{Name: "x", Source: broker.Source{Kind: broker.SourceKV, Path: "airlock/x", TTL: time.Millisecond},
 		Inject: broker.Injection{Kind: broker.InjectBasic}, Hosts: []string{"a.example"}}})
 	waitFor(t, 30*time.Second, "the broker to log in again after its token's max TTL of 4s", func() bool { return b.logins.Load() > 0 })
