@@ -59,6 +59,26 @@ func TestCredentialsGoWhereTheCatalogSays(t *testing.T) {
 		}
 	})
 
+	t.Run("near a lease's end its Vault token is minted once, not per request, and revoked", func(t *testing.T) {
+		l := n.lease(t, "api.example.test=vault-task")
+		if _, errs, code := n.cli(t, "renew", l.ID, "--ttl", "4s"); code != 0 {
+			t.Fatalf("renew: %s", errs)
+		}
+		before := len(n.up.vaultTokens())
+		if _, errs, code := n.exec(t, l.ID, "sh", "-c", "for i in 1 2 3; do curl -sS -o /dev/null https://api.example.test/whoami || exit 1; done"); code != 0 {
+			t.Fatalf("three requests: %s", errs)
+		}
+		toks := n.up.vaultTokens()[before:]
+		if len(toks) != 3 || toks[0] != toks[1] || toks[1] != toks[2] {
+			t.Fatalf("three requests with seconds left carried %d tokens: %d distinct", len(toks), len(distinct(toks)))
+		}
+		root := n.vaultClient(t)
+		eventually(t, 30*time.Second, "the lease's token to die with it", func() bool {
+			_, err := root.Auth().Token().Lookup(toks[0])
+			return err != nil
+		})
+	})
+
 	t.Run("a token from the operator's issuer explains, leases and gets its credential", func(t *testing.T) {
 		tok := mintToken(t, "task-jwt", []map[string]any{
 			{"host": "api.example.test", "methods": []string{"GET"}, "paths": []string{"/whoami"}, "credential": "demo"},
@@ -87,4 +107,12 @@ func TestCredentialsGoWhereTheCatalogSays(t *testing.T) {
 			t.Fatalf("lease with a widened credential: exit %d %s", code, errs)
 		}
 	})
+}
+
+func distinct(vs []string) map[string]bool {
+	out := map[string]bool{}
+	for _, v := range vs {
+		out[v] = true
+	}
+	return out
 }

@@ -1,11 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/devstack"
 )
 
 // TestStopAndKillLeaveNothing runs a node of its own: a stop removes everything it made and
@@ -86,4 +92,59 @@ func TestBadConfigStopsStartup(t *testing.T) {
 	if strings.Contains(string(out), "panic") {
 		t.Fatalf("panicked:\n%s", out)
 	}
+}
+
+// TestKilledNodesMaterialRevokedByTheNext: a node killed with SIGKILL cannot revoke what it
+// minted, and its Vault (an external one, which outlives it) keeps it; the node's next run finds
+// it in its journal and revokes it, and says so in the trail.
+func TestKilledNodesMaterialRevokedByTheNext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	bin, _ := filepath.Abs("../bin/vault")
+	v, err := devstack.StartVault(ctx, bin, dir+"/vault")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := v.SeedTaskRole(ctx); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := v.Client()
+	spec := nodeSpec{Name: "e2evault", Network: "airlock-e2evault", Bridge: "airlock-e2ev", Subnet: "10.220.0.0/24", MinWarm: 1}
+	up := startUpstream(t)
+	cfg, err := spec.write(dir, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := dir + "/state"
+	env := []string{"VAULT_ADDR=" + v.Addr, "VAULT_TOKEN=" + v.Token}
+	n := startNode(t, spec, state, cfg, env...)
+	l := n.lease(t, "api.example.test=vault-task")
+	if _, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 {
+		t.Fatalf("curl: %s", errs)
+	}
+	tok := up.lastVaultToken(t)
+	n.kill()
+	if _, err := root.Auth().Token().Lookup(tok); err != nil {
+		t.Fatalf("control: the killed node's token is not live in Vault: %v", err)
+	}
+	n = startNode(t, spec, state, cfg, env...)
+	eventually(t, 30*time.Second, "the next run to revoke the token the killed one minted", func() bool {
+		_, err := root.Auth().Token().Lookup(tok)
+		return err != nil
+	})
+	revoked := func(recs []audit.Record) bool {
+		for _, r := range recs {
+			if r.Kind == audit.KindLease && r.Event == "revoke" && r.Credential == "vault-task" {
+				return true
+			}
+		}
+		return false
+	}
+	if !revoked(n.trailUntil(t, l.ID, revoked)) {
+		t.Error("no revoke record for the killed node's token")
+	}
+	n.stop(t)
+	n.checkClean(t)
 }
