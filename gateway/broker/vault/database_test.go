@@ -30,7 +30,7 @@ func psql(pg *devstack.Postgres, user, password, query string) (string, error) {
 // databaseBroker runs PostgreSQL and a dev Vault whose database engine makes a PostgreSQL role
 // per read of database/creds/task, with the default TTL given, and a broker logged in to it
 // with a catalog of one dynamic credential "db".
-func databaseBroker(t *testing.T, defaultTTL string) (*devstack.Postgres, *Broker, broker.Catalog) {
+func databaseBroker(t *testing.T, defaultTTL string) (*devstack.Postgres, *vaultapi.Client, *Broker, broker.Catalog) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -72,7 +72,7 @@ func databaseBroker(t *testing.T, defaultTTL string) (*devstack.Postgres, *Broke
 	if bad := b.CheckCatalog(ctx, cat); len(bad) != 0 {
 		t.Fatalf("catalog check: %v", bad)
 	}
-	return pg, b, cat
+	return pg, root, b, cat
 }
 
 // roleCount is how many PostgreSQL roles are named user.
@@ -89,7 +89,7 @@ func roleCount(t *testing.T, pg *devstack.Postgres, user string) string {
 // to the lease at once (the role's default is ten minutes) and its renewals never pass the
 // lease's end, so even a revocation that never comes ends it with the lease.
 func TestDynamicSecretEndsWithItsLease(t *testing.T) {
-	pg, b, cat := databaseBroker(t, "10m")
+	pg, root, b, cat := databaseBroker(t, "10m")
 	ctx := context.Background()
 	end := time.Now().Add(6 * time.Second)
 	s, err := b.Get(ctx, broker.Lease{ID: "l-short-db", Expires: end}, cat["db"])
@@ -102,15 +102,23 @@ func TestDynamicSecretEndsWithItsLease(t *testing.T) {
 	}
 	m := b.material(broker.Lease{ID: "l-short-db"})
 	m.mu.Lock()
-	expires := m.tokens["db"].expires
+	leaseID := m.tokens["db"].item.Ref
 	m.mu.Unlock()
-	if expires.After(end.Add(time.Second)) {
-		t.Fatalf("the Vault lease ends %s after the task's", expires.Sub(end))
+	// What Vault says of it: it ends with the task's lease, not in ten minutes.
+	info, err := root.Logical().Write("sys/leases/lookup", map[string]any{"lease_id": leaseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl, _ := asInt(info.Data["ttl"]); ttl > 7 {
+		t.Fatalf("Vault gives the task's database lease %ds, for a task lease of 6s", ttl)
 	}
 	// No release: Vault itself ends it when the task's lease ends.
 	waitFor(t, 20*time.Second, "the task's database role to go with its lease", func() bool { return roleCount(t, pg, user) == "0" })
 	if time.Now().Before(end) {
 		t.Fatal("the role went before the lease ended")
+	}
+	if _, err := root.Logical().Write("sys/leases/lookup", map[string]any{"lease_id": leaseID}); err == nil {
+		t.Fatal("Vault still knows the task's database lease after the task's lease ended")
 	}
 }
 
@@ -119,7 +127,7 @@ func TestDynamicSecretEndsWithItsLease(t *testing.T) {
 // renewed while the task runs and gone from PostgreSQL after release.
 func TestDynamicDatabaseCredentials(t *testing.T) {
 	ctx := context.Background()
-	pg, b, cat := databaseBroker(t, "3s")
+	pg, _, b, cat := databaseBroker(t, "3s")
 	// The upstream: logs in to PostgreSQL with the basic-auth credentials it received.
 	var lastUser string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
