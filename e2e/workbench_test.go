@@ -54,6 +54,42 @@ func TestWorkbench(t *testing.T) {
 		}
 	})
 
+	t.Run("what the agent writes runs, in the workspace and in /tmp", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		for _, c := range []struct{ name, script, want string }{
+			{"a shebang script", `printf '#!/bin/sh\necho hi from a script\n' > x.sh && chmod +x x.sh && ./x.sh`, "hi from a script"},
+			{"a copied binary", `cp /bin/echo ./e && ./e hi from a binary`, "hi from a binary"},
+			{"a binary in /tmp", `cp /bin/echo /tmp/e && /tmp/e hi from tmp`, "hi from tmp"},
+			{"a tool a build made, run by the next step", `mkdir -p bin && printf '#!/usr/bin/env python3\nprint("built")\n' > bin/tool && chmod +x bin/tool && PATH=$PWD/bin:$PATH tool`, "built"},
+		} {
+			out, errs, code := n.exec(t, a.ID, "sh", "-c", c.script)
+			if code != 0 || strings.TrimSpace(out) != c.want {
+				t.Errorf("%s: exit %d %q %s", c.name, code, out, errs)
+			}
+		}
+		// Still nosuid and nodev.
+		out, _, _ := n.exec(t, a.ID, "sh", "-c", "grep -E ' (/workspace|/tmp) ' /proc/mounts")
+		for _, l := range lines(out) {
+			if !strings.Contains(l, "nosuid") || !strings.Contains(l, "nodev") || strings.Contains(l, "noexec") {
+				t.Errorf("mount %q: want exec, nosuid, nodev", l)
+			}
+		}
+		if len(lines(out)) != 2 {
+			t.Errorf("workspace and /tmp mounts: %q", out)
+		}
+	})
+
+	t.Run("common clients are pointed at the gateway and its CA", func(t *testing.T) {
+		a := n.lease(t, "api.example.test")
+		out, _, _ := n.exec(t, a.ID, "sh", "-c", "env; test -s /etc/airlock/ca-truststore.p12 && echo truststore-present")
+		for _, want := range []string{"NODE_USE_ENV_PROXY=1", "PIP_CERT=/etc/airlock/ca-bundle.pem", "NPM_CONFIG_CAFILE=", "CARGO_HTTP_CAINFO=",
+			"AWS_CA_BUNDLE=", "GIT_SSL_CAINFO=", "JAVA_TOOL_OPTIONS=", "https.proxyPort=3128", "truststore-present"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the sandbox lacks %q", want)
+			}
+		}
+	})
+
 	t.Run("exec takes env and workdir per command, through the Go client", func(t *testing.T) {
 		a := n.lease(t, "api.example.test")
 		n.exec(t, a.ID, "mkdir", "-p", "/workspace/wd")

@@ -37,7 +37,9 @@ type Template struct {
 	CPUs     float64 `yaml:"cpus"`
 	MemoryMB int64   `yaml:"memory_mb"`
 	Pids     int64   `yaml:"pids"`
-	// WorkspaceMB and TmpMB cap the tmpfs mounts at Workdir and /tmp.
+	// WorkspaceMB and TmpMB cap the tmpfs mounts at Workdir and /tmp, which are executable (a
+	// task runs what it builds) but nosuid and nodev. What is written there is memory: it counts
+	// against MemoryMB, so a full workspace leaves the processes MemoryMB - WorkspaceMB - TmpMB.
 	WorkspaceMB int64 `yaml:"workspace_mb"`
 	TmpMB       int64 `yaml:"tmp_mb"`
 	// NoFile caps open files per process (RLIMIT_NOFILE). NProc caps processes of the sandbox

@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/airlock-dev/airlock/pool"
 )
@@ -49,7 +53,8 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 	rt, err := New(Config{
 		Node: cfg.Node, Network: cfg.Network, Bridge: cfg.Bridge, Subnet: cfg.Subnet,
 		ProxyURL: "http://" + net.JoinHostPort(host.String(), strconv.Itoa(cfg.GatewayPort)),
-		CABundle: filepath.Join(cfg.StateDir, "ca-bundle.pem"), ResolvConf: filepath.Join(cfg.StateDir, "resolv.conf"),
+		CABundle: filepath.Join(cfg.StateDir, "ca-bundle.pem"), TrustStore: filepath.Join(cfg.StateDir, "ca-truststore.p12"),
+		ResolvConf: filepath.Join(cfg.StateDir, "resolv.conf"),
 	})
 	if err != nil {
 		return nil, err
@@ -104,7 +109,7 @@ func (b *Backend) Teardown(ctx context.Context) error {
 }
 
 // writeBundle writes the host's system roots followed by the deployment CA into dir: what
-// sandboxes trust.
+// sandboxes trust, as a PEM bundle and as a PKCS#12 trust store for the JVM.
 func writeBundle(dir string, caPEM []byte) error {
 	var b []byte
 	for _, sys := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
@@ -114,5 +119,22 @@ func writeBundle(dir string, caPEM []byte) error {
 		}
 	}
 	b = append(b, caPEM...)
-	return os.WriteFile(filepath.Join(dir, "ca-bundle.pem"), b, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "ca-bundle.pem"), b, 0o644); err != nil {
+		return err
+	}
+	var certs []*x509.Certificate
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if c, err := x509.ParseCertificate(blk.Bytes); err == nil && blk.Type == "CERTIFICATE" {
+			certs = append(certs, c)
+		}
+	}
+	p12, err := pkcs12.Modern.EncodeTrustStore(certs, trustStorePassword)
+	if err != nil {
+		return fmt.Errorf("the sandboxes' trust store: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, "ca-truststore.p12"), p12, 0o644)
 }

@@ -42,7 +42,9 @@ type Config struct {
 	ProxyURL string
 	// CABundle is a host file: the system roots plus the deployment CA, mounted read-only over
 	// the image's bundle. ResolvConf names the resolver directly.
-	CABundle   string
+	CABundle string
+	// TrustStore is a host file: the same roots as a PKCS#12 trust store, mounted read-only.
+	TrustStore string
 	ResolvConf string
 }
 
@@ -129,9 +131,9 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		"http_proxy=" + r.cfg.ProxyURL, "https_proxy=" + r.cfg.ProxyURL,
 		"NO_PROXY=", "no_proxy=",
 		"SSL_CERT_FILE=" + bundlePath, "REQUESTS_CA_BUNDLE=" + bundlePath, "CURL_CA_BUNDLE=" + bundlePath,
-		"NODE_EXTRA_CA_CERTS=" + bundlePath, "GIT_SSL_CAINFO=" + bundlePath,
 		"HOME=" + t.Workdir,
 	}
+	env = append(env, r.clientEnv()...)
 	for k, v := range t.Env {
 		env = append(env, k+"="+v)
 	}
@@ -139,8 +141,11 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	if err != nil {
 		return pool.Sandbox{}, fmt.Errorf("docker: template %s: user %w", t.Name, err)
 	}
+	// The workspace and /tmp are executable: an agent runs what it builds (./a.out, ./gradlew,
+	// node_modules/.bin, a venv's scripts). noexec would buy nothing, since a process can run
+	// what it writes through memfd_create anyway; nosuid and nodev stay.
 	tmpfsOpt := func(mb int64, mode string) string {
-		o := fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=%s", mb, mode)
+		o := fmt.Sprintf("rw,exec,nosuid,nodev,size=%dm,mode=%s", mb, mode)
 		if mode == "0700" {
 			o += fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
 		}
@@ -167,6 +172,7 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		Binds: []string{
 			r.cfg.CABundle + ":" + bundlePath + ":ro",
 			r.cfg.CABundle + ":/etc/ssl/certs/ca-certificates.crt:ro",
+			r.cfg.TrustStore + ":" + trustStorePath + ":ro",
 			r.cfg.ResolvConf + ":/etc/resolv.conf:ro",
 		},
 		Resources: container.Resources{
@@ -256,6 +262,13 @@ func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
 
 // bundlePath is where the CA bundle is mounted inside every sandbox.
 const bundlePath = "/etc/airlock/ca-bundle.pem"
+
+// trustStorePath holds the same roots as a PKCS#12 trust store, for the JVM. Its password only
+// satisfies the format (a trust store holds no secret); Java's default is used.
+const (
+	trustStorePath     = "/etc/airlock/ca-truststore.p12"
+	trustStorePassword = "changeit"
+)
 
 // Destroy removes the container and its anonymous volumes.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
@@ -389,4 +402,23 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// clientEnv points the common clients at the gateway's CA and, where a client ignores
+// HTTPS_PROXY unless told, tells it: Node's fetch (before v24 it needs NODE_USE_ENV_PROXY), pip,
+// the AWS SDKs and CLI, cargo, npm, git, and the JVM (which reads neither the variables nor a
+// PEM bundle: it gets proxy properties and a PKCS#12 trust store of the same roots).
+func (r *Runtime) clientEnv() []string {
+	env := []string{
+		"NODE_EXTRA_CA_CERTS=" + bundlePath, "NODE_USE_ENV_PROXY=1",
+		"PIP_CERT=" + bundlePath, "AWS_CA_BUNDLE=" + bundlePath, "CARGO_HTTP_CAINFO=" + bundlePath,
+		"NPM_CONFIG_CAFILE=" + bundlePath, "GIT_SSL_CAINFO=" + bundlePath,
+	}
+	java := "-Djavax.net.ssl.trustStore=" + trustStorePath + " -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + trustStorePassword
+	if u, err := url.Parse(r.cfg.ProxyURL); err == nil && u.Hostname() != "" {
+		for _, scheme := range []string{"http", "https"} {
+			java += " -D" + scheme + ".proxyHost=" + u.Hostname() + " -D" + scheme + ".proxyPort=" + u.Port()
+		}
+	}
+	return append(env, "JAVA_TOOL_OPTIONS="+java)
 }
