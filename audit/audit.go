@@ -58,6 +58,10 @@ type Record struct {
 	BytesUp    int64  `json:"bytes_up,omitempty"`
 	BytesDown  int64  `json:"bytes_down,omitempty"`
 	Upstream   string `json:"upstream,omitempty"`
+	// Dest is the address the sandbox connected to when it did not use the proxy and the
+	// network redirected it to the gateway: the name above came from its TLS server name or
+	// Host header.
+	Dest string `json:"dest,omitempty"`
 
 	// DNS
 	QName   string `json:"qname,omitempty"`

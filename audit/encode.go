@@ -53,6 +53,7 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.num("bytes_up", r.BytesUp)
 	e.num("bytes_down", r.BytesDown)
 	e.str("upstream", r.Upstream)
+	e.str("dest", r.Dest)
 	e.str("qname", r.QName)
 	e.str("qtype", r.QType)
 	e.num("answers", int64(r.Answers))
@@ -240,6 +241,8 @@ func (r *Record) setText(name, v string) bool {
 		f = &r.Credential
 	case "upstream":
 		f = &r.Upstream
+	case "dest":
+		f = &r.Dest
 	case "qname":
 		f = &r.QName
 	case "qtype":

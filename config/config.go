@@ -130,6 +130,10 @@ type Network struct {
 // Gateway is the egress proxy.
 type Gateway struct {
 	Port int `yaml:"port"`
+	// TransparentPort takes the connections sandboxes make to ports 80 and 443 without the
+	// proxy (the sandbox network redirects them there), under the same rules; -1 turns the
+	// redirect off, and such clients simply fail to connect.
+	TransparentPort int `yaml:"transparent_port"`
 	// PrivateUpstreams pins names to private addresses, one name and port at a time.
 	PrivateUpstreams []PrivateUpstream `yaml:"private_upstreams"`
 	// UpstreamCAFiles are extra roots for verifying upstream TLS (besides the system's).
@@ -223,7 +227,7 @@ func Default() Config {
 		API:        API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200},
 		Redis:      Redis{Grace: 10 * time.Second},
 		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
-		Gateway:    Gateway{Port: 3128},
+		Gateway:    Gateway{Port: 3128, TransparentPort: 3129},
 		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond},
@@ -385,6 +389,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.Port < 1 || c.Gateway.Port > 65535 {
 		bad("gateway.port", "must be 1-65535")
+	}
+	if tp := c.Gateway.TransparentPort; tp != -1 && (tp < 1 || tp > 65535 || tp == c.Gateway.Port || tp == c.Resolver.Port) {
+		bad("gateway.transparent_port", "must be 1-65535, not the gateway's or the resolver's port, or -1 for no redirect")
 	}
 	for i, u := range c.Gateway.PrivateUpstreams {
 		f := fmt.Sprintf("gateway.private_upstreams[%d]", i)

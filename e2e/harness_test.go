@@ -573,8 +573,10 @@ func (n *nodeProc) leftovers() []string {
 	if out, _ := docker("network", "ls", "-q", "--filter", "name="+n.spec.Network); strings.TrimSpace(out) != "" {
 		left = append(left, "network "+n.spec.Network)
 	}
-	if out, _ := exec.Command("iptables", "-S").CombinedOutput(); strings.Contains(string(out), n.spec.chain()) {
-		left = append(left, "firewall chain "+n.spec.chain())
+	for _, table := range []string{"filter", "nat"} {
+		if out, _ := exec.Command("iptables", "-t", table, "-S").CombinedOutput(); strings.Contains(string(out), n.spec.chain()) {
+			left = append(left, "firewall chain "+n.spec.chain()+" in table "+table)
+		}
 	}
 	if out, _ := exec.Command("pgrep", "-af", n.state).CombinedOutput(); strings.TrimSpace(string(out)) != "" {
 		left = append(left, "child processes:\n"+string(out))

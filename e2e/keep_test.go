@@ -32,6 +32,9 @@ func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
 		exec.Command("iptables", "-D", "INPUT", "-i", spec.Bridge, "-j", spec.chain()).Run()
 		exec.Command("iptables", "-F", spec.chain()).Run()
 		exec.Command("iptables", "-X", spec.chain()).Run()
+		exec.Command("iptables", "-t", "nat", "-D", "PREROUTING", "-i", spec.Bridge, "-j", spec.chain()).Run()
+		exec.Command("iptables", "-t", "nat", "-F", spec.chain()).Run()
+		exec.Command("iptables", "-t", "nat", "-X", spec.chain()).Run()
 	})
 
 	n := startNode(t, spec, dir+"/state", cfgPath)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // tcpProbe tries a TCP connection from the sandbox of lease to host:port and returns what it
@@ -98,6 +100,50 @@ func TestOneWayOut(t *testing.T) {
 		}
 		if out, code := n.tcpProbe(t, a.ID, b.Address, 8080); code == 0 || strings.Contains(out, "connected") {
 			t.Errorf("sandbox A reached sandbox B at %s:8080: %s", b.Address, out)
+		}
+	})
+
+	t.Run("a client that ignores the proxy goes out the one way, under the same rules", func(t *testing.T) {
+		a := n.lease(t, "api.example.test=demo")
+		secret := n.demoSecret(t)
+		// The name resolves to the gateway; the connection to its port 443 is redirected there,
+		// and the credential is injected as for a proxied request.
+		out, errs, code := n.exec(t, a.ID, "curl", "--noproxy", "*", "-sS", "-H", "Authorization: Bearer forged", "https://api.example.test/whoami")
+		if code != 0 || !strings.Contains(out, "whoami ok") {
+			t.Fatalf("curl without the proxy: exit %d %q %s", code, out, errs)
+		}
+		if seen := n.up.seen(); seen[len(seen)-1] != "Bearer "+secret {
+			t.Fatalf("upstream saw %q, want the injected credential", seen[len(seen)-1])
+		}
+		// A raw connection to a name outside the scopes, at an address of the sandbox's choosing
+		// (the host's own here, so nothing can leave if this fails), is refused and recorded.
+		out, errs, _ = n.exec(t, a.ID, "curl", "--noproxy", "*", "-sS", "-v", "--resolve", "evil.example:443:"+hostIP, "https://evil.example/")
+		if !strings.Contains(errs, "403") || !strings.Contains(strings.ToLower(errs), "x-airlock-rule: scope-miss") {
+			t.Errorf("TLS without the proxy to a name outside the scopes: %s %s", out, errs)
+		}
+		out, _, _ = n.exec(t, a.ID, "curl", "--noproxy", "*", "-sS", "--resolve", "evil.example:80:"+hostIP, "http://evil.example/")
+		if !strings.Contains(out, "denied by rule scope-miss") {
+			t.Errorf("plain HTTP without the proxy to a name outside the scopes: %q", out)
+		}
+		// Other ports stay closed.
+		if out, code := n.tcpProbe(t, a.ID, hostIP, 8443); code == 0 || strings.Contains(out, "connected") {
+			t.Errorf("port 8443 on the host is reachable: %s", out)
+		}
+		dest := func(recs []audit.Record) map[string]bool {
+			got := map[string]bool{}
+			for _, r := range recs {
+				if r.Dest != "" {
+					got[r.Host+" "+string(r.Decision)+" "+r.Dest] = true
+				}
+			}
+			return got
+		}
+		want := []string{"api.example.test allow " + hostIP + ":443", "evil.example deny " + hostIP + ":443", "evil.example deny " + hostIP + ":80"}
+		got := dest(n.trailUntil(t, a.ID, func(recs []audit.Record) bool { return hasAll(dest(recs), want...) }))
+		for _, w := range want {
+			if !got[w] {
+				t.Errorf("no record %q of a redirected connection (have %v)", w, got)
+			}
 		}
 	})
 

@@ -38,6 +38,14 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		p.log.Error("hijack failed", "err", err)
 		return
 	}
+	p.intercept(r.Context(), conn, r.RemoteAddr, x)
+}
+
+// intercept terminates the sandbox's TLS on conn with a certificate for x.host from the
+// deployment CA, after checking that the server name it asks for is x.host, and serves the
+// requests inside, each decided on its own (serveIntercepted). It returns when the connection
+// is done.
+func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *exchange) {
 	host, port := x.host, x.port
 	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
 	var sniErr error
@@ -57,8 +65,8 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 			return p.cfg.CA.Leaf(host)
 		},
 	})
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	err = tconn.HandshakeContext(ctx)
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := tconn.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
 		tconn.Close()
@@ -74,12 +82,12 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 	// check). Serve returns once the connection is closed or hijacked.
 	var conn2 net.Conn = tconn
 	if tconn.ConnectionState().NegotiatedProtocol != "h2" {
-		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(r.RemoteAddr, x, reason) })
+		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(remote, x, reason) })
 	}
 	l := newConnListener(conn2)
 	inner := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.serveIntercepted(w, r, host, port, x.bearer)
+			p.serveIntercepted(w, r, host, port, x.bearer, x.dest)
 		}),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
@@ -104,8 +112,9 @@ var serverProtocols = func() *http.Protocols {
 
 // serveIntercepted handles one request inside an intercepted CONNECT. Every request is checked
 // again: the lease may have ended, and Host must name the CONNECT target.
-func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int, bearer string) {
+func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int, bearer, dest string) {
 	x := newExchange(r)
+	x.dest = dest
 	if err := p.identify(r, x, bearer); err != nil {
 		p.deny(w, x, err)
 		return
@@ -133,37 +142,47 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host st
 // closes, and what the sandbox sends through it counts against the byte budget, which closes
 // the tunnel when it runs out.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
-	if err := p.auditOK(); err != nil {
-		p.deny(w, x, err)
-		return
-	}
-	if err := p.guardName(x); err != nil {
-		p.deny(w, x, err)
-		return
-	}
-	if err := p.startRequest(x, -1); err != nil {
-		p.deny(w, x, err)
-		return
-	}
-	ap, err := p.dial.vet(r.Context(), x.host, x.port, p.recordLookup(x))
+	up, err := p.openTunnel(r.Context(), x)
 	if err != nil {
 		p.deny(w, x, err)
 		return
 	}
-	up, err := p.cfg.Dialer.DialContext(r.Context(), "tcp", ap.String())
-	if err != nil {
-		p.deny(w, x, fmt.Errorf("dial %s: %w", ap, err))
-		return
-	}
-	x.upstream = ap.String()
 	conn, err := hijack(w)
 	if err != nil {
 		up.Close()
 		return
 	}
+	p.runTunnel(x, conn, up)
+}
+
+// openTunnel makes the checks a tunnel opens under and dials its vetted upstream address.
+func (p *Proxy) openTunnel(ctx context.Context, x *exchange) (net.Conn, error) {
+	if err := p.auditOK(); err != nil {
+		return nil, err
+	}
+	if err := p.guardName(x); err != nil {
+		return nil, err
+	}
+	if err := p.startRequest(x, -1); err != nil {
+		return nil, err
+	}
+	ap, err := p.dial.vet(ctx, x.host, x.port, p.recordLookup(x))
+	if err != nil {
+		return nil, err
+	}
+	up, err := p.cfg.Dialer.DialContext(ctx, "tcp", ap.String())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", ap, err)
+	}
+	x.upstream = ap.String()
+	return up, nil
+}
+
+// runTunnel records the tunnel's opening (unrecorded means not opened), splices conn and up,
+// and records its close.
+func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 	x.status, x.event = http.StatusOK, "open"
 	if err := p.record(x); err != nil {
-		// Unrecorded means not opened.
 		conn.Close()
 		up.Close()
 		return

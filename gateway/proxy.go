@@ -83,6 +83,8 @@ type Proxy struct {
 	transports *transports
 	scrubbers  scrubbers
 
+	redirectWait atomic.Int64 // see redirectedWait
+
 	srvMu sync.Mutex
 	srv   *http.Server
 }
@@ -205,6 +207,7 @@ type exchange struct {
 	bearer   string // the task token a client outside the pool identified with
 	meter    *meter // what the sandbox sent upstream, against the lease's budget
 	event    string // a tunnel's record: "open" or "close"
+	dest     string // where the sandbox connected, when the network redirected it here
 }
 
 // newExchange starts the exchange of r.

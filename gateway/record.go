@@ -41,7 +41,7 @@ func (p *Proxy) record(x *exchange) error {
 		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
 		Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
 		Method: x.method, Host: x.host, Port: x.port, Path: x.path,
-		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream, Event: x.event,
+		Status: x.status, BytesUp: x.up, BytesDown: x.down, Upstream: x.upstream, Dest: x.dest, Event: x.event,
 		DurationMS: float64(time.Since(x.start).Microseconds()) / 1000,
 	}
 	if x.entry != nil {

@@ -92,7 +92,7 @@ func startBindings(ctx context.Context, cfg config.Config, store *redisstore.Sto
 func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authority, log *slog.Logger) (pool.Backend, func(), error) {
 	b, err := docker.NewBackend(docker.BackendConfig{
 		Node: cfg.Node, Network: cfg.Network.Name, Bridge: cfg.Network.Bridge, Subnet: cfg.Subnet(),
-		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port,
+		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, TransparentPort: max(cfg.Gateway.TransparentPort, 0),
 		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop,
 	})
 	if err != nil {
@@ -220,12 +220,23 @@ func startGateway(cfg config.Config, backend pool.Backend, authority *ca.Authori
 	}
 	gateway.NewMetrics(reg, proxy, authority)
 	go proxy.Serve(ln)
-	return &gatewayPart{proxy: proxy, addr: addr, close: func() { proxy.Close() }}, nil
+	closeAll := func() { proxy.Close() }
+	if tp := cfg.Gateway.TransparentPort; tp > 0 {
+		tln, err := net.Listen("tcp", net.JoinHostPort(backend.HostAddr().String(), strconv.Itoa(tp)))
+		if err != nil {
+			proxy.Close()
+			return nil, fmt.Errorf("gateway, port for redirected connections: %w", err)
+		}
+		go proxy.ServeTransparent(tln, gateway.OriginalDst)
+		closeAll = func() { tln.Close(); proxy.Close() }
+	}
+	return &gatewayPart{proxy: proxy, addr: addr, close: closeAll}, nil
 }
 
 // resolverPart is the running resolver.
 type resolverPart struct {
 	resolver *dnsfilter.Resolver
+	via      netip.Addr // what pinned names answer with (see pinnedNames)
 	addr     string
 	close    func()
 }
@@ -233,7 +244,13 @@ type resolverPart struct {
 // startResolver serves the filtering resolver on the backend's host address, once it listens.
 func startResolver(ctx context.Context, cfg config.Config, backend pool.Backend, cache *binding.Cache, sink audit.Sink,
 	guard *exfil.Guard, reg prometheus.Registerer, log *slog.Logger) (*resolverPart, error) {
-	dnsPins := pinnedNames(cfg.Gateway.PrivateUpstreams)
+	// Sandboxes are told a pinned name is at the gateway, when the redirect is on: the pinned
+	// address itself (often the host's loopback) means nothing inside a sandbox.
+	var via netip.Addr
+	if cfg.Gateway.TransparentPort > 0 {
+		via = backend.HostAddr()
+	}
+	dnsPins := pinnedNames(cfg.Gateway.PrivateUpstreams, via)
 	rc := cfg.Resolver
 	r := dnsfilter.New(dnsfilter.Config{
 		Node: cfg.Node, Bindings: cache, Audit: sink, Pins: dnsPins, Upstreams: cfg.Loaded.Resolvers, Logger: log,
@@ -251,7 +268,7 @@ func startResolver(ctx context.Context, cfg config.Config, backend pool.Backend,
 		stop()
 		return nil, err
 	}
-	return &resolverPart{resolver: r, addr: addr, close: func() { stop(); <-errc }}, nil
+	return &resolverPart{resolver: r, via: via, addr: addr, close: func() { stop(); <-errc }}, nil
 }
 
 // runPool runs the pool until stop, which waits for it to end (destroying the node's sandboxes
@@ -296,7 +313,7 @@ func followReloads(reloads <-chan config.Config, gw *gatewayPart, res *resolverP
 			var pins map[string]netip.AddrPort
 			if pins, err = privateUpstreams(nc.Gateway.PrivateUpstreams); err == nil {
 				gw.proxy.Reload(catalog, pins, nc.Gateway.Budget)
-				res.resolver.SetPins(pinnedNames(nc.Gateway.PrivateUpstreams))
+				res.resolver.SetPins(pinnedNames(nc.Gateway.PrivateUpstreams, res.via))
 				log.Info("config reloaded: credentials, private upstreams and budget")
 				continue
 			}
@@ -395,7 +412,9 @@ func privateUpstreams(ups []config.PrivateUpstream) (map[string]netip.AddrPort, 
 }
 
 // pinnedNames are the resolver's pins: each private upstream's name to its address.
-func pinnedNames(ups []config.PrivateUpstream) map[string]netip.Addr {
+// With via valid, every pinned name answers with via instead: the gateway's own address, where a
+// client that ignores the proxy is redirected to the gateway, which dials the pin.
+func pinnedNames(ups []config.PrivateUpstream, via netip.Addr) map[string]netip.Addr {
 	names := map[string]netip.Addr{}
 	for _, u := range ups {
 		h, err := scope.CanonicalHost(u.Host)
@@ -404,6 +423,9 @@ func pinnedNames(ups []config.PrivateUpstream) map[string]netip.Addr {
 			continue // privateUpstreams reports it; config.Validate refused it already
 		}
 		names[h] = ap.Addr()
+		if via.IsValid() {
+			names[h] = via
+		}
 	}
 	return names
 }

@@ -33,13 +33,17 @@ var probes = []probe{
 	{"root filesystem is read-only", "touch /airlock-verify 2>&1; echo rc=$?", func(o string, c int) bool { return !strings.Contains(o, "rc=0") }},
 	{"workspace is writable", `touch "$HOME/.airlock-verify" && rm "$HOME/.airlock-verify" && echo ok`, func(o string, c int) bool { return strings.Contains(o, "ok") }},
 	{"no Docker socket", "test -e /var/run/docker.sock || test -e /run/docker.sock; echo rc=$?", func(o string, c int) bool { return strings.Contains(o, "rc=1") }},
-	{"no credential-like environment variables", `env | grep -iE '^[^=]*(token|secret|password|passwd|api_?key|credential|vault|aws_)[^=]*=' || echo none`,
+	{"no credential-like environment variables", `env | grep -iE '^[^=]*(token|secret|password|passwd|api_?key|credential|vault|aws_)[^=]*=' | grep -v '^AWS_CA_BUNDLE=/etc/airlock/' || echo none`,
 		func(o string, c int) bool { return strings.TrimSpace(o) == "none" }},
 	{"resolver refuses a name outside the scopes", "getent hosts airlock-verify.example.com; echo rc=$?", func(o string, c int) bool { return !strings.Contains(o, "rc=0") }},
 	{"gateway refuses a host outside the scopes", "curl -sS -o /dev/null -w '%{http_code}' http://airlock-verify.example.com/ 2>&1", func(o string, c int) bool { return strings.Contains(o, "403") }},
 	{"gateway refuses the cloud metadata address", "curl -sS -o /dev/null -w '%{http_code}' http://169.254.169.254/latest/meta-data/ 2>&1", func(o string, c int) bool { return strings.Contains(o, "403") }},
-	{"host ports other than gateway and resolver are closed", `gw=$(echo "$HTTPS_PROXY" | sed -E 's#.*//([^:/]+).*#\1#'); for p in 22 80 443 6379 7070 8200; do (exec 3<>/dev/tcp/$gw/$p) 2>/dev/null && echo "open $p"; done; echo done`,
+	{"host ports other than gateway and resolver are closed", `gw=$(echo "$HTTPS_PROXY" | sed -E 's#.*//([^:/]+).*#\1#'); for p in 22 6379 7070 8200; do (exec 3<>/dev/tcp/$gw/$p) 2>/dev/null && echo "open $p"; done; echo done`,
 		func(o string, c int) bool { return strings.TrimSpace(o) == "done" }},
+	// Ports 80 and 443 are redirected to the gateway (or, with the redirect off, closed): a
+	// client that ignores the proxy meets the same refusal.
+	{"a client that ignores the proxy meets the gateway's rules", `gw=$(echo "$HTTPS_PROXY" | sed -E 's#.*//([^:/]+).*#\1#'); curl --noproxy '*' -sS -o /dev/null -w '%{http_code}' --resolve airlock-verify.example.com:80:$gw http://airlock-verify.example.com/ 2>/dev/null`,
+		func(o string, c int) bool { o = strings.TrimSpace(o); return o == "403" || o == "000" }},
 	{"the deployment CA is trusted and the gateway is the proxy", `test -s "$SSL_CERT_FILE" && test -n "$HTTPS_PROXY" && echo ok`, func(o string, c int) bool { return strings.Contains(o, "ok") }},
 }
 

@@ -28,6 +28,9 @@ type BackendConfig struct {
 	// GatewayPort and ResolverPort are the ports the node's gateway and resolver listen on, at
 	// HostAddr: the only ones the firewall lets sandboxes reach on the host.
 	GatewayPort, ResolverPort int
+	// TransparentPort, when above zero, is where the firewall redirects sandboxes' TCP to ports
+	// 80 and 443 of any address (the gateway serves it).
+	TransparentPort int
 	// StateDir is where the backend writes what it mounts into every sandbox (the CA bundle and
 	// resolv.conf); CAPEM is the deployment CA the bundle adds to the host's roots.
 	StateDir string
@@ -60,7 +63,8 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{Runtime: rt, cfg: cfg,
-		fw: &Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort}}, nil
+		fw: &Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
+			Transparent: cfg.TransparentPort}}, nil
 }
 
 // Setup writes the files every sandbox mounts, checks the engine, clears an earlier run's
