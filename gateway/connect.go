@@ -47,7 +47,12 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 // is done.
 func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *exchange) {
 	host, port := x.host, x.port
-	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
+	// A session its lease allows is closed when that stops being so. One it never allowed (only a
+	// redirected connection can be: CONNECT refuses those before this) carries nothing but
+	// refusals, each decided on its own; closing it under the recheck would cut them off unsent.
+	if s, ok := x.b.Scopes.Match(scope.Request{Host: host, Port: port}); ok && !s.Tunnel && x.b.Lease != "" {
+		defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
+	}
 	var sniErr error
 	tconn := tls.Server(conn, &tls.Config{
 		MinVersion: tls.VersionTLS12,

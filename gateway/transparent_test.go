@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -32,8 +33,8 @@ func (h *harness) redirected(t *testing.T, dst string) string {
 	return l.Addr().String()
 }
 
-// tlsGet sends GET path over TLS with server name sni to addr and returns the response.
-func (h *harness) tlsGet(t *testing.T, addr, sni, path string, header ...string) (*http.Response, string, error) {
+// tlsSession opens a TLS session with server name sni to addr.
+func (h *harness) tlsSession(t *testing.T, addr, sni string) (*tls.Conn, error) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -42,9 +43,21 @@ func (h *harness) tlsGet(t *testing.T, addr, sni, path string, header ...string)
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: h.ca.Pool(), NextProtos: []string{"http/1.1"}})
-	if err := tc.Handshake(); err != nil {
+	return tc, tc.Handshake()
+}
+
+// tlsGet sends GET path over TLS with server name sni to addr and returns the response.
+func (h *harness) tlsGet(t *testing.T, addr, sni, path string, header ...string) (*http.Response, string, error) {
+	t.Helper()
+	tc, err := h.tlsSession(t, addr, sni)
+	if err != nil {
 		return nil, "", err
 	}
+	return get(tc, sni, path, header...)
+}
+
+// get sends GET path on an open session and reads the response.
+func get(tc *tls.Conn, sni, path string, header ...string) (*http.Response, string, error) {
 	fmt.Fprintf(tc, "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n", path, sni, strings.Join(header, ""))
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 	if err != nil {
@@ -87,6 +100,23 @@ func TestTransparentFollowsProxyRules(t *testing.T) {
 		}
 		if rec, ok := h.sink.await(func(r audit.Record) bool { return r.Host == "evil.example.test" }); !ok || rec.Dest != "203.0.113.7:443" || rec.Rule != rule.ScopeMiss {
 			t.Fatalf("record %+v", rec)
+		}
+	})
+
+	t.Run("a session its lease never allowed outlives the recheck of open connections", func(t *testing.T) {
+		// The recheck closes sessions their lease no longer allows; one that only ever carries
+		// refusals must not be cut before the refusal is sent (seen as a broken pipe in CI).
+		tc, err := h.tlsSession(t, tlsAddr, "evil.example.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.proxy.Config.Handler.(*Proxy).recheck(context.Background())
+		resp, body, err := get(tc, "evil.example.test", "/after-recheck")
+		if err != nil || resp.StatusCode != http.StatusForbidden || rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.ScopeMiss {
+			t.Fatalf("GET after the recheck: %v %v %q", resp, err, body)
+		}
+		if _, ok := h.sink.await(func(r audit.Record) bool { return r.Path == "/after-recheck" && r.Rule == rule.ScopeMiss }); !ok {
+			t.Fatal("no record of the refusal")
 		}
 	})
 
@@ -171,7 +201,7 @@ func TestTransparentFollowsProxyRules(t *testing.T) {
 		for k, v := range d.pins {
 			pins[k] = v
 		}
-		p.Reload(d.catalog, pins, d.budget)
+		p.Reload(d.catalog, pins, nil, d.budget)
 		h.dialer.mu.Lock()
 		h.dialer.allowed[up.Listener.Addr().String()] = true
 		h.dialer.mu.Unlock()
