@@ -62,6 +62,9 @@ type Record struct {
 	// network redirected it to the gateway: the name above came from its TLS server name or
 	// Host header.
 	Dest string `json:"dest,omitempty"`
+	// Mirror is the server the request went to instead of Host, when the operator maps Host to
+	// a mirror (an internal copy of a public registry).
+	Mirror string `json:"mirror,omitempty"`
 
 	// DNS
 	QName   string `json:"qname,omitempty"`

@@ -54,6 +54,7 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.num("bytes_down", r.BytesDown)
 	e.str("upstream", r.Upstream)
 	e.str("dest", r.Dest)
+	e.str("mirror", r.Mirror)
 	e.str("qname", r.QName)
 	e.str("qtype", r.QType)
 	e.num("answers", int64(r.Answers))
@@ -243,6 +244,8 @@ func (r *Record) setText(name, v string) bool {
 		f = &r.Upstream
 	case "dest":
 		f = &r.Dest
+	case "mirror":
+		f = &r.Mirror
 	case "qname":
 		f = &r.QName
 	case "qtype":

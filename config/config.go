@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +43,9 @@ type Config struct {
 	Pool      Pool            `yaml:"pool"`
 	Creds     []broker.Entry  `yaml:"credentials"`
 	Templates []pool.Template `yaml:"templates"`
+	// Profiles are named bundles of scopes a token asks for by name ("profiles": ["pypi"]),
+	// beside the built-in ones (scope.Builtin), which a profile of the same name replaces.
+	Profiles []Profile `yaml:"profiles"`
 	// Loaded is what the files named above hold; Load fills it (see Loaded).
 	Loaded Loaded `yaml:"-"`
 }
@@ -140,6 +145,37 @@ type Gateway struct {
 	UpstreamCAFiles []string `yaml:"upstream_ca_files"`
 	// Budget bounds each lease's requests and bytes sent upstream; a token may narrow it.
 	Budget budget.Budget `yaml:"budget"`
+	// Mirrors send requests for a public name to an operator's server instead.
+	Mirrors []Mirror `yaml:"mirrors"`
+}
+
+// Profile is one named bundle of scopes.
+type Profile struct {
+	Name   string        `yaml:"name"`
+	Scopes []scope.Scope `yaml:"scopes"`
+}
+
+// ProfileSet is the built-in profiles with the configured ones over them.
+func (c *Config) ProfileSet() (scope.Profiles, error) {
+	out := scope.Builtin()
+	for i, p := range c.Profiles {
+		set, err := scope.Parse(p.Scopes)
+		if err != nil {
+			return nil, fmt.Errorf("profiles[%d] (%s): %v", i, p.Name, err)
+		}
+		out[p.Name] = set
+	}
+	return out, nil
+}
+
+// Mirror sends what is asked of Host:Port to To, a server of the operator's such as an internal
+// mirror of a public registry. Scopes are still decided on Host; the credential catalog, TLS and
+// the dial are To's.
+type Mirror struct {
+	Host string `yaml:"host"`
+	Port int    `yaml:"port"` // 0 means 443
+	// To is the mirror's URL: https://HOST[:PORT] (or http://, with no credential sent).
+	To string `yaml:"to"`
 }
 
 // PrivateUpstream pins Host:Port to Address.
@@ -390,6 +426,26 @@ func (c *Config) Validate() error {
 	if c.Gateway.Port < 1 || c.Gateway.Port > 65535 {
 		bad("gateway.port", "must be 1-65535")
 	}
+	for i, m := range c.Gateway.Mirrors {
+		if _, err := m.Target(); err != nil {
+			bad(fmt.Sprintf("gateway.mirrors[%d]", i), "%v", err)
+		}
+	}
+	profileNames := map[string]bool{}
+	for i, p := range c.Profiles {
+		switch {
+		case p.Name == "" || strings.ContainsAny(p.Name, "@, \t"):
+			bad(fmt.Sprintf("profiles[%d].name", i), "required, without @, commas or spaces")
+		case profileNames[p.Name]:
+			bad(fmt.Sprintf("profiles[%d].name", i), "%q is defined twice", p.Name)
+		case len(p.Scopes) == 0:
+			bad(fmt.Sprintf("profiles[%d].scopes", i), "required")
+		}
+		profileNames[p.Name] = true
+		if _, err := scope.Parse(p.Scopes); err != nil {
+			bad(fmt.Sprintf("profiles[%d].scopes", i), "%v", err)
+		}
+	}
 	if tp := c.Gateway.TransparentPort; tp != -1 && (tp < 1 || tp > 65535 || tp == c.Gateway.Port || tp == c.Resolver.Port) {
 		bad("gateway.transparent_port", "must be 1-65535, not the gateway's or the resolver's port, or -1 for no redirect")
 	}
@@ -465,3 +521,46 @@ func (c *Config) Validate() error {
 
 // Subnet returns the parsed sandbox subnet; call after Validate.
 func (c *Config) Subnet() netip.Prefix { return netip.MustParsePrefix(c.Network.Subnet) }
+
+// MirrorTarget is where a Mirror sends requests.
+type MirrorTarget struct {
+	Host   string // canonical
+	Port   int
+	Scheme string
+	To     string // host:port
+	Key    string // the "host:port" asked
+}
+
+// Target checks m and says where it sends requests.
+func (m Mirror) Target() (MirrorTarget, error) {
+	host, err := scope.CanonicalHost(m.Host)
+	if err != nil || m.Host == "" {
+		return MirrorTarget{}, fmt.Errorf("host %q: not a host name", m.Host)
+	}
+	port := m.Port
+	if port == 0 {
+		port = 443
+	}
+	if port < 1 || port > 65535 {
+		return MirrorTarget{}, fmt.Errorf("port %d: must be 1-65535", m.Port)
+	}
+	u, err := url.Parse(m.To)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return MirrorTarget{}, fmt.Errorf("to %q: want https://HOST[:PORT] or http://HOST[:PORT], nothing after it", m.To)
+	}
+	toHost, err := scope.CanonicalHost(u.Hostname())
+	if err != nil {
+		return MirrorTarget{}, fmt.Errorf("to %q: %v", m.To, err)
+	}
+	toPort := 443
+	if u.Scheme == "http" {
+		toPort = 80
+	}
+	if p := u.Port(); p != "" {
+		if toPort, err = strconv.Atoi(p); err != nil || toPort < 1 || toPort > 65535 {
+			return MirrorTarget{}, fmt.Errorf("to %q: bad port", m.To)
+		}
+	}
+	return MirrorTarget{Host: toHost, Port: toPort, Scheme: u.Scheme, To: net.JoinHostPort(toHost, strconv.Itoa(toPort)),
+		Key: net.JoinHostPort(host, strconv.Itoa(port))}, nil
+}

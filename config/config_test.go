@@ -68,6 +68,11 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"api advertised over plain http with tls", "api:\n  tls: {cert_file: /c.pem, key_file: /k.pem}\n  advertise: http://n2:7070\n", "api.advertise"},
 		{"issuer without tenants", "tokens:\n  issuers:\n    - {name: i, keys: {k1: /k.pem}}\n", "tokens.issuers[0].tenants"},
 		{"unbounded ports", "api:\n  max_ports_per_lease: -1\n", "api.max_ports_per_lease"},
+		{"mirror to a path", "gateway:\n  mirrors:\n    - {host: pypi.org, to: \"https://m.example/simple\"}\n", "gateway.mirrors[0]"},
+		{"mirror of no host", "gateway:\n  mirrors:\n    - {to: \"https://m.example\"}\n", "gateway.mirrors[0]"},
+		{"profile without a name", "profiles:\n  - scopes: [{host: a.example}]\n", "profiles[0].name"},
+		{"profile with a bad scope", "profiles:\n  - {name: x, scopes: [{host: \"1.2.3.4\"}]}\n", "profiles[0].scopes"},
+		{"transparent port on the gateway's", "gateway:\n  transparent_port: 3128\n", "gateway.transparent_port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,4 +249,21 @@ func (e example) missing(typ reflect.Type, docs []any, at string) []string {
 		missing = append(missing, e.missing(f.Type, inner, path)...)
 	}
 	return missing
+}
+
+// A configured profile joins the built-in ones, and one of a built-in's name replaces it.
+func TestProfileSet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(path, []byte("profiles:\n  - {name: pypi, scopes: [{host: pypi.internal.example, methods: [GET]}]}\n  - {name: npm, scopes: [{host: npm.internal.example}]}\n"), 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := c.ProfileSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps["pypi"]) != 1 || ps["pypi"][0].Host != "pypi.internal.example" || len(ps["npm"]) != 1 || len(ps["maven"]) == 0 {
+		t.Fatalf("profiles %v", ps)
+	}
 }

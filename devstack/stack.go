@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/config"
@@ -128,19 +129,25 @@ func (s *Stack) Stop() {
 	s.stops = nil
 }
 
-// minter mints dev task tokens from "HOST[:PORT][=CREDENTIAL]" specs.
+// minter mints dev task tokens from "HOST[:PORT][=CREDENTIAL]" specs, and "@PROFILE" for a
+// profile.
 type minter struct{ iss *token.DevIssuer }
 
 func (d minter) Mint(tenant string, allow []string, ttl time.Duration) (string, error) {
 	scopes := make([]scope.Scope, 0, len(allow))
+	var profiles []string
 	for _, a := range allow {
+		if name, ok := strings.CutPrefix(a, "@"); ok {
+			profiles = append(profiles, name)
+			continue
+		}
 		s, err := scope.ParseAllow(a)
 		if err != nil {
 			return "", err
 		}
 		scopes = append(scopes, s)
 	}
-	return d.iss.Mint("task-"+strconv.FormatInt(time.Now().UnixNano(), 36), tenant, scopes, ttl)
+	return d.iss.MintWith("task-"+strconv.FormatInt(time.Now().UnixNano(), 36), tenant, scopes, profiles, ttl)
 }
 
 func firstOf(vs ...string) string {

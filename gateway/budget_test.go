@@ -25,7 +25,7 @@ func budgetHarness(t *testing.T, limit int64) (*harness, *atomic.Int64) {
 	t.Helper()
 	h := newHarness(t)
 	p := h.proxyHandler()
-	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, budget.Budget{BytesUp: limit})
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, nil, budget.Budget{BytesUp: limit})
 	var received atomic.Int64
 	h.answer(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
@@ -137,7 +137,7 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 		h.scopes = []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}}
 		p := h.proxyHandler()
 		pins := map[string]netip.AddrPort{"git.example.test:22": netip.MustParseAddrPort(l.Addr().String())}
-		p.Reload(p.dyn.Load().catalog, pins, budget.Budget{BytesUp: limit})
+		p.Reload(p.dyn.Load().catalog, pins, nil, budget.Budget{BytesUp: limit})
 		h.dialer.allowed[l.Addr().String()] = true
 		return h
 	}
@@ -218,7 +218,7 @@ func TestUpgradedStreamMetered(t *testing.T) {
 	h := newHarness(t)
 	h.scopes = append([]scope.Scope{{Host: "api.example.test", Paths: []string{"/ws"}}}, h.scopes...)
 	p := h.proxyHandler()
-	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, budget.Budget{BytesUp: 1000})
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, nil, budget.Budget{BytesUp: 1000})
 	var got atomic.Int64
 	done := make(chan struct{})
 	h.answer(func(w http.ResponseWriter, r *http.Request) {

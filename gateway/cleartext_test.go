@@ -19,7 +19,7 @@ func TestCredentialNeverInClearText(t *testing.T) {
 		pins[k] = v
 	}
 	pins["api.example.test:80"] = netip.MustParseAddrPort(h.plain.Listener.Addr().String())
-	p.Reload(p.dyn.Load().catalog, pins, p.dyn.Load().budget)
+	p.Reload(p.dyn.Load().catalog, pins, nil, p.dyn.Load().budget)
 	status, got := rawPlain(t, h, "GET http://api.example.test/v1/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
 	if status != http.StatusForbidden || got != rule.CleartextCredential {
 		t.Fatalf("plain http with a credential scope: status %d rule %q, want 403 %s", status, got, rule.CleartextCredential)
@@ -41,7 +41,7 @@ func TestCredentialNeverInClearText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Reload(catalog, pins, p.dyn.Load().budget)
+	p.Reload(catalog, pins, nil, p.dyn.Load().budget)
 	if status, _ := rawPlain(t, h, "GET http://api.example.test/v1/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n"); status != 200 {
 		t.Fatalf("plain http allowed by plain_http_ports: status %d", status)
 	}

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -171,7 +172,11 @@ func (p *Proxy) openTunnel(ctx context.Context, x *exchange) (net.Conn, error) {
 	if err := p.startRequest(x, -1); err != nil {
 		return nil, err
 	}
-	ap, err := p.dial.vet(ctx, x.host, x.port, p.recordLookup(x))
+	if m, ok := p.dyn.Load().mirrors[net.JoinHostPort(x.host, strconv.Itoa(x.port))]; ok {
+		x.mirror = &m
+	}
+	_, host, port := x.sendTo()
+	ap, err := p.dial.vet(ctx, host, port, p.recordLookup(x))
 	if err != nil {
 		return nil, err
 	}

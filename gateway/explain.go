@@ -66,9 +66,14 @@ func (p *Proxy) Explain(raw, method, rawURL string) (rule.Explanation, error) {
 	if x.entry != nil {
 		ex.Credential = x.entry.Name
 	}
-	if ap, ok := p.dyn.Load().pins[x.host+":"+strconv.Itoa(x.port)]; ok {
+	ex.Profile = s.Profile
+	_, host, port := x.sendTo()
+	if x.mirror != nil {
+		ex.Mirror = x.mirror.String()
+	}
+	if ap, ok := p.dyn.Load().pins[host+":"+strconv.Itoa(port)]; ok {
 		ex.Upstream = "pinned private upstream " + ap.String()
-	} else if _, err := netip.ParseAddr(x.host); err == nil {
+	} else if _, err := netip.ParseAddr(host); err == nil {
 		ex.Upstream = "the address itself, if public"
 	} else {
 		ex.Upstream = "resolved by the gateway at dial time; only public addresses are dialed"

@@ -110,12 +110,18 @@ func (p *Proxy) decide(x *exchange, method, path string) error {
 		return p.scopeMiss(x, method, path)
 	}
 	x.scope = s
+	d := p.dyn.Load()
+	if m, ok := d.mirrors[net.JoinHostPort(x.host, strconv.Itoa(x.port))]; ok {
+		x.mirror = &m
+	}
 	if s.Credential != "" {
-		e, err := p.dyn.Load().catalog.Authorize(s.Credential, x.host, x.b.Tenant)
+		// The credential goes where the request goes: the mirror, if there is one.
+		scheme, host, port := x.sendTo()
+		e, err := d.catalog.Authorize(s.Credential, host, x.b.Tenant)
 		if err != nil {
 			return err
 		}
-		if err := e.CheckTransport(x.scheme, x.port); err != nil {
+		if err := e.CheckTransport(scheme, port); err != nil {
 			return err
 		}
 		x.entry = e
@@ -196,7 +202,8 @@ func boundSignedBody(r *http.Request, x *exchange) error {
 // only to private addresses never costs a credential. The lookup is recorded, and kept for the
 // transport's dial, which uses the address vetted here.
 func (p *Proxy) resolve(ctx context.Context, x *exchange) error {
-	_, err := p.dial.vet(ctx, x.host, x.port, p.recordLookup(x))
+	_, host, port := x.sendTo()
+	_, err := p.dial.vet(ctx, host, port, p.recordLookup(x))
 	return err
 }
 
@@ -258,10 +265,11 @@ func (p *Proxy) prepare(r *http.Request, x *exchange) (*http.Request, error) {
 		out.Header.Set("User-Agent", "") // none, rather than the Go client's own
 	}
 	out.URL.RawQuery = cleanQuery(out.URL.RawQuery)
-	out.URL.Scheme = x.scheme
-	out.URL.Host = net.JoinHostPort(x.host, strconv.Itoa(x.port))
-	out.Host = x.host
-	if !(x.scheme == "https" && x.port == 443) && !(x.scheme == "http" && x.port == 80) {
+	scheme, host, port := x.sendTo()
+	out.URL.Scheme = scheme
+	out.URL.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	out.Host = host
+	if !(scheme == "https" && port == 443) && !(scheme == "http" && port == 80) {
 		out.Host = out.URL.Host
 	}
 	if got := out.URL.EscapedPath(); got != x.path {
@@ -336,7 +344,8 @@ func (p *Proxy) upstreamFailed(x *exchange, err error) *Refusal {
 	}
 	ref := refusalFor(err)
 	if ref.Rule == rule.UpstreamFailed {
-		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", x.host, x.port, err)
+		_, host, port := x.sendTo()
+		ref.Reason = fmt.Sprintf("upstream %s:%d failed: %v", host, port, err)
 	}
 	return ref
 }

@@ -26,7 +26,7 @@ import (
 func TestBudgets(t *testing.T) {
 	h := newHarness(t)
 	p := h.proxyHandler()
-	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, budget.Budget{Requests: 3, BytesUp: 1000})
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, nil, budget.Budget{Requests: 3, BytesUp: 1000})
 	c := h.client()
 	for i := range 4 {
 		resp, err := c.Get("https://api.example.test/v1/x")
@@ -52,7 +52,7 @@ func TestBudgets(t *testing.T) {
 	// Bytes: a fresh lease whose token narrows the byte budget to 100.
 	h2 := newHarness(t)
 	p2 := h2.proxyHandler()
-	p2.Reload(p2.dyn.Load().catalog, p2.dyn.Load().pins, budget.Budget{BytesUp: 1000})
+	p2.Reload(p2.dyn.Load().catalog, p2.dyn.Load().pins, nil, budget.Budget{BytesUp: 1000})
 	bindings := h2.proxyHandler().cfg.Bindings.(*fakeBindings)
 	inner := bindings.lookup
 	bindings.lookup = func(ctx context.Context, a netip.Addr) (binding.Binding, error) {
@@ -196,7 +196,7 @@ func TestReloadKeepsConnections(t *testing.T) {
 	}
 	<-h.got
 	empty, _ := broker.NewCatalog(nil)
-	p.Reload(empty, p.dyn.Load().pins, budget.Budget{})
+	p.Reload(empty, p.dyn.Load().pins, nil, budget.Budget{})
 	st, reused := get()
 	if !reused {
 		t.Fatal("the reload dropped the open connection")

@@ -50,7 +50,7 @@ func TestClientCertificateInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := h.proxyHandler()
-	p.Reload(cat, p.dyn.Load().pins, budget.Budget{})
+	p.Reload(cat, p.dyn.Load().pins, nil, budget.Budget{})
 	p.cfg.Broker = &fakeBroker{get: func(context.Context, string, *broker.Entry) (broker.Secret, error) { return secret, nil }}
 	h.scopes = []scope.Scope{{Host: "api.example.test", Credential: "mtls"}}
 

@@ -44,6 +44,10 @@ type Config struct {
 	// non-public address; ranges are deliberately not offered, since a range covering loopback
 	// would hand sandboxes Redis, Vault and the API.
 	PrivateUpstreams map[string]netip.AddrPort
+	// Mirrors sends what is asked of one "host:port" to another server, such as an internal
+	// mirror of a public registry: scopes are decided on the name asked, the credential
+	// catalog and the transport on the mirror, which is what is dialed and recorded.
+	Mirrors map[string]Mirror
 	// UpstreamRoots verifies upstream TLS; nil means the system roots.
 	UpstreamRoots *x509.CertPool
 	// Resolver resolves upstream names; nil means net.DefaultResolver.
@@ -107,7 +111,7 @@ func New(cfg Config) *Proxy {
 		tokens:  &tokenIdentities{admit: cfg.Admit, now: time.Now, cache: map[[32]byte]binding.Binding{}},
 		budgets: &budgets{},
 	}
-	p.dyn.Store(&dynamic{catalog: cfg.Catalog, pins: cfg.PrivateUpstreams, budget: cfg.Budget})
+	p.dyn.Store(&dynamic{catalog: cfg.Catalog, pins: cfg.PrivateUpstreams, mirrors: cfg.Mirrors, budget: cfg.Budget})
 	p.dial = &dialer{pins: func() map[string]netip.AddrPort { return p.dyn.Load().pins }, resolver: cfg.Resolver, net: cfg.Dialer,
 		ttl: lookupTTL}
 	transport := &http.Transport{
@@ -124,17 +128,29 @@ func New(cfg Config) *Proxy {
 	return p
 }
 
+// Mirror is where requests for a name are sent instead (Config.Mirrors).
+type Mirror struct {
+	Scheme string // "https" or "http"
+	Host   string // canonical
+	Port   int
+}
+
+func (m Mirror) String() string {
+	return m.Scheme + "://" + net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+}
+
 // dynamic is the part of the configuration that Reload swaps while connections stay open.
 type dynamic struct {
 	catalog broker.Catalog
 	pins    map[string]netip.AddrPort
+	mirrors map[string]Mirror
 	budget  budget.Budget
 }
 
-// Reload replaces the credential catalog, the private upstreams and the default budget. Open
-// connections stay open; their next request is decided under the new settings.
-func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip.AddrPort, budget budget.Budget) {
-	p.dyn.Store(&dynamic{catalog: catalog, pins: privateUpstreams, budget: budget})
+// Reload replaces the credential catalog, the private upstreams, the mirrors and the default
+// budget. Open connections stay open; their next request is decided under the new settings.
+func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip.AddrPort, mirrors map[string]Mirror, budget budget.Budget) {
+	p.dyn.Store(&dynamic{catalog: catalog, pins: privateUpstreams, mirrors: mirrors, budget: budget})
 }
 
 // Catalog returns the credential catalog in force (the one the last Reload brought).
@@ -208,6 +224,15 @@ type exchange struct {
 	meter    *meter // what the sandbox sent upstream, against the lease's budget
 	event    string // a tunnel's record: "open" or "close"
 	dest     string // where the sandbox connected, when the network redirected it here
+	mirror   *Mirror
+}
+
+// sendTo is where x's request goes: its mirror, or the destination asked.
+func (x *exchange) sendTo() (scheme, host string, port int) {
+	if x.mirror != nil {
+		return x.mirror.Scheme, x.mirror.Host, x.mirror.Port
+	}
+	return x.scheme, x.host, x.port
 }
 
 // newExchange starts the exchange of r.

@@ -47,6 +47,9 @@ func (p *Proxy) record(x *exchange) error {
 	if x.entry != nil {
 		rec.Credential = x.entry.Name
 	}
+	if x.mirror != nil {
+		rec.Mirror = x.mirror.String()
+	}
 	if x.refusal != nil {
 		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.Reason, x.refusal.Flagged
 	} else {

@@ -36,7 +36,7 @@ func withBasicEntry(t *testing.T, h *harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Reload(catalog, p.dyn.Load().pins, p.dyn.Load().budget)
+	p.Reload(catalog, p.dyn.Load().pins, nil, p.dyn.Load().budget)
 	h.mu.Lock()
 	h.scopes = append([]scope.Scope{{Host: "api.example.test", Credential: "basic", Paths: []string{"/basic/*"}}}, h.scopes...)
 	h.mu.Unlock()

@@ -83,7 +83,7 @@ func TestSigV4Resigning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Reload(cat, p.dyn.Load().pins, budget.Budget{})
+		p.Reload(cat, p.dyn.Load().pins, nil, budget.Budget{})
 	}
 	h.scopes = []scope.Scope{{Host: "api.example.test", Credential: "aws"}}
 	send := func(body string) int {

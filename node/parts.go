@@ -144,7 +144,8 @@ func startCredentials(ctx context.Context, cfg config.Config, deps Deps, store *
 
 // newVerifier trusts the configured issuers and the ones deps adds.
 func newVerifier(cfg config.Config, deps Deps) *token.Verifier {
-	v := &token.Verifier{Audience: cfg.Deployment, Issuers: cfg.Issuers()}
+	profiles, _ := cfg.ProfileSet() // config.Validate refused a profile that does not parse
+	v := &token.Verifier{Audience: cfg.Deployment, Issuers: cfg.Issuers(), Profiles: profiles}
 	for name, iss := range deps.Issuers {
 		v.Issuers[name] = iss
 	}
@@ -208,9 +209,13 @@ func startGateway(cfg config.Config, backend pool.Backend, authority *ca.Authori
 	if err != nil {
 		return nil, err
 	}
+	mirrored, err := mirrors(cfg.Gateway.Mirrors)
+	if err != nil {
+		return nil, err
+	}
 	proxy := gateway.New(gateway.Config{
 		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: creds.catalog, Broker: creds.vault, Audit: sink,
-		PrivateUpstreams: pins, UpstreamRoots: roots(authority, cfg.Loaded.UpstreamCAs), Logger: log,
+		PrivateUpstreams: pins, Mirrors: mirrored, UpstreamRoots: roots(authority, cfg.Loaded.UpstreamCAs), Logger: log,
 		Admit: mgr.AdmitBearer, Verify: verifier.Verify, Budget: cfg.Gateway.Budget, Guard: guard,
 	})
 	addr := net.JoinHostPort(backend.HostAddr().String(), strconv.Itoa(cfg.Gateway.Port))
@@ -311,11 +316,14 @@ func followReloads(reloads <-chan config.Config, gw *gatewayPart, res *resolverP
 		catalog, err := broker.NewCatalog(nc.Creds)
 		if err == nil {
 			var pins map[string]netip.AddrPort
+			var mirrored map[string]gateway.Mirror
 			if pins, err = privateUpstreams(nc.Gateway.PrivateUpstreams); err == nil {
-				gw.proxy.Reload(catalog, pins, nc.Gateway.Budget)
-				res.resolver.SetPins(pinnedNames(nc.Gateway.PrivateUpstreams, res.via))
-				log.Info("config reloaded: credentials, private upstreams and budget")
-				continue
+				if mirrored, err = mirrors(nc.Gateway.Mirrors); err == nil {
+					gw.proxy.Reload(catalog, pins, mirrored, nc.Gateway.Budget)
+					res.resolver.SetPins(pinnedNames(nc.Gateway.PrivateUpstreams, res.via))
+					log.Info("config reloaded: credentials, private upstreams, mirrors and budget")
+					continue
+				}
 			}
 		}
 		log.Error("config reload refused; keeping the running configuration", "err", err)
@@ -409,6 +417,19 @@ func privateUpstreams(ups []config.PrivateUpstream) (map[string]netip.AddrPort, 
 		pins[net.JoinHostPort(h, strconv.Itoa(u.Port))] = ap
 	}
 	return pins, nil
+}
+
+// mirrors is the gateway's mirror table from the configuration's.
+func mirrors(ms []config.Mirror) (map[string]gateway.Mirror, error) {
+	out := map[string]gateway.Mirror{}
+	for i, m := range ms {
+		t, err := m.Target()
+		if err != nil {
+			return nil, fmt.Errorf("gateway.mirrors[%d]: %w", i, err)
+		}
+		out[t.Key] = gateway.Mirror{Scheme: t.Scheme, Host: t.Host, Port: t.Port}
+	}
+	return out, nil
 }
 
 // pinnedNames are the resolver's pins: each private upstream's name to its address.

@@ -20,24 +20,27 @@ var ErrInvalid = errors.New("invalid scope")
 type Scope struct {
 	// Host is an exact name or a name with one leading "*." label wildcard. IDNs are kept in
 	// punycode once parsed.
-	Host string `json:"host,omitempty"`
+	Host string `json:"host,omitempty" yaml:"host"`
 	// CIDR allows IP-literal destinations inside a public range.
-	CIDR string `json:"cidr,omitempty"`
+	CIDR string `json:"cidr,omitempty" yaml:"cidr"`
 	// Ports the scope covers; empty means 443 and 80.
-	Ports []int `json:"ports,omitempty"`
+	Ports []int `json:"ports,omitempty" yaml:"ports"`
 	// Methods the scope covers, upper case; empty means every method.
-	Methods []string `json:"methods,omitempty"`
+	Methods []string `json:"methods,omitempty" yaml:"methods"`
 	// Paths are globs in path.Match syntax where a trailing "/*" also covers deeper paths;
 	// empty means every path. They are matched against the request path as it is sent, in its
 	// percent-encoded form (see CheckPath).
-	Paths []string `json:"paths,omitempty"`
+	Paths []string `json:"paths,omitempty" yaml:"paths"`
 	// Credential names the catalog entry injected into matching requests, if any.
-	Credential string `json:"credential,omitempty"`
+	Credential string `json:"credential,omitempty" yaml:"credential"`
 	// Tunnel allows an uninspected CONNECT to the scope's ports.
-	Tunnel bool `json:"tunnel,omitempty"`
+	Tunnel bool `json:"tunnel,omitempty" yaml:"tunnel"`
 	// DNSTypes lets the resolver answer these query types (for example "TXT") for the scope's
 	// names, beyond A, AAAA, CNAME, HTTPS and SVCB.
-	DNSTypes []string `json:"dns_types,omitempty"`
+	DNSTypes []string `json:"dns_types,omitempty" yaml:"dns_types"`
+	// Profile names the profile the scope came from, when the deployment expanded a token's
+	// "profiles" into it; the verifier clears it on scopes a token writes itself.
+	Profile string `json:"profile,omitempty" yaml:"-"`
 
 	prefix netip.Prefix
 }

@@ -3,6 +3,7 @@ package scope
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -181,5 +182,43 @@ func TestCheckPath(t *testing.T) {
 	}
 	if _, ok := set.Match(Request{Host: "b.example", Port: 443, Method: "GET", Path: "/a/../b"}); !ok {
 		t.Error("a scope without paths must not look at the path")
+	}
+}
+
+func TestProfiles(t *testing.T) {
+	p := Builtin()
+	for _, name := range []string{"pypi", "maven", "crates", "rubygems", "github-read"} {
+		if len(p[name]) == 0 {
+			t.Errorf("no built-in profile %s", name)
+		}
+	}
+	set, err := p.Expand([]string{"pypi", "pypi", "github-read"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range set {
+		if s.Profile != "pypi" && s.Profile != "github-read" {
+			t.Fatalf("scope %s not tagged with its profile: %q", s, s.Profile)
+		}
+	}
+	if s, ok := set.Match(Request{Host: "pypi.org", Port: 443, Method: "GET", Path: "/simple/x/"}); !ok || s.Profile != "pypi" {
+		t.Fatalf("pypi.org GET = %v %v", s, ok)
+	}
+	// Read only: no upload to PyPI, no push to GitHub.
+	for _, r := range []Request{
+		{Host: "upload.pypi.org", Port: 443, Method: "POST", Path: "/legacy/"},
+		{Host: "pypi.org", Port: 443, Method: "POST", Path: "/legacy/"},
+		{Host: "github.com", Port: 443, Method: "POST", Path: "/acme/repo.git/git-receive-pack"},
+		{Host: "github.com", Port: 80, Method: "GET", Path: "/"},
+	} {
+		if s, ok := set.Match(r); ok {
+			t.Errorf("%+v allowed by %s", r, s)
+		}
+	}
+	if _, ok := set.Match(Request{Host: "github.com", Port: 443, Method: "POST", Path: "/acme/repo.git/git-upload-pack"}); !ok {
+		t.Error("a git fetch from GitHub is refused")
+	}
+	if _, err := p.Expand([]string{"nope"}); err == nil || !strings.Contains(err.Error(), `profile "nope" is not defined here`) || !strings.Contains(err.Error(), "pypi") {
+		t.Fatalf("unknown profile = %v", err)
 	}
 }

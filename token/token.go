@@ -29,6 +29,9 @@ type Claims struct {
 	jwt.RegisteredClaims
 	Tenant string        `json:"tenant,omitempty"`
 	Scopes []scope.Scope `json:"scopes"`
+	// Profiles names bundles of scopes the deployment defines (see scope.Profiles); they are
+	// added after the token's own scopes.
+	Profiles []string `json:"profiles,omitempty"`
 	// Budget narrows the deployment's per-lease budget.
 	Budget budget.Budget `json:"budget,omitzero"`
 }
@@ -61,6 +64,8 @@ type Issuer struct {
 type Verifier struct {
 	Audience string
 	Issuers  map[string]Issuer
+	// Profiles are the scope bundles a token may name; a name not here refuses the token.
+	Profiles scope.Profiles
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 }
@@ -121,9 +126,19 @@ func (v *Verifier) Verify(raw string) (Task, error) {
 	if claims.ExpiresAt.Sub(claims.IssuedAt.Time) > maxTTL {
 		return Task{}, fmt.Errorf("%w: lifetime exceeds issuer %q's maximum of %s", ErrInvalid, iss.Name, maxTTL)
 	}
+	for i := range claims.Scopes {
+		claims.Scopes[i].Profile = "" // only the deployment says a scope came from a profile
+	}
 	scopes, err := scope.Parse(claims.Scopes)
 	if err != nil {
 		return Task{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if len(claims.Profiles) > 0 {
+		more, err := v.Profiles.Expand(claims.Profiles)
+		if err != nil {
+			return Task{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		scopes = append(scopes, more...)
 	}
 	return Task{
 		ID: claims.Subject, JTI: claims.ID, Issuer: iss.Name, Tenant: claims.Tenant,
@@ -207,6 +222,11 @@ func (d *DevIssuer) Issuer(maxTTL time.Duration) Issuer {
 
 // Mint signs a token for task with scopes, valid for ttl.
 func (d *DevIssuer) Mint(task, tenant string, scopes []scope.Scope, ttl time.Duration) (string, error) {
+	return d.MintWith(task, tenant, scopes, nil, ttl)
+}
+
+// MintWith is Mint for a token that also names profiles.
+func (d *DevIssuer) MintWith(task, tenant string, scopes []scope.Scope, profiles []string, ttl time.Duration) (string, error) {
 	now := time.Now()
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -218,8 +238,9 @@ func (d *DevIssuer) Mint(task, tenant string, scopes []scope.Scope, ttl time.Dur
 			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 			ID: hex.EncodeToString(id[:]),
 		},
-		Tenant: tenant,
-		Scopes: scopes,
+		Tenant:   tenant,
+		Scopes:   scopes,
+		Profiles: profiles,
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
 	t.Header["kid"] = "dev"

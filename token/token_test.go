@@ -108,3 +108,28 @@ func TestVerifyForTenants(t *testing.T) {
 		t.Fatalf("issuer for every tenant: %v", err)
 	}
 }
+
+// A token's profiles become the deployment's scopes for them, each tagged; a profile the
+// deployment does not define refuses the token; a token cannot tag its own scopes.
+func TestProfilesExpanded(t *testing.T) {
+	dev, _ := NewDevIssuer("dev", "aud")
+	v := &Verifier{Audience: "aud", Issuers: map[string]Issuer{"dev": dev.Issuer(time.Hour)}, Profiles: scope.Builtin()}
+	raw, err := dev.MintWith("t", "acme", []scope.Scope{{Host: "own.example.test", Profile: "pypi"}}, []string{"pypi"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := v.Verify(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Scopes[0].Host != "own.example.test" || task.Scopes[0].Profile != "" {
+		t.Fatalf("the token's own scope is %+v, want it untagged", task.Scopes[0])
+	}
+	if s, ok := task.Scopes.Match(scope.Request{Host: "files.pythonhosted.org", Port: 443, Method: "GET", Path: "/packages/x.whl"}); !ok || s.Profile != "pypi" {
+		t.Fatalf("the pypi profile's file host: %v %v", s, ok)
+	}
+	bad, _ := dev.MintWith("t", "acme", nil, []string{"pypi", "everything"}, time.Minute)
+	if _, err := v.Verify(bad); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `profile "everything" is not defined`) {
+		t.Fatalf("unknown profile: %v", err)
+	}
+}

@@ -42,6 +42,12 @@ func cmdExplain(args []string) int {
 			b, _ := json.Marshal(ex.Scope)
 			fmt.Printf("  scope      %s\n", b)
 		}
+		if ex.Profile != "" {
+			fmt.Printf("  profile    %s\n", ex.Profile)
+		}
+		if ex.Mirror != "" {
+			fmt.Printf("  mirror     %s (the request goes there instead)\n", ex.Mirror)
+		}
 		if ex.Credential != "" {
 			fmt.Printf("  credential %s (injected by the gateway; its value never reaches the sandbox)\n", ex.Credential)
 		}
