@@ -65,9 +65,10 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	return l, nil
 }
 
-// leaseFile returns tenant's lease id and p resolved inside its template's workspace. A path
-// outside it is refused, and the refusal recorded as the file event it would have been.
-func (m *Manager) leaseFile(ctx context.Context, tenant, id, p, event string) (Lease, string, error) {
+// leaseFile returns tenant's lease id and p resolved inside its template's workspace (or the
+// workspace itself, for an archive). A path outside it is refused, and the refusal recorded as
+// the file event it would have been.
+func (m *Manager) leaseFile(ctx context.Context, tenant, id, p, event string, archive bool) (Lease, string, error) {
 	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, "", err
@@ -77,8 +78,14 @@ func (m *Manager) leaseFile(ctx context.Context, tenant, id, p, event string) (L
 		p = path.Join(ws, p)
 	}
 	p = path.Clean(p)
-	if p == ws || !strings.HasPrefix(p, ws+"/") {
-		err := fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
+	err = nil
+	switch {
+	case p == ws && !archive:
+		err = fmt.Errorf("%w: %s is the workspace itself, a folder: name a file in it, or use an archive (--tar)", ErrBadRequest, p)
+	case p != ws && !strings.HasPrefix(p, ws+"/"):
+		err = fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
+	}
+	if err != nil {
 		m.fileEvent(ctx, l, event, FileInfo{Path: p}, err)
 		return Lease{}, "", err
 	}
@@ -104,7 +111,7 @@ type FileInfo struct {
 // With archive, r is a tar stream unpacked into the directory p.
 func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader, archive bool) (FileInfo, error) {
 	event := transferEvent("upload", archive)
-	l, p, err := m.leaseFile(ctx, tenant, id, p, event)
+	l, p, err := m.leaseFile(ctx, tenant, id, p, event, archive)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -128,7 +135,7 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 // GetFile streams p from tenant's lease id to w; with archive, the directory p as a tar stream.
 func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer, archive bool) (FileInfo, error) {
 	event := transferEvent("download", archive)
-	l, p, err := m.leaseFile(ctx, tenant, id, p, event)
+	l, p, err := m.leaseFile(ctx, tenant, id, p, event, archive)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -151,7 +158,7 @@ func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer
 // StatFile reports whether p is a regular file (a directory, with archive) in the lease's
 // workspace, so a download can fail with a status before any byte is sent.
 func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bool) error {
-	l, p, err := m.leaseFile(ctx, tenant, id, p, transferEvent("download", archive))
+	l, p, err := m.leaseFile(ctx, tenant, id, p, transferEvent("download", archive), archive)
 	if err != nil {
 		return err
 	}

@@ -312,7 +312,15 @@ func TestFileRefusalsRecorded(t *testing.T) {
 			t.Errorf("%s outside the workspace = %v, want ErrBadRequest", c.event, err)
 		}
 	}
+	// The workspace itself is a folder: an archive goes in or out of it, a single file cannot.
+	if _, err := e.Manager.PutFile(ctx, "acme", l.ID, "/workspace", strings.NewReader(""), true); err != nil {
+		t.Errorf("an archive into the workspace itself: %v", err)
+	}
+	if err := e.Manager.StatFile(ctx, "acme", l.ID, ".", false); !errors.Is(err, pool.ErrBadRequest) || !strings.Contains(err.Error(), "the workspace itself") {
+		t.Errorf("the workspace as a file: %v", err)
+	}
 	recs := sink.files()
+	recs = recs[:len(recs)-2]
 	if len(recs) != 1+len(cases) {
 		t.Fatalf("file records %+v, want %d", recs, 1+len(cases))
 	}
