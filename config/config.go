@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -280,7 +281,7 @@ func Default() Config {
 			Inject: broker.Injection{Kind: broker.InjectHeader, Header: "X-Vault-Token", Template: "{{.token}}"},
 			Hosts:  []string{DemoHost},
 		}},
-		Templates: []pool.Template{DefaultTemplate()},
+		Templates: []pool.Template{DefaultTemplate(), Toolchain("python"), Toolchain("node")},
 	}
 }
 
@@ -301,6 +302,19 @@ func DefaultTemplate() pool.Template {
 		MinWarm: 2, MaxTotal: 16, OnEmpty: "wait", WaitFor: 10 * time.Second, DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
 	}
 }
+
+// Toolchain is a shipped toolchain template ("python": python3, venv, pip, pytest; "node":
+// Debian's nodejs and npm): the default's hardening and sizes, its own image, one warm sandbox.
+func Toolchain(name string) pool.Template {
+	t := DefaultTemplate()
+	t.Name, t.Image, t.MinWarm = name, "airlock/"+name+":latest", 1
+	t.MemoryMB, t.WorkspaceMB = 1024, 512
+	return t
+}
+
+// builtImage is the image a template built from a Dockerfile or devcontainer.json is tagged
+// with unless it names one.
+func builtImage(name string) string { return "airlock/template-" + name + ":latest" }
 
 // Load reads path over Default, validates the result, and reads the files it names into
 // Loaded; an empty path means DevDefaults.
@@ -336,6 +350,9 @@ func Load(path string) (Config, error) {
 		t := DefaultTemplate()
 		if err := probe.Templates[i].Decode(&t); err != nil {
 			return c, fmt.Errorf("config %s: templates[%d]: %w", path, i, err)
+		}
+		if t.Built() && t.Image == DefaultTemplate().Image {
+			t.Image = builtImage(t.Name)
 		}
 		c.Templates[i] = t
 	}
@@ -514,6 +531,9 @@ func (c *Config) Validate() error {
 		names[t.Name] = true
 		for _, err := range t.Validate() {
 			errs = append(errs, fmt.Errorf("%s.%w", f, err))
+		}
+		if repo, _, _ := strings.Cut(t.Image, ":"); t.Built() && slices.Contains(docker.ShippedImages, strings.TrimPrefix(repo, "airlock/")) {
+			bad(f+".image", "%s is a shipped image; a template built from a Dockerfile or devcontainer.json writes its own (leave image out: %s)", t.Image, builtImage(t.Name))
 		}
 	}
 	return errors.Join(errs...)

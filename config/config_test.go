@@ -205,7 +205,11 @@ func (e example) missing(typ reflect.Type, docs []any, at string) []string {
 		if typ.Kind() == reflect.Map && typ.Elem().Kind() != reflect.Struct {
 			return nil
 		}
+		kind := typ.Kind()
 		typ = typ.Elem()
+		if kind == reflect.Pointer {
+			continue // the value itself is at this place
+		}
 		var elems []any
 		for _, d := range docs {
 			switch v := d.(type) {

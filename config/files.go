@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/airlock-dev/airlock/pool/devcontainer"
 	"github.com/airlock-dev/airlock/token"
 )
 
@@ -105,6 +106,33 @@ func (c *Config) load() error {
 			bad("vault.token_file", err)
 		}
 		l.VaultToken = strings.TrimSpace(string(b))
+	}
+	// A devcontainer.json gives its template environment (under what the template sets) and
+	// the ports it forwards (unless the template lists its own).
+	for i := range c.Templates {
+		t := &c.Templates[i]
+		if t.Devcontainer == "" {
+			continue
+		}
+		spec, err := devcontainer.Load(t.Devcontainer)
+		if err != nil {
+			bad(fmt.Sprintf("templates[%d].devcontainer", i), err)
+			continue
+		}
+		for k, v := range spec.Env {
+			if _, set := t.Env[k]; !set {
+				if t.Env == nil {
+					t.Env = map[string]string{}
+				}
+				t.Env[k] = v
+			}
+		}
+		if len(t.Ports) == 0 {
+			t.Ports = spec.Ports
+		}
+		for _, err := range t.Validate() {
+			bad(fmt.Sprintf("templates[%d] (with %s)", i, t.Devcontainer), err)
+		}
 	}
 	l.Resolvers = c.Resolver.Upstreams
 	if len(l.Resolvers) == 0 {

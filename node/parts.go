@@ -1,10 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -101,11 +103,60 @@ func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authorit
 	if err := b.Setup(ctx); err != nil {
 		return nil, nil, err
 	}
+	go buildMissing(ctx, cfg.Templates, b, log)
 	return b, func() {
 		if err := b.Teardown(context.WithoutCancel(ctx)); err != nil {
 			log.Error("tearing down the sandbox backend", "err", err)
 		}
 	}, nil
+}
+
+// buildMissing builds the images of templates made from a Dockerfile or a devcontainer.json
+// that the engine lacks, one after another, logging the build; the pool fills each once its
+// image is there, and says meanwhile why it cannot (GET /v1/pools).
+func buildMissing(ctx context.Context, ts []pool.Template, b pool.Backend, log *slog.Logger) {
+	bm, ok := b.(interface {
+		BuildMissing(context.Context, pool.Template, io.Writer) (bool, error)
+	})
+	if !ok {
+		return
+	}
+	for _, t := range ts {
+		w := &logLines{log: log.With("template", t.Name)}
+		built, err := bm.BuildMissing(ctx, t, w)
+		w.Flush()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("template build failed; its pool stays empty until `airlock template build` succeeds", "template", t.Name, "err", err)
+		case built:
+			log.Info("template built", "template", t.Name, "image", t.Image)
+		}
+	}
+}
+
+// logLines writes what it is given to the log, a record per line.
+type logLines struct {
+	log *slog.Logger
+	buf []byte
+}
+
+func (l *logLines) Write(b []byte) (int, error) {
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		if line := strings.TrimSpace(string(l.buf[:i])); line != "" {
+			l.log.Info("template build", "line", line)
+		}
+		l.buf = l.buf[i+1:]
+	}
+}
+
+// Flush logs what is left after the last newline.
+func (l *logLines) Flush() {
+	l.Write([]byte("\n"))
 }
 
 // credentials are the catalog and the broker that serves it.

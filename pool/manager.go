@@ -71,7 +71,15 @@ type Manager struct {
 	sem       chan struct{}
 	mu        sync.Mutex
 	creating  map[string]int
-	metrics   *Metrics // nil until NewMetrics
+	images    map[string]templateImage // per template: the image new sandboxes are made from
+	metrics   *Metrics                 // nil until NewMetrics
+}
+
+// templateImage is what the runtime last said of a template's image: its id, or why none can
+// be used (missing, or failing the hardening checks).
+type templateImage struct {
+	id  string
+	err error
 }
 
 // New validates cfg and returns a Manager; Run must be called to warm and reap.
@@ -86,7 +94,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.HealthEvery = 30 * time.Second
 	}
 	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
-		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}}
+		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, images: map[string]templateImage{}}
 	for _, t := range cfg.Templates {
 		if errs := t.Validate(); len(errs) > 0 {
 			return nil, fmt.Errorf("template %q: %w", t.Name, errors.Join(errs...))
@@ -125,6 +133,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	m.refreshImages(ctx)
 	for name := range m.templates {
 		m.refill <- name
 	}
@@ -151,6 +160,10 @@ func (m *Manager) Run(ctx context.Context) error {
 			go func() { defer wg.Done(); m.checkWarm(ctx) }()
 		case <-reap.C:
 			m.reap(ctx)
+			for _, name := range m.refreshImages(ctx) {
+				wg.Add(1)
+				go func() { defer wg.Done(); m.drain(ctx, name) }()
+			}
 			for name := range m.templates {
 				select {
 				case m.refill <- name:
@@ -250,9 +263,118 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 	return nil
 }
 
+// refreshImages asks the runtime for every template's current image and returns the templates
+// whose image changed (a rebuild): their warm sandboxes are stale. A template whose image cannot
+// be used is logged when that starts or its reason changes, and gets no new sandboxes meanwhile.
+func (m *Manager) refreshImages(ctx context.Context) []string {
+	var changed []string
+	for name, t := range m.templates {
+		id, err := m.cfg.Runtime.Image(ctx, t)
+		if ctx.Err() != nil {
+			return nil
+		}
+		m.mu.Lock()
+		old := m.images[name]
+		if err != nil && old.id != "" {
+			// The sandboxes already made from a checked image keep serving.
+			m.images[name] = templateImage{id: old.id, err: err}
+		} else {
+			m.images[name] = templateImage{id: id, err: err}
+		}
+		m.mu.Unlock()
+		switch {
+		case err != nil && (old.err == nil || old.err.Error() != err.Error()):
+			m.log.Error("template image cannot be used; no new sandboxes until it can", "template", name, "image", t.Image, "err", err)
+		case err == nil && old.id != "" && old.id != id:
+			m.log.Info("template image changed; draining the warm sandboxes made from the old one", "template", name, "old", short(old.id), "new", short(id))
+			changed = append(changed, name)
+		}
+	}
+	return changed
+}
+
+func short(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	return id[:min(12, len(id))]
+}
+
+// image returns the id new sandboxes of template name are made from, if there is one.
+func (m *Manager) image(name string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	im := m.images[name]
+	if im.id == "" || im.err != nil {
+		if im.err == nil {
+			return "", fmt.Errorf("template %q: its image has not been resolved yet", name)
+		}
+		return "", fmt.Errorf("template %q: %w", name, im.err)
+	}
+	return im.id, nil
+}
+
+// stale reports whether sb, a sandbox of this node, was made from an image its template no
+// longer uses.
+func (m *Manager) stale(sb Sandbox) bool {
+	if sb.Node != m.cfg.Node || sb.Image == "" {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.images[sb.Template].id
+	return cur != "" && cur != sb.Image
+}
+
+// create makes a sandbox of t from its template's current image.
+func (m *Manager) create(ctx context.Context, t Template) (Sandbox, error) {
+	id, err := m.image(t.Name)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	t.Image = id
+	start := time.Now()
+	sb, err := m.cfg.Runtime.Create(ctx, t)
+	m.metrics.observeCreate(time.Since(start), err)
+	sb.Image = id
+	return sb, err
+}
+
+// drain replaces the warm sandboxes of template name made from an image it no longer uses: each
+// is taken out of the warm set (so no lease claims it meanwhile) and destroyed, or put back.
+func (m *Manager) drain(ctx context.Context, name string) {
+	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
+	if err != nil {
+		return
+	}
+	for range warm {
+		m.mu.Lock()
+		m.creating[name]++
+		m.mu.Unlock()
+		sb, err := m.warm.Claim(ctx, m.cfg.Node, name)
+		if err == nil {
+			if m.stale(sb) {
+				m.warm.Forget(ctx, sb)
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+				m.metrics.drained()
+			} else if err := m.warm.AddWarm(ctx, sb); err != nil {
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			}
+		}
+		m.mu.Lock()
+		m.creating[name]--
+		m.mu.Unlock()
+		if err != nil {
+			break
+		}
+	}
+	m.kick(name)
+}
+
 // fill creates sandboxes until the template's pool holds MinWarm (bounded by MaxTotal).
 func (m *Manager) fill(ctx context.Context, name string) {
 	t := m.templates[name]
+	if _, err := m.image(name); err != nil {
+		return // refreshImages said why
+	}
 	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
 	if err != nil {
 		m.log.Error("pool refill", "template", name, "err", err)
@@ -287,8 +409,7 @@ func (m *Manager) fill(ctx context.Context, name string) {
 			}
 			defer func() { <-m.sem }()
 			start := time.Now()
-			sb, err := m.cfg.Runtime.Create(ctx, t)
-			m.metrics.observeCreate(time.Since(start), err)
+			sb, err := m.create(ctx, t)
 			if err != nil {
 				if ctx.Err() == nil {
 					m.log.Error("sandbox create failed", "template", name, "err", err)
@@ -299,6 +420,10 @@ func (m *Manager) fill(ctx context.Context, name string) {
 			if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
 				m.log.Error("new sandbox failed its health check; destroyed", "template", name, "err", err)
 				m.metrics.observeCreate(0, err)
+				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+				return
+			}
+			if m.stale(sb) { // rebuilt while this one was made
 				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 				return
 			}
@@ -541,10 +666,24 @@ func (m *Manager) claimAnywhere(ctx context.Context, t Template) (Sandbox, error
 	return Sandbox{}, err
 }
 
+// claimFresh is claimAnywhere, destroying what it takes that was made from an image its template
+// no longer uses (a rebuild the drain has not reached yet).
+func (m *Manager) claimFresh(ctx context.Context, t Template) (Sandbox, error) {
+	for {
+		sb, err := m.claimAnywhere(ctx, t)
+		if err != nil || !m.stale(sb) {
+			return sb, err
+		}
+		m.warm.Forget(ctx, sb)
+		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+		m.metrics.drained()
+	}
+}
+
 // claim takes a warm sandbox; when there is none it waits for the refill or starts one, as the
 // template says, and reports which happened.
 func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error) {
-	sb, err := m.claimAnywhere(ctx, t)
+	sb, err := m.claimFresh(ctx, t)
 	m.kick(t.Name)
 	if err == nil {
 		return sb, "warm", nil
@@ -560,9 +699,7 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 				return Sandbox{}, "", fmt.Errorf("%w: template %q is at its max_total of %d sandboxes", ErrNoWarm, t.Name, t.MaxTotal)
 			}
 		}
-		start := time.Now()
-		sb, err := m.cfg.Runtime.Create(ctx, t)
-		m.metrics.observeCreate(time.Since(start), err)
+		sb, err := m.create(ctx, t)
 		if err != nil {
 			return Sandbox{}, "", fmt.Errorf("cold start of template %q failed: %w", t.Name, err)
 		}
@@ -580,7 +717,7 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 			return Sandbox{}, "", ctx.Err()
 		case <-time.After(25 * time.Millisecond):
 		}
-		sb, err := m.claimAnywhere(ctx, t)
+		sb, err := m.claimFresh(ctx, t)
 		if err == nil {
 			return sb, "waited", nil
 		}
@@ -745,6 +882,10 @@ type PoolStatus struct {
 	Leased   int    `json:"leased"`
 	MinWarm  int    `json:"min_warm"`
 	MaxTotal int    `json:"max_total"`
+	// Image is the image id new sandboxes are made from; ImageError says why there is none
+	// (missing, or failing the hardening checks).
+	Image      string `json:"image,omitempty"`
+	ImageError string `json:"image_error,omitempty"`
 }
 
 // Pools reports each template's pool.
@@ -759,7 +900,15 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal})
+		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal}
+		m.mu.Lock()
+		if im := m.images[t.Name]; im.err != nil {
+			ps.ImageError = im.err.Error()
+		} else {
+			ps.Image = im.id
+		}
+		m.mu.Unlock()
+		out = append(out, ps)
 	}
 	return out, nil
 }
@@ -773,6 +922,9 @@ func (m *Manager) Warm(ctx context.Context) (bool, string) {
 	}
 	for _, p := range ps {
 		if p.Warm < p.MinWarm {
+			if p.ImageError != "" {
+				return false, fmt.Sprintf("template %s has %d of %d warm sandboxes: %s", p.Template, p.Warm, p.MinWarm, p.ImageError)
+			}
 			return false, fmt.Sprintf("template %s has %d of %d warm sandboxes", p.Template, p.Warm, p.MinWarm)
 		}
 	}

@@ -15,6 +15,7 @@ type Metrics struct {
 	reaps        prometheus.Counter
 	createFails  prometheus.Counter
 	unhealthies  prometheus.Counter
+	drains       prometheus.Counter
 }
 
 // NewMetrics registers the pool's metrics on reg and attaches them to m. Pool sizes are read
@@ -41,11 +42,14 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) *Metrics {
 		unhealthies: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_pool_unhealthy_total", Help: "Warm sandboxes replaced because they failed a health check.",
 		}),
+		drains: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_pool_drained_total", Help: "Warm sandboxes destroyed because their template's image was rebuilt.",
+		}),
 	}
 	sizes := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "airlock_pool_sandboxes", Help: "Sandboxes by template and state (warm, leased).",
 	}, []string{"template", "state"})
-	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, mt.unhealthies, poolCollector{m: m, desc: sizes})
+	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, mt.unhealthies, mt.drains, poolCollector{m: m, desc: sizes})
 	m.metrics = mt
 	return mt
 }
@@ -105,5 +109,11 @@ func (mt *Metrics) reaped() {
 func (mt *Metrics) unhealthy() {
 	if mt != nil {
 		mt.unhealthies.Inc()
+	}
+}
+
+func (mt *Metrics) drained() {
+	if mt != nil {
+		mt.drains.Inc()
 	}
 }

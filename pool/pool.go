@@ -57,7 +57,25 @@ type Template struct {
 	MaxTotal   int           `yaml:"max_total"`
 	DefaultTTL time.Duration `yaml:"default_ttl"`
 	MaxTTL     time.Duration `yaml:"max_ttl"`
+	// Ports, when set, are the only sandbox ports `airlock port` may expose for a lease of this
+	// template (a devcontainer's forwardPorts fill it).
+	Ports []int `yaml:"ports"`
+	// Build and Devcontainer make the template's image from a Dockerfile or a devcontainer.json
+	// on the local engine (`airlock template build`); at most one is set, and Image is then the
+	// tag the build writes. Paths are relative to the configuration file.
+	Build        *Build `yaml:"build"`
+	Devcontainer string `yaml:"devcontainer"`
 }
+
+// Build names a Dockerfile and its build context.
+type Build struct {
+	Dockerfile string            `yaml:"dockerfile"` // default: Dockerfile in Context
+	Context    string            `yaml:"context"`    // default: the Dockerfile's folder
+	Args       map[string]string `yaml:"args"`       // build arguments; never secrets (they stay in the image's history)
+}
+
+// Built reports whether t's image is built from a Dockerfile or a devcontainer.json.
+func (t Template) Built() bool { return t.Build != nil || t.Devcontainer != "" }
 
 // Validate checks t, returning one error per field that is wrong, each naming the field by its
 // configuration name ("memory_mb: must be >= 16"). config.Validate and New both call it.
@@ -114,6 +132,17 @@ func (t Template) Validate() []error {
 	if t.DefaultTTL <= 0 || t.MaxTTL < t.DefaultTTL {
 		bad("default_ttl", "must be > 0 and at most max_ttl")
 	}
+	for _, p := range t.Ports {
+		if p < 1 || p > 65535 {
+			bad("ports", "%d is not a port (1-65535)", p)
+		}
+	}
+	if t.Build != nil && t.Devcontainer != "" {
+		bad("build", "set build or devcontainer, not both")
+	}
+	if t.Build != nil && t.Build.Dockerfile == "" && t.Build.Context == "" {
+		bad("build", "needs dockerfile or context")
+	}
 	for k := range t.Env {
 		u := strings.ToUpper(k)
 		if strings.Contains(u, "PROXY") || strings.HasSuffix(u, "CA_BUNDLE") || u == "SSL_CERT_FILE" || u == "HOME" {
@@ -160,6 +189,9 @@ type Sandbox struct {
 	Node     string     `json:"node"`
 	Addr     netip.Addr `json:"addr"`
 	Created  time.Time  `json:"created"`
+	// Image is the image id (digest) it was made from: a template whose image is rebuilt
+	// drains the sandboxes made from the old one.
+	Image string `json:"image,omitempty"`
 }
 
 // Lease is a sandbox lent to one task.
@@ -194,13 +226,17 @@ type ExecRequest struct {
 // Runtime runs sandboxes. Implementations own their backend's details (Docker, Kubernetes);
 // nothing backend-specific crosses this interface.
 type Runtime interface {
-	// Create starts a hardened sandbox from t and returns it once it has an address.
+	// Create starts a hardened sandbox from t and returns it once it has an address; the pool
+	// sets t.Image to the id Image resolved.
 	Create(ctx context.Context, t Template) (Sandbox, error)
 	// Exec runs req in sb, streaming output as it comes, and returns the exit code.
 	Exec(ctx context.Context, sb Sandbox, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 	// Check reports whether a warm sandbox is fit to lease: alive, and reaching the gateway and
 	// the resolver from inside.
 	Check(ctx context.Context, sb Sandbox) error
+	// Image resolves t's image to the id (digest) new sandboxes of t are made from, once it has
+	// passed the hardening checks; it is called often, so a runtime checks each id once.
+	Image(ctx context.Context, t Template) (string, error)
 	// Destroy removes the sandbox; removing one already gone is not an error.
 	Destroy(ctx context.Context, id string) error
 	// List returns the sandboxes this node owns.

@@ -4,20 +4,28 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 
 	"github.com/airlock-dev/airlock/pool/docker"
 )
 
-// cmdImage builds the default sandbox image on the local engine.
+// cmdImage builds the sandbox images that ship with airlock on the local engine: the default,
+// and the python and node toolchains. With no name it builds all three.
 func cmdImage(args []string) int {
-	if len(args) < 1 || args[0] != "build" || len(args) > 2 || (len(args) == 2 && args[1] != "default") {
-		fmt.Fprintln(os.Stderr, "usage: airlock image build [default]   (other templates name images you build yourself)")
+	names := args[min(1, len(args)):]
+	if len(names) == 0 {
+		names = docker.ShippedImages
+	}
+	if len(args) < 1 || args[0] != "build" || slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(docker.ShippedImages, n) }) {
+		fmt.Fprintln(os.Stderr, "usage: airlock image build [default|python|node ...]   (templates built from a Dockerfile: airlock template build)")
 		return 2
 	}
-	cmd := exec.Command("bash", "-c", docker.ImageScript, "airlock-image")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fail(fmt.Errorf("building %s: %w", docker.DefaultImage, err))
+	for _, name := range names {
+		cmd := exec.Command("bash", "-c", docker.ImageScript, "airlock-image", name)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fail(fmt.Errorf("building airlock/%s: %w", name, err))
+		}
 	}
 	return 0
 }

@@ -22,7 +22,8 @@ usage:
   airlock explain --token JWT [--method M] [--json] URL
   airlock port LEASE PORT         a URL (on its own listener) that reaches that port of the sandbox
   airlock verify [--template T] [--token JWT]   leases a sandbox and checks the invariants from inside
-  airlock image build [default]   builds the default sandbox image locally (debootstrap, docker import)
+  airlock image build [default|python|node ...]   builds the shipped sandbox images locally (debootstrap, docker import)
+  airlock template build [--config FILE] [NAME ...]   builds templates from their Dockerfile or devcontainer.json
   airlock pools [--json]
   airlock version
 
@@ -37,7 +38,7 @@ func main() {
 	cmds := map[string]func([]string) int{
 		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
 		"explain": cmdExplain, "cp": cmdCp, "renew": cmdRenew, "logs": cmdLogs, "verify": cmdVerify,
-		"port": cmdPort, "image": cmdImage,
+		"port": cmdPort, "image": cmdImage, "template": cmdTemplate,
 		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
 	}
 	run, ok := cmds[os.Args[1]]

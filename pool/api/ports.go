@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +95,9 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 	l, err := p.pool.Held(ctx, tenant, id)
 	if err != nil {
 		return PortView{}, err
+	}
+	if t, ok := p.pool.Template(l.Template); ok && len(t.Ports) > 0 && !slices.Contains(t.Ports, port) {
+		return PortView{}, fmt.Errorf("%w: template %s exposes only ports %v (its ports, or its devcontainer's forwardPorts)", pool.ErrBadRequest, t.Name, t.Ports)
 	}
 	// The bound holds under concurrent calls: the check, the listener and the record go together.
 	p.mu.Lock()

@@ -28,6 +28,8 @@ const (
 	LabelManaged  = "dev.airlock.managed"
 	LabelNode     = "dev.airlock.node"
 	LabelTemplate = "dev.airlock.template"
+	// LabelCheck marks the throwaway container of a hardening probe.
+	LabelCheck = "dev.airlock.check"
 )
 
 // Config describes the node's sandbox network and what every sandbox is given.
@@ -50,20 +52,45 @@ type Config struct {
 
 // Runtime implements pool.Runtime with Docker. Safe for concurrent use.
 type Runtime struct {
-	cfg Config
-	cli *client.Client
-	gw  netip.Addr
+	cfg    Config
+	cli    *client.Client
+	gw     netip.Addr
+	checks checked
 }
 
 var _ pool.Runtime = (*Runtime)(nil)
 
 // New connects to the engine (DOCKER_HOST or the default socket).
 func New(cfg Config) (*Runtime, error) {
+	cli, err := NewClient()
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{cfg: cfg, cli: cli, gw: cfg.Subnet.Addr().Next()}, nil
+}
+
+// NewClient connects to the engine (DOCKER_HOST or the default socket).
+func NewClient() (*client.Client, error) {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
-	return &Runtime{cfg: cfg, cli: cli, gw: cfg.Subnet.Addr().Next()}, nil
+	return cli, nil
+}
+
+// BuildMissing builds t's image (BuildTemplate) when t is built from a Dockerfile or
+// devcontainer.json and the engine lacks it, writing progress to w; it reports whether it built.
+func (r *Runtime) BuildMissing(ctx context.Context, t pool.Template, w io.Writer) (bool, error) {
+	if !t.Built() {
+		return false, nil
+	}
+	if _, err := r.cli.ImageInspect(ctx, t.Image); err == nil {
+		return false, nil
+	} else if !errdefs.IsNotFound(err) {
+		return false, fmt.Errorf("docker: inspect %s: %w", t.Image, err)
+	}
+	_, err := BuildTemplate(ctx, r.cli, t, w)
+	return err == nil, err
 }
 
 // HostAddr is the host's address on the sandbox network: where the gateway and resolver listen.
@@ -198,8 +225,10 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		User:       fmt.Sprintf("%d:%d", uid, gid),
 		WorkingDir: t.Workdir,
 		Env:        env,
-		// The sandbox idles until a command is executed in it.
-		Cmd:             []string{"sleep", "infinity"},
+		// The sandbox idles until a command is executed in it, under Docker's init, whatever
+		// entry point or command the image declares.
+		Entrypoint:      []string{"sleep"},
+		Cmd:             []string{"infinity"},
 		Labels:          map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node, LabelTemplate: t.Name},
 		NetworkDisabled: false,
 	}
@@ -398,6 +427,7 @@ func (r *Runtime) killExec(ctx context.Context, execID string) {
 }
 
 func short(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
 	if len(id) > 12 {
 		return id[:12]
 	}

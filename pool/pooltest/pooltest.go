@@ -30,6 +30,10 @@ type Runtime struct {
 	// CheckDelay, set before use, makes every Check take that long.
 	CheckDelay time.Duration
 
+	imageMu  sync.Mutex
+	image    string // "" means "sha256:test"
+	imageErr error
+
 	n          atomic.Uint32
 	sick       sync.Map
 	mu         sync.Mutex
@@ -67,6 +71,26 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		addr = netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 	}
 	return pool.Sandbox{ID: id, Template: t.Name, Node: node, Addr: addr, Created: time.Now()}, nil
+}
+
+// Image reports the image SetImage last gave (or its error): a rebuild is SetImage with a new id.
+func (r *Runtime) Image(context.Context, pool.Template) (string, error) {
+	r.imageMu.Lock()
+	defer r.imageMu.Unlock()
+	if r.imageErr != nil {
+		return "", r.imageErr
+	}
+	if r.image == "" {
+		return "sha256:test", nil
+	}
+	return r.image, nil
+}
+
+// SetImage makes Image report id, or err when it is not nil.
+func (r *Runtime) SetImage(id string, err error) {
+	r.imageMu.Lock()
+	r.image, r.imageErr = id, err
+	r.imageMu.Unlock()
 }
 
 // Created is how many sandboxes Create has made.
