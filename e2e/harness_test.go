@@ -66,18 +66,21 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // the Authorization and X-Vault-Token headers the gateway sent it.
 type upstream struct {
 	srv        *httptest.Server
+	registry   *registry
 	mu         sync.Mutex
 	auth       []string
 	vaultToken []string
 }
 
 func newUpstream() (*upstream, error) {
-	cert, err := selfSigned("api.example.test")
+	// One server answers for the API and for the package registries (registry_test.go).
+	cert, err := selfSigned("api.example.test", mirrorHost, npmHost)
 	if err != nil {
 		return nil, err
 	}
-	u := &upstream{}
+	u := &upstream{registry: newRegistry()}
 	mux := http.NewServeMux()
+	u.registry.routes(mux)
 	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.auth = append(u.auth, r.Header.Get("Authorization"))
@@ -146,10 +149,10 @@ func selfRooted(cn string, names []string, ips []net.IP) (der []byte, key *ecdsa
 	return der, key, err
 }
 
-// selfSigned is a certificate for host that is its own root, so the test can hand it to the
+// selfSigned is a certificate for hosts that is its own root, so the test can hand it to the
 // gateway as an upstream CA.
-func selfSigned(host string) (tls.Certificate, error) {
-	der, key, err := selfRooted(host, []string{host}, nil)
+func selfSigned(hosts ...string) (tls.Certificate, error) {
+	der, key, err := selfRooted(hosts[0], hosts, nil)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -217,6 +220,8 @@ type nodeSpec struct {
 	MinWarm                       int
 	API                           string // YAML lines added under api:
 	Extra                         string // YAML added at the top level
+	Gateway                       string // YAML added under gateway:, after one private upstream (UPSTREAM: the upstream's address)
+	Templates                     string // YAML list entries added under templates: (DIR: the configuration's folder)
 }
 
 // hostIP is the host's address on the node's bridge: the first address of its subnet.
@@ -254,8 +259,8 @@ api:
 gateway:
   port: 3128
   private_upstreams:
-    - {host: api.example.test, port: 443, address: %q}
-  upstream_ca_files: [%q]
+    - {host: api.example.test, port: 443, address: %[7]q}
+%[12]s  upstream_ca_files: [%[8]q]
 resolver:
   port: 53
   upstreams: []
@@ -265,17 +270,18 @@ dev:
 tokens:
   issuers:
     - name: e2e-issuer
-      keys: {k1: %q}
+      keys: {k1: %[9]q}
       max_ttl: 1h
       tenants: [dev]
 templates:
   - name: default
-    min_warm: %d
+    min_warm: %[10]d
     max_total: 8
     default_ttl: 10m
     max_ttl: 1h
     wait_for: 1m
-%s`, s.Name, apiPort, s.API, s.Network, s.Bridge, s.Subnet, up.srv.Listener.Addr().String(), certPath, keyPath, s.MinWarm, s.Extra)
+%[13]s%[11]s`, s.Name, apiPort, s.API, s.Network, s.Bridge, s.Subnet, up.srv.Listener.Addr().String(), certPath, keyPath, s.MinWarm, s.Extra,
+		strings.ReplaceAll(s.Gateway, "UPSTREAM", up.srv.Listener.Addr().String()), strings.ReplaceAll(s.Templates, "DIR", dir))
 	path := filepath.Join(dir, s.Name+".yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }

@@ -11,7 +11,26 @@ import (
 
 // sharedSpec is the node most tests share. Each test takes leases of its own on it, so any one
 // runs alone with -run; tests that stop, kill or reconfigure a node start one of their own.
-var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-e2e", Subnet: "10.214.0.0/24", MinWarm: 2}
+// The shared node also warms the two toolchain templates, and reaches the registries the
+// workload installs from (registry_test.go): PyPI's names are sent to a mirror, and an
+// operator's profile names the npm registry.
+var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-e2e", Subnet: "10.214.0.0/24", MinWarm: 2,
+	Gateway: `    - {host: ` + mirrorHost + `, port: 443, address: "UPSTREAM"}
+    - {host: ` + npmHost + `, port: 443, address: "UPSTREAM"}
+  mirrors:
+    - {host: pypi.org, to: "https://` + mirrorHost + `"}
+    - {host: files.pythonhosted.org, to: "https://` + mirrorHost + `"}
+`,
+	Extra: `profiles:
+  - name: npm
+    scopes:
+      - {host: ` + npmHost + `, ports: [443], methods: [GET, HEAD]}
+`,
+	Templates: `  - {name: python, image: "airlock/python:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
+  - {name: node, image: "airlock/node:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
+  - {name: built, min_warm: 2, max_total: 4, wait_for: 2m, build: {dockerfile: DIR/built/Dockerfile}}
+  - {name: devc, min_warm: 1, max_total: 2, wait_for: 2m, devcontainer: DIR/devc/.devcontainer/devcontainer.json}
+`}
 
 // shared is the shared node and the upstream its sandboxes reach.
 type shared struct {
@@ -43,6 +62,9 @@ func startShared() (*shared, error) {
 	}
 	up, err := newUpstream()
 	if err != nil {
+		return nil, err
+	}
+	if err := writeTemplateSources(dir); err != nil {
 		return nil, err
 	}
 	cfg, err := sharedSpec.write(dir, up)
@@ -90,9 +112,11 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	if out, err := exec.Command("docker", "image", "inspect", "airlock/default:latest").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: the sandbox image is missing (`make image`): %s\n", bytes.TrimSpace(out))
-		os.Exit(1)
+	for _, img := range []string{"airlock/default:latest", "airlock/python:latest", "airlock/node:latest"} {
+		if out, err := exec.Command("docker", "image", "inspect", img).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: the sandbox image %s is missing (`make image`): %s\n", img, bytes.TrimSpace(out))
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	if sharedEnv != nil {
