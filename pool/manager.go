@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -61,18 +62,19 @@ type Config struct {
 
 // Manager runs one node's pool. Safe for concurrent use.
 type Manager struct {
-	cfg       Config
-	leases    Leases
-	warm      WarmSet
-	nodes     NodeRegistry
-	templates map[string]Template
-	refill    chan string
-	log       *slog.Logger
-	sem       chan struct{}
-	mu        sync.Mutex
-	creating  map[string]int
-	images    map[string]templateImage // per template: the image new sandboxes are made from
-	metrics   *Metrics                 // nil until NewMetrics
+	cfg        Config
+	leases     Leases
+	warm       WarmSet
+	nodes      NodeRegistry
+	templates  map[string]Template
+	refill     chan string
+	log        *slog.Logger
+	sem        chan struct{}
+	mu         sync.Mutex
+	creating   map[string]int
+	images     map[string]templateImage // per template: the image new sandboxes are made from
+	refreshing atomic.Bool
+	metrics    *Metrics // nil until NewMetrics
 }
 
 // templateImage is what the runtime last said of a template's image: its id, or why none can
@@ -160,9 +162,16 @@ func (m *Manager) Run(ctx context.Context) error {
 			go func() { defer wg.Done(); m.checkWarm(ctx) }()
 		case <-reap.C:
 			m.reap(ctx)
-			for _, name := range m.refreshImages(ctx) {
+			// Off the loop: a new image is probed before it is used, which takes a moment.
+			if m.refreshing.CompareAndSwap(false, true) {
 				wg.Add(1)
-				go func() { defer wg.Done(); m.drain(ctx, name) }()
+				go func() {
+					defer wg.Done()
+					defer m.refreshing.Store(false)
+					for _, name := range m.refreshImages(ctx) {
+						m.drain(ctx, name)
+					}
+				}()
 			}
 			for name := range m.templates {
 				select {
@@ -267,12 +276,31 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 // whose image changed (a rebuild): their warm sandboxes are stale. A template whose image cannot
 // be used is logged when that starts or its reason changes, and gets no new sandboxes meanwhile.
 func (m *Manager) refreshImages(ctx context.Context) []string {
+	// In parallel: a new id costs the runtime a probe of the image.
+	type answer struct {
+		id  string
+		err error
+	}
+	answers := make(map[string]answer, len(m.templates))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, t := range m.templates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := m.cfg.Runtime.Image(ctx, t)
+			mu.Lock()
+			answers[name] = answer{id, err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
 	var changed []string
 	for name, t := range m.templates {
-		id, err := m.cfg.Runtime.Image(ctx, t)
-		if ctx.Err() != nil {
-			return nil
-		}
+		id, err := answers[name].id, answers[name].err
 		m.mu.Lock()
 		old := m.images[name]
 		if err != nil && old.id != "" {
@@ -675,7 +703,7 @@ func (m *Manager) claimFresh(ctx context.Context, t Template) (Sandbox, error) {
 			return sb, err
 		}
 		m.warm.Forget(ctx, sb)
-		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+		go m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID) // the lease does not wait for it
 		m.metrics.drained()
 	}
 }
