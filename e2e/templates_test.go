@@ -119,6 +119,8 @@ func TestTemplateBuildRefuses(t *testing.T) {
 			[]string{"volumes: the image declares /data", "mount point: /etc/airlock", "user: no account has uid 10001"}},
 		{"a privileged devcontainer", "devcontainer.json", "{\n  \"image\": \"airlock/default:latest\",\n  \"privileged\": true\n}\n",
 			[]string{"devcontainer.json:3: privileged: not supported"}},
+		{"a context leading out of the project", "devcontainer.json", "{\"build\": {\"dockerfile\": \"Dockerfile\", \"context\": \"host\"}}\n",
+			[]string{"devcontainer.json:1: build: ", "outside the project"}},
 		{"a failing postCreateCommand", "devcontainer.json", "{\n  \"image\": \"airlock/default:latest\",\n\n  \"postCreateCommand\": \"exit 3\"\n}\n",
 			[]string{"devcontainer.json:4: postCreateCommand failed at build time"}},
 	}
@@ -128,6 +130,8 @@ func TestTemplateBuildRefuses(t *testing.T) {
 			os.MkdirAll(sub, 0o755)
 			src := filepath.Join(sub, c.file)
 			os.WriteFile(src, []byte(c.body), 0o644)
+			os.WriteFile(filepath.Join(sub, "Dockerfile"), []byte("FROM airlock/default:latest\nCOPY . /host\n"), 0o644)
+			os.Symlink("/etc", filepath.Join(sub, "host")) // a link to the host's files
 			field := fmt.Sprintf("build: {dockerfile: %q}", src)
 			if c.file == "devcontainer.json" {
 				field = fmt.Sprintf("devcontainer: %q", src)

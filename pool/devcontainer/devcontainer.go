@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Spec is what a devcontainer.json says of a template.
@@ -125,8 +126,8 @@ func Parse(path string, raw []byte) (Spec, error) {
 		line := lineAt(raw, f.off)
 		switch f.name {
 		case "image":
-			if decode(f, &s.Image, "an image name") && s.Image == "" {
-				bad(f, "is empty")
+			if decode(f, &s.Image, "an image name") && (s.Image == "" || strings.ContainsFunc(s.Image, unicode.IsSpace)) {
+				bad(f, "%q is not an image name", s.Image)
 			}
 			s.Line = line
 		case "build":
@@ -153,8 +154,15 @@ func Parse(path string, raw []byte) (Spec, error) {
 				b.Context = "."
 			}
 			// As in the specification: the Dockerfile and the context are relative to the
-			// devcontainer.json.
+			// devcontainer.json. Both stay inside its project (the folder holding .devcontainer):
+			// a file from a repository must not send the host's files into an image.
 			s.Dockerfile, s.Context, s.Args, s.Line = abs(dir, b.Dockerfile), abs(dir, b.Context), b.Args, line
+			root := ProjectRoot(path)
+			for what, p := range map[string]string{"build.dockerfile": s.Dockerfile, "build.context": s.Context} {
+				if !Within(root, p) {
+					bad(f, "%s %s is outside the project %s", what, p, root)
+				}
+			}
 		case "containerEnv", "remoteEnv":
 			var env map[string]string
 			if !decode(f, &env, "an object of strings") {
@@ -216,6 +224,23 @@ func Parse(path string, raw []byte) (Spec, error) {
 		return slices.Index(order, fieldOf(a.Field)) - slices.Index(order, fieldOf(b.Field))
 	})
 	return s, errors.Join(errs...)
+}
+
+// ProjectRoot is the folder a devcontainer.json at path belongs to: the one holding its
+// .devcontainer folder, or its own folder.
+func ProjectRoot(path string) string {
+	dir := abs(filepath.Dir(path), ".")
+	if filepath.Base(dir) == ".devcontainer" {
+		return filepath.Dir(dir)
+	}
+	return dir
+}
+
+// Within reports whether p is root or inside it, by name (EvalSymlinks first to judge where a
+// path really leads).
+func Within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 func fieldOf(f string) string { n, _, _ := strings.Cut(f, "."); return n }

@@ -71,8 +71,15 @@ func TestParseRefusesNamingFileAndLine(t *testing.T) {
 		{"unknown build field", "{\"build\": {\"dockerfile\": \"D\", \"cacheFrom\": \"x\"}}", "unknown field \"cacheFrom\""},
 		{"empty command", "{\"image\": \"x\",\n\"postCreateCommand\": []}", "d.json:2: postCreateCommand: empty command"},
 		{"not an object", "[1]", "one JSON object"},
+		{"a context outside the project", "{\"build\": {\"dockerfile\": \"D\", \"context\": \"../../..\"}}", "build.context / is outside the project /"},
+		{"a Dockerfile outside the project", "{\"build\": {\"dockerfile\": \"/etc/shadow\"}}", "build.dockerfile /etc/shadow is outside the project"},
+		{"an image that smuggles an instruction", "{\"image\": \"airlock/default\\nRUN id\"}", "d.json:1: image: \"airlock/default\\nRUN id\" is not an image name"},
 	} {
-		_, err := Parse("d.json", []byte(c.src))
+		path := "d.json"
+		if strings.Contains(c.name, "outside") {
+			path = "/src/app/.devcontainer/d.json"
+		}
+		_, err := Parse(path, []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
 		}

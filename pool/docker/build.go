@@ -51,6 +51,22 @@ func sourceOf(t pool.Template) (source, error) {
 			return source{}, err
 		}
 		s := source{dc: &spec, context: spec.Context, args: spec.Args, file: spec.Dockerfile}
+		if spec.Dockerfile != "" {
+			// Where the paths really lead, links followed, stays inside the project too.
+			root, err := filepath.EvalSymlinks(devcontainer.ProjectRoot(spec.Path))
+			if err != nil {
+				return source{}, fmt.Errorf("%s: %w", spec.Path, err)
+			}
+			for _, p := range []string{spec.Dockerfile, spec.Context} {
+				real, err := filepath.EvalSymlinks(p)
+				if err != nil {
+					return source{}, fmt.Errorf("%s:%d: build: %w", spec.Path, spec.Line, err)
+				}
+				if !devcontainer.Within(root, real) {
+					return source{}, fmt.Errorf("%s:%d: build: %s leads to %s, outside the project %s", spec.Path, spec.Line, p, real, root)
+				}
+			}
+		}
 		var base []byte
 		if spec.Dockerfile != "" {
 			if base, err = os.ReadFile(spec.Dockerfile); err != nil {

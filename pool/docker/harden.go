@@ -112,6 +112,8 @@ func CheckImage(ctx context.Context, cli *client.Client, image, user string) err
 	return nil
 }
 
+var probePids int64 = 64
+
 // probe runs argv in a throwaway container of image, as root with no network, a read-only
 // root and only the capability to read every file, and returns what it printed.
 func probe(ctx context.Context, cli *client.Client, image string, argv []string) (string, error) {
@@ -123,6 +125,7 @@ func probe(ctx context.Context, cli *client.Client, image string, argv []string)
 	}, &container.HostConfig{
 		NetworkMode: "none", CapDrop: []string{"ALL"}, CapAdd: []string{"DAC_READ_SEARCH"},
 		SecurityOpt: []string{"no-new-privileges"}, ReadonlyRootfs: true,
+		Resources: container.Resources{Memory: 256 << 20, PidsLimit: &probePids},
 	}, nil, nil, "")
 	if err != nil {
 		return "", fmt.Errorf("docker: the hardening probe: %w", err)
