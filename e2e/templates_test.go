@@ -129,9 +129,13 @@ func TestTemplateBuildRefuses(t *testing.T) {
 			sub := filepath.Join(dir, fmt.Sprint(i))
 			os.MkdirAll(sub, 0o755)
 			src := filepath.Join(sub, c.file)
+			if c.file == "devcontainer.json" {
+				// What a hostile devcontainer could lean on: a Dockerfile that copies its context,
+				// and a link in the project to the host's files.
+				os.WriteFile(filepath.Join(sub, "Dockerfile"), []byte("FROM airlock/default:latest\nCOPY . /host\n"), 0o644)
+				os.Symlink("/etc", filepath.Join(sub, "host"))
+			}
 			os.WriteFile(src, []byte(c.body), 0o644)
-			os.WriteFile(filepath.Join(sub, "Dockerfile"), []byte("FROM airlock/default:latest\nCOPY . /host\n"), 0o644)
-			os.Symlink("/etc", filepath.Join(sub, "host")) // a link to the host's files
 			field := fmt.Sprintf("build: {dockerfile: %q}", src)
 			if c.file == "devcontainer.json" {
 				field = fmt.Sprintf("devcontainer: %q", src)
