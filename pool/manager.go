@@ -162,7 +162,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			go func() { defer wg.Done(); m.checkWarm(ctx) }()
 		case <-reap.C:
 			m.reap(ctx)
-			// Off the loop: a new image is probed before it is used, which takes a moment.
+			// Off the loop: a new image is checked before it is used, which takes a moment.
 			if m.refreshing.CompareAndSwap(false, true) {
 				wg.Add(1)
 				go func() {
@@ -276,7 +276,7 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 // whose image changed (a rebuild): their warm sandboxes are stale. A template whose image cannot
 // be used is logged when that starts or its reason changes, and gets no new sandboxes meanwhile.
 func (m *Manager) refreshImages(ctx context.Context) []string {
-	// In parallel: a new id costs the runtime a probe of the image.
+	// In parallel: a new id costs the runtime a read of the image's files.
 	type answer struct {
 		id  string
 		err error
@@ -299,26 +299,35 @@ func (m *Manager) refreshImages(ctx context.Context) []string {
 		return nil
 	}
 	var changed []string
-	for name, t := range m.templates {
-		id, err := answers[name].id, answers[name].err
-		m.mu.Lock()
-		old := m.images[name]
-		if err != nil && old.id != "" {
-			// The sandboxes already made from a checked image keep serving.
-			m.images[name] = templateImage{id: old.id, err: err}
-		} else {
-			m.images[name] = templateImage{id: id, err: err}
-		}
-		m.mu.Unlock()
-		switch {
-		case err != nil && (old.err == nil || old.err.Error() != err.Error()):
-			m.log.Error("template image cannot be used; no new sandboxes until it can", "template", name, "image", t.Image, "err", err)
-		case err == nil && old.id != "" && old.id != id:
-			m.log.Info("template image changed; draining the warm sandboxes made from the old one", "template", name, "old", short(old.id), "new", short(id))
+	for name := range m.templates {
+		if m.noteImage(name, answers[name].id, answers[name].err) {
 			changed = append(changed, name)
 		}
 	}
 	return changed
+}
+
+// noteImage records what the runtime said of template name's image and reports whether the id
+// changed from one already in use (a rebuild). A template whose image cannot be used is logged
+// when that starts or its reason changes.
+func (m *Manager) noteImage(name, id string, err error) bool {
+	m.mu.Lock()
+	old := m.images[name]
+	if err != nil && old.id != "" {
+		// The sandboxes already made from a checked image keep serving.
+		m.images[name] = templateImage{id: old.id, err: err}
+	} else {
+		m.images[name] = templateImage{id: id, err: err}
+	}
+	m.mu.Unlock()
+	switch {
+	case err != nil && (old.err == nil || old.err.Error() != err.Error()):
+		m.log.Error("template image cannot be used; no new sandboxes until it can", "template", name, "image", m.templates[name].Image, "err", err)
+	case err == nil && old.id != "" && old.id != id:
+		m.log.Info("template image changed; draining the warm sandboxes made from the old one", "template", name, "old", short(old.id), "new", short(id))
+		return true
+	}
+	return false
 }
 
 func short(id string) string {
@@ -326,15 +335,20 @@ func short(id string) string {
 	return id[:min(12, len(id))]
 }
 
-// image returns the id new sandboxes of template name are made from, if there is one.
-func (m *Manager) image(name string) (string, error) {
+// image returns the id new sandboxes of template name are made from, asking the runtime when
+// nothing is known yet (a cold start before the first refresh).
+func (m *Manager) image(ctx context.Context, name string) (string, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	im := m.images[name]
-	if im.id == "" || im.err != nil {
-		if im.err == nil {
-			return "", fmt.Errorf("template %q: its image has not been resolved yet", name)
-		}
+	im, known := m.images[name]
+	m.mu.Unlock()
+	if !known {
+		id, err := m.cfg.Runtime.Image(ctx, m.templates[name])
+		m.noteImage(name, id, err)
+		m.mu.Lock()
+		im = m.images[name]
+		m.mu.Unlock()
+	}
+	if im.err != nil {
 		return "", fmt.Errorf("template %q: %w", name, im.err)
 	}
 	return im.id, nil
@@ -354,7 +368,7 @@ func (m *Manager) stale(sb Sandbox) bool {
 
 // create makes a sandbox of t from its template's current image.
 func (m *Manager) create(ctx context.Context, t Template) (Sandbox, error) {
-	id, err := m.image(t.Name)
+	id, err := m.image(ctx, t.Name)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -400,8 +414,8 @@ func (m *Manager) drain(ctx context.Context, name string) {
 // fill creates sandboxes until the template's pool holds MinWarm (bounded by MaxTotal).
 func (m *Manager) fill(ctx context.Context, name string) {
 	t := m.templates[name]
-	if _, err := m.image(name); err != nil {
-		return // refreshImages said why
+	if _, err := m.image(ctx, name); err != nil {
+		return // noteImage said why
 	}
 	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -144,6 +145,10 @@ func (t Template) Validate() []error {
 		bad("build", "needs dockerfile or context")
 	}
 	for k := range t.Env {
+		if !envName.MatchString(k) {
+			bad("env."+k, "is not a variable name (letters, digits and _, not first a digit)")
+			continue
+		}
 		u := strings.ToUpper(k)
 		if strings.Contains(u, "PROXY") || strings.HasSuffix(u, "CA_BUNDLE") || u == "SSL_CERT_FILE" || u == "HOME" {
 			bad("env."+k, "is set by airlock and cannot be overridden")
@@ -151,6 +156,8 @@ func (t Template) Validate() []error {
 	}
 	return errs
 }
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // ParseUser reads a template's user, "UID:GID" in decimal, and refuses root in any spelling: a
 // uid or gid of 0 however written ("0", "00", "0:1"), and names, which could map to uid 0 in the

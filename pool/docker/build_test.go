@@ -85,3 +85,49 @@ func TestTarContextHonoursDockerignore(t *testing.T) {
 		t.Errorf("link %q, Dockerfile %q", got["app/link"], got[builtDockerfile])
 	}
 }
+
+// TestScanTreeReadsTheFilesNotTheTools: the hardening check judges the image's files as the
+// tar stream has them, so an image whose own find or sh would lie cannot pass.
+func TestScanTreeReadsTheFilesNotTheTools(t *testing.T) {
+	tarOf := func(entries ...tar.Header) *bytes.Buffer {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, h := range entries {
+			body := ""
+			if h.Name == "etc/passwd" {
+				body = "root:x:0:0::/root:/bin/sh\nsandbox:x:10001:10001::/workspace:/bin/bash\n"
+			}
+			h.Size = int64(len(body))
+			tw.WriteHeader(&h)
+			tw.Write([]byte(body))
+		}
+		tw.Close()
+		return &b
+	}
+	good := []tar.Header{
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "etc/airlock/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "bin", Typeflag: tar.TypeSymlink, Linkname: "usr/bin"},
+		{Name: "usr/bin/sleep", Typeflag: tar.TypeReg, Mode: 0o755},
+		{Name: "usr/bin/bash", Typeflag: tar.TypeReg, Mode: 0o755},
+		{Name: "usr/bin/find", Typeflag: tar.TypeReg, Mode: 0o755}, // whatever it would print
+		{Name: "var/mail/", Typeflag: tar.TypeDir, Mode: 0o2775},   // a setgid folder is no program
+	}
+	if p, err := scanTree(tarOf(good...), 10001); err != nil || len(p) != 0 {
+		t.Fatalf("a sound tree: %q %v", p, err)
+	}
+	bad := append(good[:1:1], tar.Header{Name: "./usr/local/bin/su", Typeflag: tar.TypeReg, Mode: 0o4755},
+		tar.Header{Name: "usr/bin/wall", Typeflag: tar.TypeReg, Mode: 0o2755})
+	p, err := scanTree(tarOf(bad...), 10001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(p, "\n")
+	for _, want := range []string{"user: no account has uid 10001", "mount point: /etc/airlock", "command: sleep is missing", "command: bash is missing",
+		"setuid: /usr/bin/wall", "setuid: /usr/local/bin/su"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems lack %q:\n%s", want, got)
+		}
+	}
+}

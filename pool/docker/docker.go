@@ -28,7 +28,7 @@ const (
 	LabelManaged  = "dev.airlock.managed"
 	LabelNode     = "dev.airlock.node"
 	LabelTemplate = "dev.airlock.template"
-	// LabelCheck marks the throwaway container of a hardening probe.
+	// LabelCheck marks a container, never started, through which an image's files are read.
 	LabelCheck = "dev.airlock.check"
 )
 

@@ -1,9 +1,13 @@
 package docker
 
 import (
+	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -12,7 +16,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/airlock-dev/airlock/pool"
 )
@@ -65,94 +68,115 @@ func buildHint(t pool.Template) string {
 	return "build or load it (no registry is reached, nothing is pulled)"
 }
 
-// hardeningProbe runs in the image as root with no network and no capability but reading
-// every file, and prints one line per problem.
-const hardeningProbe = `uid=$1
-grep -q "^[^:]*:[^:]*:$uid:" /etc/passwd || echo "user: no account has uid $uid in /etc/passwd, so tools that look the user up fail"
-[ -d /etc/airlock ] || echo "mount point: /etc/airlock is not a directory; the gateway's CA bundle is mounted there"
-for c in sleep bash; do command -v "$c" >/dev/null 2>&1 || echo "command: $c is missing; the sandbox idles in sleep under Docker's init and its health probe runs bash"; done
-if command -v find >/dev/null 2>&1; then
-	find / -xdev -type f \( -perm -4000 -o -perm -2000 \) 2>/dev/null | head -20 | sed 's/^/setuid: /'
-else
-	echo "command: find is missing, so setuid files cannot be looked for"
-fi
-`
-
 // CheckImage checks image (an id) against what every sandbox relies on: the template's user
-// (UID:GID) exists, no setuid or setgid file, the /etc/airlock mount point, sleep and bash for
-// the init's idle command and the health probe, and no declared volume (which would be
-// writable disk outside the read-only root and the tmpfs caps). It returns one error listing
-// every problem.
+// (UID:GID) has an account, no setuid or setgid file, the /etc/airlock mount point, sleep and
+// bash for the init's idle command and the health probe, and no declared volume (which would
+// be writable disk outside the read-only root and the tmpfs caps). It reads the image's files
+// from outside, through an export of a container that is created and never started, so no
+// program of the image runs and none can lie about what is there. It returns one error
+// listing every problem.
 func CheckImage(ctx context.Context, cli *client.Client, image, user string) error {
 	ins, err := cli.ImageInspect(ctx, image)
 	if err != nil {
 		return fmt.Errorf("docker: inspect %s: %w", image, err)
+	}
+	uid, _, err := pool.ParseUser(user)
+	if err != nil {
+		return err
 	}
 	var problems []string
 	if ins.Config != nil && len(ins.Config.Volumes) > 0 {
 		problems = append(problems, fmt.Sprintf("volumes: the image declares %s; a volume is disk outside the read-only root and the workspace caps",
 			strings.Join(slices.Sorted(maps.Keys(ins.Config.Volumes)), ", ")))
 	}
-	uid, _, err := pool.ParseUser(user)
+	fsProblems, err := scanImage(ctx, cli, image, uid)
 	if err != nil {
 		return err
 	}
-	out, err := probe(ctx, cli, image, []string{"/bin/sh", "-c", hardeningProbe, "probe", fmt.Sprint(uid)})
-	if err != nil {
-		return err
-	}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l != "" {
-			problems = append(problems, l)
-		}
-	}
+	problems = append(problems, fsProblems...)
 	if len(problems) > 0 {
 		return fmt.Errorf("fails the sandbox hardening checks:\n  %s", strings.Join(problems, "\n  "))
 	}
 	return nil
 }
 
-var probePids int64 = 64
-
-// probe runs argv in a throwaway container of image, as root with no network, a read-only
-// root and only the capability to read every file, and returns what it printed.
-func probe(ctx context.Context, cli *client.Client, image string, argv []string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// scanImage reads image's file system as a tar stream and returns what is wrong in it.
+func scanImage(ctx context.Context, cli *client.Client, image string, uid uint32) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	created, err := cli.ContainerCreate(ctx, &container.Config{
-		Image: image, User: "0:0", Entrypoint: argv[:1], Cmd: argv[1:], NetworkDisabled: true,
+		Image: image, Entrypoint: []string{"/nonexistent"}, NetworkDisabled: true,
 		Labels: map[string]string{LabelManaged: "true", LabelCheck: "true"},
-	}, &container.HostConfig{
-		NetworkMode: "none", CapDrop: []string{"ALL"}, CapAdd: []string{"DAC_READ_SEARCH"},
-		SecurityOpt: []string{"no-new-privileges"}, ReadonlyRootfs: true,
-		Resources: container.Resources{Memory: 256 << 20, PidsLimit: &probePids},
-	}, nil, nil, "")
+	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
-		return "", fmt.Errorf("docker: the hardening probe: %w", err)
+		return nil, fmt.Errorf("docker: a container to read the image from: %w", err)
 	}
 	defer cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true})
-	waitC, errC := cli.ContainerWait(ctx, created.ID, container.WaitConditionNextExit)
-	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		return "", fmt.Errorf("the hardening probe could not start (the image needs /bin/sh): %w", err)
-	}
-	var code int64
-	select {
-	case w := <-waitC:
-		code = w.StatusCode
-	case err := <-errC:
-		return "", fmt.Errorf("docker: waiting for the hardening probe: %w", err)
-	}
-	logs, err := cli.ContainerLogs(ctx, created.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := cli.ContainerExport(ctx, created.ID)
 	if err != nil {
-		return "", fmt.Errorf("docker: the hardening probe's output: %w", err)
+		return nil, fmt.Errorf("docker: reading the image's files: %w", err)
 	}
-	defer logs.Close()
-	var stdout, stderr strings.Builder
-	if _, err := stdcopy.StdCopy(&stdout, &stderr, logs); err != nil {
-		return "", fmt.Errorf("docker: the hardening probe's output: %w", err)
+	defer rc.Close()
+	return scanTree(rc, uid)
+}
+
+// scanTree checks a root file system given as a tar stream.
+func scanTree(r io.Reader, uid uint32) ([]string, error) {
+	var problems, setuid []string
+	var passwd []byte
+	found := map[string]bool{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the image's files: %w", err)
+		}
+		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		found[name] = true
+		if h.Typeflag == tar.TypeDir {
+			found[name+"/"] = true
+		}
+		if h.Typeflag == tar.TypeReg && h.Mode&(04000|02000) != 0 {
+			setuid = append(setuid, "/"+name)
+		}
+		if name == "etc/passwd" && h.Typeflag == tar.TypeReg {
+			if passwd, err = io.ReadAll(io.LimitReader(tr, 1<<20)); err != nil {
+				return nil, fmt.Errorf("reading the image's /etc/passwd: %w", err)
+			}
+		}
 	}
-	if code != 0 {
-		return "", fmt.Errorf("the hardening probe failed: exit %d: %s", code, strings.TrimSpace(stderr.String()))
+	if !hasAccount(passwd, uid) {
+		problems = append(problems, fmt.Sprintf("user: no account has uid %d in /etc/passwd, so tools that look the user up fail", uid))
 	}
-	return stdout.String(), nil
+	if !found["etc/airlock/"] {
+		problems = append(problems, "mount point: /etc/airlock is not a directory; the gateway's CA bundle is mounted there")
+	}
+	for _, c := range []string{"sleep", "bash"} {
+		if !found["bin/"+c] && !found["usr/bin/"+c] && !found["usr/local/bin/"+c] {
+			problems = append(problems, fmt.Sprintf("command: %s is missing; the sandbox idles in sleep under Docker's init and its health probe runs bash", c))
+		}
+	}
+	slices.Sort(setuid)
+	for i, f := range setuid {
+		if i == 20 {
+			problems = append(problems, fmt.Sprintf("setuid: and %d more", len(setuid)-20))
+			break
+		}
+		problems = append(problems, "setuid: "+f)
+	}
+	return problems, nil
+}
+
+// hasAccount reports whether passwd (an /etc/passwd) has an entry for uid.
+func hasAccount(passwd []byte, uid uint32) bool {
+	want := fmt.Sprint(uid)
+	for _, l := range strings.Split(string(passwd), "\n") {
+		if f := strings.Split(l, ":"); len(f) >= 3 && f[2] == want {
+			return true
+		}
+	}
+	return false
 }
