@@ -1,7 +1,7 @@
 SHELL := /bin/bash
 # airlock: `make up` runs the all-in-one dev node; `make test` runs every test. Both install and
 # start what they need (Docker engine, redis-server, a Vault server built from Go modules, the
-# sandbox image) and cache what they build outside the checkout.
+# sandbox images) and cache what they build outside the checkout.
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
