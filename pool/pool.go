@@ -63,7 +63,8 @@ type Template struct {
 	Ports []int `yaml:"ports"`
 	// Build and Devcontainer make the template's image from a Dockerfile or a devcontainer.json
 	// on the local engine (`airlock template build`); at most one is set, and Image is then the
-	// tag the build writes. Paths are relative to the configuration file.
+	// tag the build writes. Paths are relative to the directory airlock runs in, as the
+	// config's other file paths are.
 	Build        *Build `yaml:"build"`
 	Devcontainer string `yaml:"devcontainer"`
 }
