@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench-pool: warm lease latency through the real API, token verification and Redis at 1,
-# 10 and 50 concurrent clients; cold start and memory per idle sandbox on the local engine.
+# 10 and 50 concurrent clients; cold start and memory per idle sandbox of each shipped image on
+# the local engine.
 # The table goes to stdout and to docs/bench-pool.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -35,10 +35,12 @@ import (
 func main() {
 	leases := flag.Int("n", 400, "leases per concurrency level")
 	cold := flag.Int("cold", 0, "also start this many real sandboxes on the local Docker engine, for cold start and memory")
-	image := flag.String("image", "airlock/default:latest", "sandbox image for -cold")
+	images := flag.String("images", "airlock/default:latest,airlock/python:latest,airlock/node:latest", "sandbox images for -cold, comma-separated: one measurement each")
 	flag.Parse()
 	if *cold > 0 {
-		coldStarts(*cold, *image)
+		for _, image := range strings.Split(*images, ",") {
+			coldStarts(*cold, image)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -129,11 +131,12 @@ func coldStarts(n int, image string) {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "poolbench-cold")
 	defer os.RemoveAll(dir)
-	bundle, resolv := dir+"/bundle.pem", dir+"/resolv.conf"
+	bundle, store, resolv := dir+"/bundle.pem", dir+"/truststore.p12", dir+"/resolv.conf"
 	os.WriteFile(bundle, []byte{}, 0o644)
+	os.WriteFile(store, []byte{}, 0o644)
 	os.WriteFile(resolv, []byte("nameserver 10.216.0.1\n"), 0o644)
 	rt, err := docker.New(docker.Config{Node: "poolbench", Network: "airlock-poolbench", Bridge: "airlock-pb",
-		Subnet: netip.MustParsePrefix("10.216.0.0/24"), ProxyURL: "http://10.216.0.1:3128", CABundle: bundle, ResolvConf: resolv})
+		Subnet: netip.MustParsePrefix("10.216.0.0/24"), ProxyURL: "http://10.216.0.1:3128", CABundle: bundle, TrustStore: store, ResolvConf: resolv})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -179,8 +182,8 @@ func coldStarts(n int, image string) {
 	}
 	slices.Sort(took)
 	slices.Sort(mem)
-	fmt.Printf("Cold start (create, start and address a hardened sandbox, %d in a row): p50 %d ms, max %d ms\n",
-		n, took[len(took)/2].Milliseconds(), took[len(took)-1].Milliseconds())
+	fmt.Printf("%s: cold start (create, start and address a hardened sandbox, %d in a row): p50 %d ms, max %d ms\n",
+		image, n, took[len(took)/2].Milliseconds(), took[len(took)-1].Milliseconds())
 	if len(mem) > 0 {
 		fmt.Printf("Memory per idle warm sandbox (docker stats): median %.2f MiB, max %.2f MiB\n\n", mem[len(mem)/2], mem[len(mem)-1])
 	}
