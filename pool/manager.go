@@ -71,6 +71,7 @@ type Manager struct {
 	log        *slog.Logger
 	sem        chan struct{}
 	mu         sync.Mutex
+	counts     sync.Mutex // the warm set's changes by the manager itself, and creating
 	creating   map[string]int
 	images     map[string]templateImage // per template: the image new sandboxes are made from
 	refreshing atomic.Bool
@@ -381,34 +382,56 @@ func (m *Manager) create(ctx context.Context, t Template) (Sandbox, error) {
 }
 
 // drain replaces the warm sandboxes of template name made from an image it no longer uses: each
-// is taken out of the warm set (so no lease claims it meanwhile) and destroyed, or put back.
+// is held out of the warm set (so no lease claims it meanwhile) and destroyed, or put back.
 func (m *Manager) drain(ctx context.Context, name string) {
 	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
 	if err != nil {
 		return
 	}
 	for range warm {
-		m.mu.Lock()
-		m.creating[name]++
-		m.mu.Unlock()
-		sb, err := m.warm.Claim(ctx, m.cfg.Node, name)
-		if err == nil {
-			if m.stale(sb) {
-				m.warm.Forget(ctx, sb)
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-				m.metrics.drained()
-			} else if err := m.warm.AddWarm(ctx, sb); err != nil {
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-			}
-		}
-		m.mu.Lock()
-		m.creating[name]--
-		m.mu.Unlock()
+		sb, err := m.hold(ctx, name)
 		if err != nil {
 			break
 		}
+		stale := m.stale(sb)
+		m.settle(ctx, sb, !stale)
+		if stale {
+			m.metrics.drained()
+		}
 	}
 	m.kick(name)
+}
+
+// hold takes one warm sandbox of template name out of the warm set for a while (a health check,
+// a drain) and counts it as one being created, so a refill meanwhile neither replaces it nor
+// counts it twice: the warm set and the count change together, under counts, and a refill reads
+// both under it too.
+func (m *Manager) hold(ctx context.Context, name string) (Sandbox, error) {
+	m.counts.Lock()
+	defer m.counts.Unlock()
+	sb, err := m.warm.Claim(ctx, m.cfg.Node, name)
+	if err == nil {
+		m.creating[name]++
+	}
+	return sb, err
+}
+
+// settle ends a hold, or a creation: sb goes into the warm set when keep (and registering it
+// works), else it is forgotten and destroyed; either way it stops counting as being created.
+func (m *Manager) settle(ctx context.Context, sb Sandbox, keep bool) {
+	m.counts.Lock()
+	if keep {
+		if err := m.warm.AddWarm(ctx, sb); err != nil {
+			m.log.Error("sandbox registration failed", "template", sb.Template, "err", err)
+			keep = false
+		}
+	}
+	m.creating[sb.Template]--
+	m.counts.Unlock()
+	if !keep {
+		m.warm.Forget(ctx, sb)
+		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+	}
 }
 
 // fill creates sandboxes until the template's pool holds MinWarm (bounded by MaxTotal).
@@ -417,64 +440,62 @@ func (m *Manager) fill(ctx context.Context, name string) {
 	if _, err := m.image(ctx, name); err != nil {
 		return // noteImage said why
 	}
+	// The counts and the change to them go together (see hold): two refills at once, or one
+	// beside a health check, cannot both see the same gap.
+	m.counts.Lock()
 	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
+	var leased int
+	if err == nil {
+		leased, err = m.leasedCount(ctx, name)
+	}
 	if err != nil {
+		m.counts.Unlock()
 		m.log.Error("pool refill", "template", name, "err", err)
 		return
 	}
-	leased, err := m.leasedCount(ctx, name)
-	if err != nil {
-		m.log.Error("pool refill", "template", name, "err", err)
-		return
-	}
-	m.mu.Lock()
 	need := t.MinWarm - warm - m.creating[name]
 	if t.MaxTotal > 0 {
 		need = min(need, t.MaxTotal-warm-leased-m.creating[name])
 	}
-	if need <= 0 {
-		m.mu.Unlock()
-		return
+	if need > 0 {
+		m.creating[name] += need
 	}
-	m.creating[name] += need
-	m.mu.Unlock()
+	m.counts.Unlock()
 	var wg sync.WaitGroup
 	for range need {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { m.mu.Lock(); m.creating[name]--; m.mu.Unlock() }()
+			failed := func() { m.counts.Lock(); m.creating[name]--; m.counts.Unlock() }
 			select {
 			case m.sem <- struct{}{}:
 			case <-ctx.Done():
+				failed()
 				return
 			}
 			defer func() { <-m.sem }()
 			start := time.Now()
 			sb, err := m.create(ctx, t)
 			if err != nil {
+				failed()
 				if ctx.Err() == nil {
 					m.log.Error("sandbox create failed", "template", name, "err", err)
 				}
 				return
 			}
-			// Checked before it is offered, so a lease never gets a sandbox that cannot work.
+			// Checked before it is offered, so a lease never gets a sandbox that cannot work;
+			// and not offered if its template was rebuilt while it was made.
+			ok := true
 			if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
 				m.log.Error("new sandbox failed its health check; destroyed", "template", name, "err", err)
 				m.metrics.observeCreate(0, err)
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-				return
+				ok = false
 			}
-			if m.stale(sb) { // rebuilt while this one was made
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-				return
+			keep := ok && !m.stale(sb)
+			m.settle(ctx, sb, keep)
+			if keep {
+				m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID, "addr", sb.Addr, "took", time.Since(start))
 			}
-			if err := m.warm.AddWarm(ctx, sb); err != nil {
-				m.log.Error("sandbox registration failed", "template", name, "err", err)
-				m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-				return
-			}
-			m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID, "addr", sb.Addr, "took", time.Since(start))
 		}()
 	}
 	wg.Wait()
@@ -493,37 +514,29 @@ func (m *Manager) checkWarm(ctx context.Context) {
 			return
 		}
 		for range warm {
-			// While it is out of the warm set for its check, the sandbox counts as one being
-			// created, so a refill meanwhile does not replace it and overfill the pool.
-			m.mu.Lock()
-			m.creating[name]++
-			m.mu.Unlock()
-			m.checkOne(ctx, t)
-			m.mu.Lock()
-			m.creating[name]--
-			m.mu.Unlock()
+			if !m.checkOne(ctx, t) {
+				break
+			}
 		}
 		m.kick(name)
 	}
 }
 
-// checkOne takes one warm sandbox of t out of the warm set, checks it, and puts it back if it is
-// healthy or destroys it if not.
-func (m *Manager) checkOne(ctx context.Context, t Template) {
-	sb, err := m.warm.Claim(ctx, m.cfg.Node, t.Name)
+// checkOne holds one warm sandbox of t out of the warm set, checks it, and puts it back if it
+// is healthy or destroys it if not; it reports whether there was one to check.
+func (m *Manager) checkOne(ctx context.Context, t Template) bool {
+	sb, err := m.hold(ctx, t.Name)
 	if err != nil {
-		return
+		return false
 	}
+	healthy := true
 	if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
 		m.log.Error("warm sandbox failed its health check; replacing it", "template", t.Name, "sandbox", sb.ID, "err", err)
-		m.warm.Forget(ctx, sb)
-		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 		m.metrics.unhealthy()
-		return
+		healthy = false
 	}
-	if err := m.warm.AddWarm(ctx, sb); err != nil {
-		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-	}
+	m.settle(ctx, sb, healthy)
+	return true
 }
 
 // LeaseRequest asks for a sandbox for a task.
