@@ -45,6 +45,10 @@ func (r *Runtime) Image(ctx context.Context, t pool.Template) (string, error) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
+		var he *HardeningError
+		if verdict != nil && !errors.As(verdict, &he) {
+			return "", verdict // the engine failed, not the image: ask again next time
+		}
 		r.checks.mu.Lock()
 		if r.checks.m == nil {
 			r.checks.m = map[string]error{}
@@ -95,9 +99,16 @@ func CheckImage(ctx context.Context, cli *client.Client, image, user string) err
 	}
 	problems = append(problems, fsProblems...)
 	if len(problems) > 0 {
-		return fmt.Errorf("fails the sandbox hardening checks:\n  %s", strings.Join(problems, "\n  "))
+		return &HardeningError{Problems: problems}
 	}
 	return nil
+}
+
+// HardeningError is CheckImage's verdict on an image that fails, one line per problem.
+type HardeningError struct{ Problems []string }
+
+func (e *HardeningError) Error() string {
+	return "fails the sandbox hardening checks:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
 // scanImage reads image's file system as a tar stream and returns what is wrong in it.
