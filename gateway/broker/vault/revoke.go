@@ -316,13 +316,18 @@ func (b *Broker) attempt(ctx context.Context, p *pending) error {
 	return nil
 }
 
-// settle records how p ended and marks it revoked.
+// settle records how p ended, then marks it revoked: whoever sees it settled (Backlog) finds
+// its record already written.
 func (b *Broker) settle(ctx context.Context, p *pending, result, lastErr string) {
 	b.revs.results.WithLabelValues(result).Inc()
 	b.revs.mu.Lock()
-	p.revoked = true
 	attempts := p.attempts + 1
 	b.revs.mu.Unlock()
+	defer func() {
+		b.revs.mu.Lock()
+		p.revoked = true
+		b.revs.mu.Unlock()
+	}()
 	it := p.item
 	rec := audit.Record{Kind: audit.KindLease, Node: b.node, Tenant: it.Tenant, Lease: it.Lease, Task: it.Task, Credential: it.Credential}
 	switch result {
