@@ -258,14 +258,30 @@ func (b *Broker) revokeLease(ctx context.Context, lease string, end bool) error 
 	return nil
 }
 
+// errNotListed is Vault declining to put a certificate on its revocation list because it
+// expires within seconds.
+var errNotListed = errors.New("vault did not list the certificate as revoked")
+
 // revokeItem asks Vault to revoke it.
 func (b *Broker) revokeItem(ctx context.Context, it Minted) error {
 	switch it.Kind {
 	case KindToken:
 		return b.client.Auth().Token().RevokeAccessorWithContext(ctx, it.Ref)
 	case KindCertificate:
-		_, err := b.client.Logical().WriteWithContext(ctx, it.Mount+"/revoke", map[string]any{"serial_number": it.Ref})
-		return err
+		r, err := b.client.Logical().WriteWithContext(ctx, it.Mount+"/revoke", map[string]any{"serial_number": it.Ref})
+		if err != nil {
+			return err
+		}
+		// Vault answers a certificate with under 2 s of life left with a warning, and lists
+		// nothing: that is no revocation, and the record must not say it is one.
+		if r == nil || r.Data["revocation_time"] == nil {
+			var why []string
+			if r != nil {
+				why = r.Warnings
+			}
+			return fmt.Errorf("%w: %s", errNotListed, strings.Join(why, "; "))
+		}
+		return nil
 	case KindLease:
 		return b.client.Sys().RevokeWithContext(ctx, it.Ref)
 	}
@@ -289,6 +305,9 @@ func (b *Broker) attempt(ctx context.Context, p *pending) error {
 		switch {
 		case err == nil:
 			b.settle(ctx, p, revokedNow, "")
+		case errors.Is(err, errNotListed):
+			// Retrying cannot help: the certificate only gets closer to its end.
+			b.settle(ctx, p, revokedExpired, err.Error())
 		case !now.Before(p.item.Expires):
 			b.settle(ctx, p, revokedExpired, err.Error())
 		case now.Sub(p.first) >= b.retryFor:
@@ -338,6 +357,10 @@ func (b *Broker) settle(ctx context.Context, p *pending, result, lastErr string)
 		}
 	case revokedExpired:
 		rec.Event, rec.Reason = "revoke-expired", it.what()+" expired in Vault before a revocation got through (last error: "+lastErr+")"
+		if strings.Contains(lastErr, errNotListed.Error()) {
+			rec.Reason = it.what() + " was within seconds of its end, which Vault does not list as revoked (" + lastErr + "); it expires at " +
+				it.Expires.UTC().Format(time.RFC3339)
+		}
 	case revokeGaveUp:
 		rec.Event, rec.Reason = "revoke-abandoned", fmt.Sprintf("gave up revoking %s after %d attempts over %s (last error: %s); it expires at %s",
 			it.what(), attempts, b.retryFor, lastErr, it.Expires.UTC().Format(time.RFC3339))
