@@ -65,6 +65,7 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"proxy env", "templates:\n  - name: e\n    env: {HTTPS_PROXY: x}\n", "templates[0].env.HTTPS_PROXY"},
 		{"env name with =", "templates:\n  - name: e\n    env: {\"A=B\": x}\n", "templates[0].env.A=B: is not a variable name"},
 		{"ports", "templates:\n  - name: e\n    ports: [0]\n", "templates[0].ports: 0 is not a port"},
+		{"build network", "templates:\n  - name: e\n    build_network: host\n", "templates[0].build_network: \"host\" is not none or default"},
 		{"build and devcontainer", "templates:\n  - name: e\n    build: {dockerfile: D}\n    devcontainer: d.json\n", "templates[0].build: set build or devcontainer, not both"},
 		{"built into a shipped image", "templates:\n  - name: e\n    image: airlock/python:latest\n    build: {dockerfile: D}\n", "templates[0].image: airlock/python:latest is a shipped image"},
 		{"pinned address", "gateway:\n  private_upstreams:\n    - {host: a.test, port: 443, address: nowhere}\n", "gateway.private_upstreams[0].address"},

@@ -16,7 +16,8 @@ import (
 // The shared node's built templates: "built" from a Dockerfile, "devc" from a devcontainer.json.
 // Their images are removed first, so the node builds both when it starts.
 const (
-	builtDockerfile = "FROM airlock/default:latest\nUSER 0:0\nRUN echo %s > /opt/marker\nUSER 10001:10001\n"
+	// The second RUN fails if the build has any network beyond loopback: builds get none.
+	builtDockerfile = "FROM airlock/default:latest\nUSER 0:0\nRUN echo %s > /opt/marker\nRUN test -z \"$(ip -o -4 addr show scope global)\"\nUSER 10001:10001\n"
 	devcontainerSrc = `// a devcontainer as an editor writes it
 {
 	"name": "devc",

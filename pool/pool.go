@@ -67,6 +67,11 @@ type Template struct {
 	// config's other file paths are.
 	Build        *Build `yaml:"build"`
 	Devcontainer string `yaml:"devcontainer"`
+	// BuildNetwork is the network a build's RUN steps (and a devcontainer's create commands)
+	// have: "none" (the default: a Dockerfile or devcontainer.json from a repository must not
+	// reach the host's networks or the internet from the builder), or "default", the builder's
+	// bridge, for builds that install from a package index.
+	BuildNetwork string `yaml:"build_network"`
 }
 
 // Build names a Dockerfile and its build context.
@@ -141,6 +146,9 @@ func (t Template) Validate() []error {
 	}
 	if t.Build != nil && t.Devcontainer != "" {
 		bad("build", "set build or devcontainer, not both")
+	}
+	if t.BuildNetwork != "" && t.BuildNetwork != "none" && t.BuildNetwork != "default" {
+		bad("build_network", "%q is not none or default", t.BuildNetwork)
 	}
 	if t.Build != nil && t.Build.Dockerfile == "" && t.Build.Context == "" {
 		bad("build", "needs dockerfile or context")

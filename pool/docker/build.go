@@ -148,7 +148,7 @@ func BuildTemplate(ctx context.Context, cli *client.Client, t pool.Template, w i
 	resp, err := cli.ImageBuild(ctx, pr, build.ImageBuildOptions{
 		Tags: []string{candidate}, Dockerfile: builtDockerfile, Remove: true, ForceRemove: true,
 		BuildArgs: args, Labels: map[string]string{LabelManaged: "true", LabelTemplate: t.Name},
-		Version: build.BuilderV1,
+		Version: build.BuilderV1, NetworkMode: buildNetwork(t),
 	})
 	if err != nil {
 		if g := parseLine.FindStringSubmatch(err.Error()); g != nil {
@@ -183,6 +183,15 @@ func BuildTemplate(ctx context.Context, cli *client.Client, t pool.Template, w i
 	}
 	fmt.Fprintf(w, "template %s: %s is %s\n", t.Name, t.Image, short(built.ID))
 	return built.ID, nil
+}
+
+// buildNetwork is the network t's RUN steps get: none unless the template asks for the
+// builder's bridge.
+func buildNetwork(t pool.Template) string {
+	if t.BuildNetwork == "default" {
+		return "default"
+	}
+	return "none"
 }
 
 func (s source) origin() string {
