@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault image clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault runsc image clean
 
 all: build
 
@@ -21,20 +21,25 @@ deps:
 vault:
 	@scripts/vault.sh
 
+# gVisor's runsc, built from tools/runsc and registered with the engine as the runtime "runsc".
+runsc: deps
+	@scripts/runsc.sh
+
 image: deps build
 	@bin/airlock image build
 
-up: deps vault image build
+up: deps vault runsc image build
 	bin/airlock up $(if $(CONFIG),--config $(CONFIG))
 
-test: deps vault image build
+test: deps vault runsc image build
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
+	cd tools/runsc && $(GO) test -count=1 ./register
 	$(GO) test -count=1 -timeout 20m -v ./e2e/
 
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
-e2e: deps vault image build
+e2e: deps vault runsc image build
 	$(GO) test -count=1 -timeout 20m -v ./e2e/
 
 lint:

@@ -290,6 +290,7 @@ func Default() Config {
 // any API key) and the demo upstream on.
 func DevDefaults() Config {
 	c := Default()
+	c.Templates = append(c.Templates, GVisor())
 	c.Dev = Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"}
 	return c
 }
@@ -309,6 +310,14 @@ func Toolchain(name string) pool.Template {
 	t := DefaultTemplate()
 	t.Name, t.Image, t.MinWarm = name, "airlock/"+name+":latest", 1
 	t.MemoryMB, t.WorkspaceMB = 1024, 512
+	return t
+}
+
+// GVisor is the default template under gVisor's runsc, a user-space kernel between the
+// sandbox and the host's: the embedded defaults warm it where the engine has runsc.
+func GVisor() pool.Template {
+	t := DefaultTemplate()
+	t.Name, t.Runtime, t.MinWarm = "gvisor", "runsc", 1
 	return t
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/node"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/docker"
 )
 
 func cmdUp(args []string) int {
@@ -34,6 +36,9 @@ func cmdUp(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *cfgPath == "" {
+		cfg.Templates = engineCanRun(ctx, cfg.Templates)
+	}
 	if err := up(ctx, cfg, *cfgPath, log); err != nil {
 		return fail(err)
 	}
@@ -173,5 +178,29 @@ func watchReloads(ctx context.Context, path string, running config.Config, log *
 			}
 		}
 	}()
+	return out
+}
+
+// engineCanRun drops, from the embedded defaults, the templates whose runtime the engine lacks
+// (gvisor without runsc), saying so; a configuration file that asks for a missing runtime
+// stops start-up instead. When the engine cannot be asked, the node's own check says why.
+func engineCanRun(ctx context.Context, ts []pool.Template) []pool.Template {
+	cli, err := docker.NewClient()
+	if err != nil {
+		return ts
+	}
+	defer cli.Close()
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return ts
+	}
+	var out []pool.Template
+	for _, t := range ts {
+		if _, ok := info.Runtimes[t.Runtime]; !ok && t.Runtime != "" {
+			fmt.Fprintf(os.Stderr, "airlock: template %s needs the %s runtime, which this engine lacks (`make runsc` builds and registers it); not warmed\n", t.Name, t.Runtime)
+			continue
+		}
+		out = append(out, t)
+	}
 	return out
 }

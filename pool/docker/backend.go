@@ -10,7 +10,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"software.sslmate.com/src/go-pkcs12"
 
@@ -37,6 +39,9 @@ type BackendConfig struct {
 	CAPEM    []byte
 	// KeepOnStop keeps sandboxes, network and firewall across a stop of the node.
 	KeepOnStop bool
+	// Runtimes are the OCI runtimes the node's templates ask for, each with the templates that
+	// do; Setup fails, naming them, when the engine lacks one.
+	Runtimes map[string][]string
 }
 
 // Backend is the Docker pool.Backend: the Runtime, the internal sandbox network, and the host
@@ -80,6 +85,9 @@ func (b *Backend) Setup(ctx context.Context) error {
 	if err := b.Ping(ctx); err != nil {
 		return err
 	}
+	if err := b.checkRuntimes(ctx); err != nil {
+		return err
+	}
 	if !b.cfg.KeepOnStop {
 		// Containers of an earlier run go first: the network cannot be replaced while they use
 		// it. A node that keeps its sandboxes adopts them instead (pool.Manager.Reconcile).
@@ -100,6 +108,29 @@ func (b *Backend) Setup(ctx context.Context) error {
 		return fmt.Errorf("host firewall: %w", err)
 	}
 	return nil
+}
+
+// checkRuntimes refuses to start when a template asks for a runtime the engine lacks.
+func (b *Backend) checkRuntimes(ctx context.Context) error {
+	have, err := b.EngineRuntimes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for rt, templates := range b.cfg.Runtimes {
+		if !slices.Contains(have, rt) {
+			errs = append(errs, fmt.Errorf("template %s asks for the %s runtime, which this engine does not have (it has %s)%s",
+				strings.Join(templates, ", "), rt, strings.Join(have, ", "), installHint(rt)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func installHint(rt string) string {
+	if rt == "runsc" {
+		return ": `make runsc` (scripts/runsc.sh) builds gVisor's runsc and registers it with the engine"
+	}
+	return ""
 }
 
 // Teardown removes the network and the firewall rules, unless sandboxes are kept: they keep

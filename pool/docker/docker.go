@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,6 +97,15 @@ func (r *Runtime) BuildMissing(ctx context.Context, t pool.Template, w io.Writer
 
 // HostAddr is the host's address on the sandbox network: where the gateway and resolver listen.
 func (r *Runtime) HostAddr() netip.Addr { return r.gw }
+
+// EngineRuntimes lists the OCI runtimes the engine can run containers with, sorted.
+func (r *Runtime) EngineRuntimes(ctx context.Context) ([]string, error) {
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docker: info: %w", err)
+	}
+	return slices.Sorted(maps.Keys(info.Runtimes)), nil
+}
 
 // Ping checks that the engine answers.
 func (r *Runtime) Ping(ctx context.Context) error {

@@ -1,0 +1,45 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestGVisorTier: a template under gVisor's runsc (registered by `make runsc`) is leased like
+// any other, runs a user-space kernel, and keeps the invariants a sandbox relies on: the one
+// way out, the injected credential it never sees, the redirect for clients that ignore the
+// proxy, and what the agent writes runs. (The whole suite under both runtimes is issue 13.)
+func TestGVisorTier(t *testing.T) {
+	n := sharedNode(t)
+	hostIP := n.spec.hostIP()
+	a := n.leaseWith(t, "--template", "gvisor", "--allow", "api.example.test=demo")
+	out, errs, code := n.exec(t, a.ID, "uname", "-r")
+	if code != 0 || !strings.Contains(out, "gvisor") {
+		t.Fatalf("uname -r under the gvisor template: exit %d %q %s", code, out, errs)
+	}
+	if out, errs, code := n.exec(t, a.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 || !strings.Contains(out, "whoami ok") {
+		t.Fatalf("through the gateway: exit %d %q %s", code, out, errs)
+	}
+	if seen := n.up.seen(); seen[len(seen)-1] != "Bearer "+n.demoSecret(t) {
+		t.Errorf("the upstream saw %q, want the injected credential", seen[len(seen)-1])
+	}
+	if out, errs, code := n.exec(t, a.ID, "curl", "--noproxy", "*", "-sS", "https://api.example.test/whoami"); code != 0 || !strings.Contains(out, "whoami ok") {
+		t.Errorf("without the proxy, through the redirect: exit %d %q %s", code, out, errs)
+	}
+	if out, _, _ := n.exec(t, a.ID, "curl", "-sS", "http://evil.example/"); !strings.Contains(out, "denied by rule scope-miss") {
+		t.Errorf("a host outside the scopes: %q", out)
+	}
+	if out, code := n.tcpProbe(t, a.ID, hostIP, 3128); code != 0 || !strings.Contains(out, "connected") {
+		t.Fatalf("the gateway's port is not reachable from gVisor (the probe's control): %s", out)
+	}
+	if out, code := n.tcpProbe(t, a.ID, hostIP, 8443); code == 0 || strings.Contains(out, "connected") {
+		t.Errorf("another port of the host is reachable from gVisor: %s", out)
+	}
+	if out, errs, code := n.exec(t, a.ID, "sh", "-c", `cd /workspace && printf '#!/bin/sh\necho ran\n' > x && chmod +x x && ./x && id -u`); code != 0 || out != "ran\n10001\n" {
+		t.Errorf("a script in the workspace: exit %d %q %s", code, out, errs)
+	}
+	// gVisor's netstack has no IPv6 sysctls; what matters is that no IPv6 address is up.
+	if out, _, _ := n.exec(t, a.ID, "sh", "-c", "ip -6 addr 2>/dev/null | grep inet6 || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("IPv6 addresses under gVisor:\n%s", out)
+	}
+}
