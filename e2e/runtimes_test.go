@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,13 @@ func TestGVisorTier(t *testing.T) {
 	}
 	if out, errs, code := n.exec(t, a.ID, "sh", "-c", `cd /workspace && printf '#!/bin/sh\necho ran\n' > x && chmod +x x && ./x && id -u`); code != 0 || out != "ran\n10001\n" {
 		t.Errorf("a script in the workspace: exit %d %q %s", code, out, errs)
+	}
+	out, errs, code = n.cli(t, "verify", "--template", "gvisor")
+	if code != 0 || !strings.Contains(out, "runtime runsc, kernel 4.19.0-gvisor") || !strings.Contains(out, "checks passed") {
+		t.Errorf("airlock verify --template gvisor: exit %d\n%s\n%s", code, out, errs)
+	}
+	if out, _, _ := n.cli(t, "pools"); !strings.Contains(out, "gvisor") || !regexp.MustCompile(`gvisor +node \S+ +runtime runsc`).MatchString(out) {
+		t.Errorf("airlock pools does not show the gvisor template's runtime:\n%s", out)
 	}
 	// gVisor's netstack has no IPv6 sysctls; what matters is that no IPv6 address is up.
 	if out, _, _ := n.exec(t, a.ID, "sh", "-c", "ip -6 addr 2>/dev/null | grep inet6 || true"); strings.TrimSpace(out) != "" {

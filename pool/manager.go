@@ -937,6 +937,7 @@ type PoolStatus struct {
 	Leased   int    `json:"leased"`
 	MinWarm  int    `json:"min_warm"`
 	MaxTotal int    `json:"max_total"`
+	Runtime  string `json:"runtime"` // the OCI runtime its sandboxes run under: runc, runsc
 	// Image is the image id new sandboxes are made from; ImageError says why there is none
 	// (missing, or failing the hardening checks).
 	Image      string `json:"image,omitempty"`
@@ -955,7 +956,10 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal}
+		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal, Runtime: t.Runtime}
+		if ps.Runtime == "" {
+			ps.Runtime = "runc"
+		}
 		m.mu.Lock()
 		if im := m.images[t.Name]; im.err != nil {
 			ps.ImageError = im.err.Error()

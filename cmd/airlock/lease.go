@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/airlock-dev/airlock/pool/api"
 )
@@ -93,7 +94,10 @@ func cmdPools(args []string) int {
 		return 0
 	}
 	for _, p := range ps {
-		fmt.Printf("%-12s node %-8s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
+		fmt.Printf("%-12s node %-8s runtime %-5s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.Runtime, p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
+		if p.ImageError != "" {
+			fmt.Printf("%-12s image: %s\n", "", strings.ReplaceAll(p.ImageError, "\n", "\n"+strings.Repeat(" ", 20)))
+		}
 	}
 	return 0
 }

@@ -77,8 +77,19 @@ func cmdVerify(args []string) int {
 		Output string `json:"output,omitempty"`
 	}
 	var results []result
+	// What the sandbox runs under: the template's runtime, and the kernel it sees.
+	runtime := "unknown"
+	if ps, err := c.Pools(ctx); err == nil {
+		for _, p := range ps {
+			if p.Template == l.Template && p.Runtime != "" {
+				runtime = p.Runtime
+			}
+		}
+	}
+	kernel, _, _ := run(ctx, c, l.ID, "uname -r")
+	kernel = strings.TrimSpace(kernel)
 	if !*asJSON {
-		fmt.Printf("verifying lease %s (sandbox %.12s at %s, template %s)\n", l.ID, l.Sandbox, l.Address, l.Template)
+		fmt.Printf("verifying lease %s (sandbox %.12s at %s, template %s, runtime %s, kernel %s)\n", l.ID, l.Sandbox, l.Address, l.Template, runtime, kernel)
 	}
 	failed := 0
 	for _, p := range probes {
@@ -102,7 +113,7 @@ func cmdVerify(args []string) int {
 		}
 	}
 	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"lease": l.ID, "checks": results, "failed": failed})
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"lease": l.ID, "runtime": runtime, "kernel": kernel, "checks": results, "failed": failed})
 		if failed > 0 {
 			return 1
 		}

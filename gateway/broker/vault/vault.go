@@ -150,9 +150,10 @@ func (b *Broker) fetchKV(ctx context.Context, ent *kvEntry, e *broker.Entry) err
 	return nil
 }
 
-// refreshKV re-reads, in the background, every cached KV value past four fifths of its TTL, so
-// requests keep finding a fresh value without waiting on Vault. A failed refresh keeps the old
-// value until its own expiry, never longer.
+// refreshKV re-reads, in the background, every cached KV value in the last fifth of its TTL (and
+// at least two of its one-second ticks before it expires, which a short TTL would otherwise slip
+// between), so requests keep finding a fresh value without waiting on Vault. A failed refresh
+// keeps the old value until its own expiry, never longer.
 func (b *Broker) refreshKV(ctx context.Context) {
 	b.mu.Lock()
 	ents := make([]*kvEntry, 0, len(b.cache))
@@ -163,7 +164,7 @@ func (b *Broker) refreshKV(ctx context.Context) {
 	now := b.now()
 	for _, ent := range ents {
 		ent.mu.Lock()
-		if e := ent.entry; e != nil && e.Source.Kind == broker.SourceKV && now.After(ent.fetched.Add(e.Source.TTL*4/5)) {
+		if e := ent.entry; e != nil && e.Source.Kind == broker.SourceKV && now.After(ent.fetched.Add(e.Source.TTL-max(e.Source.TTL/5, 2*time.Second))) {
 			b.fetchKV(ctx, ent, e)
 		}
 		ent.mu.Unlock()

@@ -513,8 +513,9 @@ func TestKVRefreshedInTheBackground(t *testing.T) {
 		t.Fatalf("first read %v", s)
 	}
 	v.SeedKV(ctx, "airlock/r", map[string]any{"token": "new-value"})
-	// Past four fifths of the TTL the refresher reads it again: the cache holds the new value
-	// while the entry is still fresh, so no request waits on Vault.
+	// In the last fifth of the TTL (at least two ticks before it ends) the refresher reads it
+	// again: the cache holds the new value while the entry is still fresh, so no request waits
+	// on Vault.
 	var got any
 	var fresh bool
 	err := waitUntil(10*time.Second, "the refresher to put the new value in the cache", func() bool {
