@@ -35,11 +35,15 @@ import (
 func main() {
 	leases := flag.Int("n", 400, "leases per concurrency level")
 	cold := flag.Int("cold", 0, "also start this many real sandboxes on the local Docker engine, for cold start and memory")
-	images := flag.String("images", "airlock/default:latest,airlock/python:latest,airlock/node:latest", "sandbox images for -cold, comma-separated: one measurement each")
+	images := flag.String("images", "airlock/default:latest,airlock/python:latest,airlock/node:latest", "sandbox images for -cold, comma-separated: one measurement each, under runc")
+	gvisor := flag.String("gvisor", "airlock/default:latest", "also measure this image under runsc, when the engine has it (empty: no)")
 	flag.Parse()
 	if *cold > 0 {
 		for _, image := range strings.Split(*images, ",") {
-			coldStarts(*cold, image)
+			coldStarts(*cold, image, "runc")
+		}
+		if *gvisor != "" && engineHas("runsc") {
+			coldStarts(*cold, *gvisor, "runsc")
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -127,7 +131,7 @@ func main() {
 // coldStarts creates n hardened sandboxes one after another on the local engine, reporting the
 // time each Create took (container create, start and address) and the memory each idle sandbox
 // uses, then removes them and their network.
-func coldStarts(n int, image string) {
+func coldStarts(n int, image, runtime string) {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "poolbench-cold")
 	defer os.RemoveAll(dir)
@@ -145,7 +149,7 @@ func coldStarts(n int, image string) {
 	}
 	defer rt.RemoveNetwork(ctx)
 	t := pool.Template{Name: "default", Image: image, User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
-		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc"}
+		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: runtime}
 	var took []time.Duration
 	var ids []string
 	defer func() {
@@ -182,9 +186,15 @@ func coldStarts(n int, image string) {
 	}
 	slices.Sort(took)
 	slices.Sort(mem)
-	fmt.Printf("%s: cold start (create, start and address a hardened sandbox, %d in a row): p50 %d ms, max %d ms\n",
-		image, n, took[len(took)/2].Milliseconds(), took[len(took)-1].Milliseconds())
+	fmt.Printf("%s under %s: cold start (create, start and address a hardened sandbox, %d in a row): p50 %d ms, max %d ms\n",
+		image, runtime, n, took[len(took)/2].Milliseconds(), took[len(took)-1].Milliseconds())
 	if len(mem) > 0 {
 		fmt.Printf("Memory per idle warm sandbox (docker stats): median %.2f MiB, max %.2f MiB\n\n", mem[len(mem)/2], mem[len(mem)-1])
 	}
+}
+
+// engineHas reports whether the local engine lists the OCI runtime name.
+func engineHas(name string) bool {
+	out, err := exec.Command("docker", "info", "--format", "{{range $k, $v := .Runtimes}}{{$k}} {{end}}").Output()
+	return err == nil && slices.Contains(strings.Fields(string(out)), name)
 }
