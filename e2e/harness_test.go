@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -306,12 +307,13 @@ func (b *syncBuffer) String() string {
 
 // nodeProc is a running `airlock up`.
 type nodeProc struct {
-	spec   nodeSpec
-	cmd    *exec.Cmd
-	state  string
-	log    *syncBuffer
-	client node.ClientFile
-	done   chan struct{}
+	spec     nodeSpec
+	template string // what lease asks for unless told; "" is the node's default
+	cmd      *exec.Cmd
+	state    string
+	log      *syncBuffer
+	client   node.ClientFile
+	done     chan struct{}
 }
 
 // launch starts `airlock up` with the configuration at cfgPath and state in state, and returns
@@ -445,6 +447,9 @@ func (n *nodeProc) lease(t *testing.T, allow ...string) leaseJSON {
 // ends.
 func (n *nodeProc) leaseWith(t *testing.T, args ...string) leaseJSON {
 	t.Helper()
+	if n.template != "" && !slices.Contains(args, "--template") {
+		args = append([]string{"--template", n.template}, args...)
+	}
 	out, errs, code := n.cli(t, append([]string{"lease", "--json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("airlock lease: exit %d: %s", code, errs)

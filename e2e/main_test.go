@@ -28,7 +28,7 @@ var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-
 `,
 	Templates: `  - {name: python, image: "airlock/python:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
   - {name: node, image: "airlock/node:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
-  - {name: gvisor, runtime: runsc, min_warm: 1, max_total: 4, wait_for: 1m}
+  - {name: gvisor, runtime: runsc, min_warm: 2, max_total: 8, default_ttl: 10m, max_ttl: 1h, wait_for: 1m}
   - {name: built, min_warm: 2, max_total: 4, wait_for: 2m, build: {dockerfile: DIR/built/Dockerfile}}
   - {name: devc, min_warm: 1, max_total: 2, wait_for: 2m, devcontainer: DIR/devc/.devcontainer/devcontainer.json}
 `}
@@ -131,4 +131,24 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// runtimes are the OCI runtimes the invariant tests run under, each by a template of the shared
+// node: runc (the default template) and gVisor's runsc (gvisor).
+var runtimes = []struct{ name, template string }{{"runc", "default"}, {"runsc", "gvisor"}}
+
+// eachRuntime runs body once per runtime, as a subtest named for it, with the shared node's
+// leases taken from that runtime's template.
+func eachRuntime(t *testing.T, s *shared, body func(t *testing.T, n *shared)) {
+	for _, rt := range runtimes {
+		t.Run(rt.name, func(t *testing.T) { body(t, s.under(rt.template)) })
+	}
+}
+
+// under is s with leases taken from template.
+func (s *shared) under(template string) *shared {
+	c, np := *s, *s.nodeProc
+	np.template = template
+	c.nodeProc = &np
+	return &c
 }
