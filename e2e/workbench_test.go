@@ -27,264 +27,268 @@ import (
 // TestWorkbench drives what an agent does with its sandbox: run commands, move files and
 // directories, show a port to a reviewer, and check the node.
 func TestWorkbench(t *testing.T) {
-	n := sharedNode(t)
+	eachRuntime(t, sharedNode(t), func(t *testing.T, n *shared) {
 
-	t.Run("exec streams stdin, output and exit codes", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		big := strings.Repeat("x", 3<<20)
-		for _, c := range []struct {
-			name, stdin string
-			cmd         []string
-			out         string
-			code        int
-		}{
-			{"stdin", "hello\n", []string{"tr", "a-z", "A-Z"}, "HELLO\n", 0},
-			{"3 MiB of stdin", big, []string{"wc", "-c"}, strconv.Itoa(len(big)) + "\n", 0},
-			{"20 MB of output", "", []string{"head", "-c", "20000000", "/dev/zero"}, strings.Repeat("\x00", 20000000), 0},
-			{"exit code", "", []string{"sh", "-c", "exit 7"}, "", 7},
-		} {
-			args := []string{"exec", a.ID, "--timeout", "60s"}
-			if c.stdin != "" {
-				args = append(args, "-i")
-			}
-			out, errs, code := n.cliStdin(t, strings.NewReader(c.stdin), append(append(args, "--"), c.cmd...)...)
-			if code != c.code || out != c.out {
-				t.Errorf("%s: exit %d (want %d), %d bytes of output (want %d): %.80q %s", c.name, code, c.code, len(out), len(c.out), out, errs)
-			}
-		}
-	})
-
-	t.Run("what the agent writes runs, in the workspace and in /tmp", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		for _, c := range []struct{ name, script, want string }{
-			{"a shebang script", `printf '#!/bin/sh\necho hi from a script\n' > x.sh && chmod +x x.sh && ./x.sh`, "hi from a script"},
-			{"a copied binary", `cp /bin/echo ./e && ./e hi from a binary`, "hi from a binary"},
-			{"a binary in /tmp", `cp /bin/echo /tmp/e && /tmp/e hi from tmp`, "hi from tmp"},
-			{"a tool a build made, run by the next step", `mkdir -p bin && printf '#!/usr/bin/env python3\nprint("built")\n' > bin/tool && chmod +x bin/tool && PATH=$PWD/bin:$PATH tool`, "built"},
-		} {
-			out, errs, code := n.exec(t, a.ID, "sh", "-c", c.script)
-			if code != 0 || strings.TrimSpace(out) != c.want {
-				t.Errorf("%s: exit %d %q %s", c.name, code, out, errs)
-			}
-		}
-		// Still nosuid and nodev.
-		out, _, _ := n.exec(t, a.ID, "sh", "-c", "grep -E ' (/workspace|/tmp) ' /proc/mounts")
-		for _, l := range lines(out) {
-			if !strings.Contains(l, "nosuid") || !strings.Contains(l, "nodev") || strings.Contains(l, "noexec") {
-				t.Errorf("mount %q: want exec, nosuid, nodev", l)
-			}
-		}
-		if len(lines(out)) != 2 {
-			t.Errorf("workspace and /tmp mounts: %q", out)
-		}
-	})
-
-	t.Run("common clients are pointed at the gateway and its CA", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		out, _, _ := n.exec(t, a.ID, "sh", "-c", "env; test -s /etc/airlock/ca-truststore.p12 && echo truststore-present")
-		for _, want := range []string{"NODE_USE_ENV_PROXY=1", "PIP_CERT=/etc/airlock/ca-bundle.pem", "NPM_CONFIG_CAFILE=", "CARGO_HTTP_CAINFO=",
-			"AWS_CA_BUNDLE=", "GIT_SSL_CAINFO=", "JAVA_TOOL_OPTIONS=", "https.proxyPort=3128", "truststore-present"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("the sandbox lacks %q", want)
-			}
-		}
-	})
-
-	t.Run("exec takes env and workdir per command, through the Go client", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		n.exec(t, a.ID, "mkdir", "-p", "/workspace/wd")
-		cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
-		var stdout, stderr bytes.Buffer
-		code, err := cl.Exec(context.Background(), a.ID, api.ExecRequest{Cmd: []string{"sh", "-c", `echo "$GREETING from $(pwd)" >&2`},
-			Env: map[string]string{"GREETING": "hi"}, Workdir: "/workspace/wd"}, &stdout, &stderr)
-		if err != nil || code != 0 || stderr.String() != "hi from /workspace/wd\n" || stdout.Len() != 0 {
-			t.Fatalf("env/workdir/stderr: %d %v out=%q err=%q", code, err, stdout.String(), stderr.String())
-		}
-	})
-
-	t.Run("a timeout kills the command and everything it started", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		start := time.Now()
-		_, errs, code := n.cli(t, "exec", a.ID, "--timeout", "1s", "--", "sh", "-c", "sleep 300 & sleep 300")
-		if code == 0 || !strings.Contains(errs, "timed out") || time.Since(start) > 20*time.Second {
-			t.Fatalf("timeout: exit %d after %s: %s", code, time.Since(start), errs)
-		}
-		var out string
-		if err := waitUntil(5*time.Second, "the timed-out command's processes to be gone and reaped", func() bool {
-			out, _, _ = n.exec(t, a.ID, "ps", "-eo", "stat,args")
-			return !strings.Contains(out, "sleep 300") && !strings.Contains(out, "defunct")
-		}); err != nil {
-			t.Fatalf("%v; processes left:\n%s", err, out)
-		}
-	})
-
-	t.Run("files and directories in and out, never outside the workspace", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		src := t.TempDir() + "/in.bin"
-		data := make([]byte, 3<<20)
-		rand.Read(data)
-		os.WriteFile(src, data, 0o600)
-		if _, errs, code := n.cli(t, "cp", src, a.ID+":/workspace/sub/in.bin"); code != 0 {
-			t.Fatalf("upload: %s", errs)
-		}
-		sum := sha256.Sum256(data)
-		out, _, code := n.exec(t, a.ID, "sha256sum", "/workspace/sub/in.bin")
-		if code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
-			t.Fatalf("uploaded file differs: %s", out)
-		}
-		dst := t.TempDir() + "/out.bin"
-		if _, errs, code := n.cli(t, "cp", a.ID+":sub/in.bin", dst); code != 0 {
-			t.Fatalf("download: %s", errs)
-		}
-		if got, _ := os.ReadFile(dst); !bytes.Equal(got, data) {
-			t.Fatal("downloaded file differs")
-		}
-		// A directory as a tar archive, in and out; an archive with a ../ member is refused.
-		mkTar := func(files map[string]string) string {
-			var tb bytes.Buffer
-			tw := tar.NewWriter(&tb)
-			for name, body := range files {
-				tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
-				tw.Write([]byte(body))
-			}
-			tw.Close()
-			path := t.TempDir() + "/in.tar"
-			os.WriteFile(path, tb.Bytes(), 0o600)
-			return path
-		}
-		if _, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"a.txt": "alpha", "sub/b.txt": "beta"}), a.ID+":/workspace/proj"); code != 0 {
-			t.Fatalf("tar upload: %s", errs)
-		}
-		if out, _, _ := n.exec(t, a.ID, "cat", "/workspace/proj/sub/b.txt"); out != "beta" {
-			t.Fatalf("unpacked file: %q", out)
-		}
-		_, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"../escape.txt": "nope"}), a.ID+":/workspace/proj")
-		if code == 0 || !strings.Contains(errs, "..") {
-			t.Fatalf("an archive with a ../ member: exit %d %s", code, errs)
-		}
-		if _, _, code := n.exec(t, a.ID, "test", "-e", "/workspace/escape.txt"); code == 0 {
-			t.Fatal("a ../ member escaped the target directory")
-		}
-		tarOut := t.TempDir() + "/out.tar"
-		if _, errs, code := n.cli(t, "cp", "--tar", a.ID+":/workspace/proj", tarOut); code != 0 {
-			t.Fatalf("tar download: %s", errs)
-		}
-		f, _ := os.Open(tarOut)
-		names := map[string]bool{}
-		tr := tar.NewReader(f)
-		for {
-			h, err := tr.Next()
-			if err != nil {
-				break
-			}
-			names[strings.TrimPrefix(h.Name, "./")] = true
-		}
-		f.Close()
-		if !names["a.txt"] || !names["sub/b.txt"] {
-			t.Fatalf("downloaded archive holds %v", names)
-		}
-		for _, bad := range []string{a.ID + ":/etc/passwd", a.ID + ":../../etc/passwd", a.ID + ":/workspace/../etc/shadow"} {
-			if _, errs, code := n.cli(t, "cp", bad, t.TempDir()+"/x"); code == 0 || !strings.Contains(errs, "outside the workspace") {
-				t.Errorf("download of %s: exit %d %s", bad, code, errs)
-			}
-		}
-		refused := func(recs []audit.Record) bool {
-			for _, r := range recs {
-				if r.Kind == audit.KindFile && r.Decision == audit.Deny && r.Rule == rule.BadRequest && strings.Contains(r.Reason, "outside the workspace") {
-					return true
+		t.Run("exec streams stdin, output and exit codes", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			big := strings.Repeat("x", 3<<20)
+			for _, c := range []struct {
+				name, stdin string
+				cmd         []string
+				out         string
+				code        int
+			}{
+				{"stdin", "hello\n", []string{"tr", "a-z", "A-Z"}, "HELLO\n", 0},
+				{"3 MiB of stdin", big, []string{"wc", "-c"}, strconv.Itoa(len(big)) + "\n", 0},
+				{"20 MB of output", "", []string{"head", "-c", "20000000", "/dev/zero"}, strings.Repeat("\x00", 20000000), 0},
+				{"exit code", "", []string{"sh", "-c", "exit 7"}, "", 7},
+			} {
+				args := []string{"exec", a.ID, "--timeout", "60s"}
+				if c.stdin != "" {
+					args = append(args, "-i")
+				}
+				out, errs, code := n.cliStdin(t, strings.NewReader(c.stdin), append(append(args, "--"), c.cmd...)...)
+				if code != c.code || out != c.out {
+					t.Errorf("%s: exit %d (want %d), %d bytes of output (want %d): %.80q %s", c.name, code, c.code, len(out), len(c.out), out, errs)
 				}
 			}
-			return false
-		}
-		if !refused(n.trailUntil(t, a.ID, refused)) {
-			t.Error("no deny record, under rule bad-request, of a download outside the workspace")
-		}
-		want := []string{"file/upload", "file/download", "file/upload-tar", "file/download-tar"}
-		kinds := n.logKinds(t, a.ID, want...)
-		for _, k := range want {
-			if !kinds[k] {
-				t.Errorf("logs --lease lacks a %s record (have %v)", k, kinds)
+		})
+
+		t.Run("what the agent writes runs, in the workspace and in /tmp", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			for _, c := range []struct{ name, script, want string }{
+				{"a shebang script", `printf '#!/bin/sh\necho hi from a script\n' > x.sh && chmod +x x.sh && ./x.sh`, "hi from a script"},
+				{"a copied binary", `cp /bin/echo ./e && ./e hi from a binary`, "hi from a binary"},
+				{"a binary in /tmp", `cp /bin/echo /tmp/e && /tmp/e hi from tmp`, "hi from tmp"},
+				{"a tool a build made, run by the next step", `mkdir -p bin && printf '#!/usr/bin/env python3\nprint("built")\n' > bin/tool && chmod +x bin/tool && PATH=$PWD/bin:$PATH tool`, "built"},
+			} {
+				out, errs, code := n.exec(t, a.ID, "sh", "-c", c.script)
+				if code != 0 || strings.TrimSpace(out) != c.want {
+					t.Errorf("%s: exit %d %q %s", c.name, code, out, errs)
+				}
 			}
-		}
-	})
+			// Still nosuid and nodev.
+			out, _, _ := n.exec(t, a.ID, "sh", "-c", "grep -E ' (/workspace|/tmp) ' /proc/mounts")
+			for _, l := range lines(out) {
+				// gVisor lists its tmpfs as "rw,nosuid" whatever else it was given; the scripts
+				// above are what show it executable.
+				nodev := strings.Contains(l, "nodev") || n.template == "gvisor"
+				if !strings.Contains(l, "nosuid") || !nodev || strings.Contains(l, "noexec") {
+					t.Errorf("mount %q: want exec, nosuid, nodev", l)
+				}
+			}
+			if len(lines(out)) != 2 {
+				t.Errorf("workspace and /tmp mounts: %q", out)
+			}
+		})
 
-	t.Run("a reviewed port is served on its own listener, with a capability, until release", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		if _, errs, code := n.exec(t, a.ID, "sh", "-c",
-			"mkdir -p /workspace/site && echo review-me > /workspace/site/index.html && cd /workspace/site && "+
-				"nohup python3 -m http.server 8000 >/tmp/site.log 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do curl --noproxy '*' -s -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.3; done; exit 1"); code != 0 {
-			t.Fatalf("starting the site: %s", errs)
-		}
-		out, errs, code := n.cli(t, "port", a.ID, "8000")
-		if code != 0 {
-			t.Fatalf("airlock port: %s", errs)
-		}
-		u := strings.TrimSpace(out)
-		if strings.Contains(u, strings.TrimPrefix(n.client.Addr, "http://")) {
-			t.Fatalf("the port shares the API's origin: %s", u)
-		}
-		jar, _ := cookiejar.New(nil)
-		hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
-		resp, err := hc.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || string(body) != "review-me\n" {
-			t.Fatalf("through the port URL: %d %q", resp.StatusCode, body)
-		}
-		base, _ := url.Parse(u)
-		base.RawQuery = ""
-		if resp, err := http.Get(base.String()); err != nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("without the capability: %v %v", resp, err)
-		}
-		forged := *base
-		forged.RawQuery = "airlock_port=" + strings.Repeat("0", 48)
-		if resp, err := http.Get(forged.String()); err != nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("with a forged capability: %v %v", resp, err)
-		}
-		if _, errs, code := n.cli(t, "release", a.ID); code != 0 {
-			t.Fatalf("release: %s", errs)
-		}
-		if resp, err := http.Get(u); err == nil {
-			resp.Body.Close()
-			t.Fatalf("the reviewed port still answers after release: %d", resp.StatusCode)
-		}
-	})
+		t.Run("common clients are pointed at the gateway and its CA", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			out, _, _ := n.exec(t, a.ID, "sh", "-c", "env; test -s /etc/airlock/ca-truststore.p12 && echo truststore-present")
+			for _, want := range []string{"NODE_USE_ENV_PROXY=1", "PIP_CERT=/etc/airlock/ca-bundle.pem", "NPM_CONFIG_CAFILE=", "CARGO_HTTP_CAINFO=",
+				"AWS_CA_BUNDLE=", "GIT_SSL_CAINFO=", "JAVA_TOOL_OPTIONS=", "https.proxyPort=3128", "truststore-present"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the sandbox lacks %q", want)
+				}
+			}
+		})
 
-	t.Run("a lease exposes a bounded number of ports", func(t *testing.T) {
-		a := n.lease(t, "api.example.test")
-		first := ""
-		for port := 9001; port <= 9008; port++ {
-			out, errs, code := n.cli(t, "port", a.ID, strconv.Itoa(port))
+		t.Run("exec takes env and workdir per command, through the Go client", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			n.exec(t, a.ID, "mkdir", "-p", "/workspace/wd")
+			cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+			var stdout, stderr bytes.Buffer
+			code, err := cl.Exec(context.Background(), a.ID, api.ExecRequest{Cmd: []string{"sh", "-c", `echo "$GREETING from $(pwd)" >&2`},
+				Env: map[string]string{"GREETING": "hi"}, Workdir: "/workspace/wd"}, &stdout, &stderr)
+			if err != nil || code != 0 || stderr.String() != "hi from /workspace/wd\n" || stdout.Len() != 0 {
+				t.Fatalf("env/workdir/stderr: %d %v out=%q err=%q", code, err, stdout.String(), stderr.String())
+			}
+		})
+
+		t.Run("a timeout kills the command and everything it started", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			start := time.Now()
+			_, errs, code := n.cli(t, "exec", a.ID, "--timeout", "1s", "--", "sh", "-c", "sleep 300 & sleep 300")
+			if code == 0 || !strings.Contains(errs, "timed out") || time.Since(start) > 20*time.Second {
+				t.Fatalf("timeout: exit %d after %s: %s", code, time.Since(start), errs)
+			}
+			var out string
+			if err := waitUntil(5*time.Second, "the timed-out command's processes to be gone and reaped", func() bool {
+				out, _, _ = n.exec(t, a.ID, "ps", "-eo", "stat,args")
+				return !strings.Contains(out, "sleep 300") && !strings.Contains(out, "defunct")
+			}); err != nil {
+				t.Fatalf("%v; processes left:\n%s", err, out)
+			}
+		})
+
+		t.Run("files and directories in and out, never outside the workspace", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			src := t.TempDir() + "/in.bin"
+			data := make([]byte, 3<<20)
+			rand.Read(data)
+			os.WriteFile(src, data, 0o600)
+			if _, errs, code := n.cli(t, "cp", src, a.ID+":/workspace/sub/in.bin"); code != 0 {
+				t.Fatalf("upload: %s", errs)
+			}
+			sum := sha256.Sum256(data)
+			out, _, code := n.exec(t, a.ID, "sha256sum", "/workspace/sub/in.bin")
+			if code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
+				t.Fatalf("uploaded file differs: %s", out)
+			}
+			dst := t.TempDir() + "/out.bin"
+			if _, errs, code := n.cli(t, "cp", a.ID+":sub/in.bin", dst); code != 0 {
+				t.Fatalf("download: %s", errs)
+			}
+			if got, _ := os.ReadFile(dst); !bytes.Equal(got, data) {
+				t.Fatal("downloaded file differs")
+			}
+			// A directory as a tar archive, in and out; an archive with a ../ member is refused.
+			mkTar := func(files map[string]string) string {
+				var tb bytes.Buffer
+				tw := tar.NewWriter(&tb)
+				for name, body := range files {
+					tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+					tw.Write([]byte(body))
+				}
+				tw.Close()
+				path := t.TempDir() + "/in.tar"
+				os.WriteFile(path, tb.Bytes(), 0o600)
+				return path
+			}
+			if _, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"a.txt": "alpha", "sub/b.txt": "beta"}), a.ID+":/workspace/proj"); code != 0 {
+				t.Fatalf("tar upload: %s", errs)
+			}
+			if out, _, _ := n.exec(t, a.ID, "cat", "/workspace/proj/sub/b.txt"); out != "beta" {
+				t.Fatalf("unpacked file: %q", out)
+			}
+			_, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"../escape.txt": "nope"}), a.ID+":/workspace/proj")
+			if code == 0 || !strings.Contains(errs, "..") {
+				t.Fatalf("an archive with a ../ member: exit %d %s", code, errs)
+			}
+			if _, _, code := n.exec(t, a.ID, "test", "-e", "/workspace/escape.txt"); code == 0 {
+				t.Fatal("a ../ member escaped the target directory")
+			}
+			tarOut := t.TempDir() + "/out.tar"
+			if _, errs, code := n.cli(t, "cp", "--tar", a.ID+":/workspace/proj", tarOut); code != 0 {
+				t.Fatalf("tar download: %s", errs)
+			}
+			f, _ := os.Open(tarOut)
+			names := map[string]bool{}
+			tr := tar.NewReader(f)
+			for {
+				h, err := tr.Next()
+				if err != nil {
+					break
+				}
+				names[strings.TrimPrefix(h.Name, "./")] = true
+			}
+			f.Close()
+			if !names["a.txt"] || !names["sub/b.txt"] {
+				t.Fatalf("downloaded archive holds %v", names)
+			}
+			for _, bad := range []string{a.ID + ":/etc/passwd", a.ID + ":../../etc/passwd", a.ID + ":/workspace/../etc/shadow"} {
+				if _, errs, code := n.cli(t, "cp", bad, t.TempDir()+"/x"); code == 0 || !strings.Contains(errs, "outside the workspace") {
+					t.Errorf("download of %s: exit %d %s", bad, code, errs)
+				}
+			}
+			refused := func(recs []audit.Record) bool {
+				for _, r := range recs {
+					if r.Kind == audit.KindFile && r.Decision == audit.Deny && r.Rule == rule.BadRequest && strings.Contains(r.Reason, "outside the workspace") {
+						return true
+					}
+				}
+				return false
+			}
+			if !refused(n.trailUntil(t, a.ID, refused)) {
+				t.Error("no deny record, under rule bad-request, of a download outside the workspace")
+			}
+			want := []string{"file/upload", "file/download", "file/upload-tar", "file/download-tar"}
+			kinds := n.logKinds(t, a.ID, want...)
+			for _, k := range want {
+				if !kinds[k] {
+					t.Errorf("logs --lease lacks a %s record (have %v)", k, kinds)
+				}
+			}
+		})
+
+		t.Run("a reviewed port is served on its own listener, with a capability, until release", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			if _, errs, code := n.exec(t, a.ID, "sh", "-c",
+				"mkdir -p /workspace/site && echo review-me > /workspace/site/index.html && cd /workspace/site && "+
+					"nohup python3 -m http.server 8000 >/tmp/site.log 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do curl --noproxy '*' -s -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.3; done; exit 1"); code != 0 {
+				t.Fatalf("starting the site: %s", errs)
+			}
+			out, errs, code := n.cli(t, "port", a.ID, "8000")
 			if code != 0 {
-				t.Fatalf("exposing port %d of the default 8: %s", port, errs)
+				t.Fatalf("airlock port: %s", errs)
 			}
-			if port == 9001 {
-				first = strings.TrimSpace(out)
+			u := strings.TrimSpace(out)
+			if strings.Contains(u, strings.TrimPrefix(n.client.Addr, "http://")) {
+				t.Fatalf("the port shares the API's origin: %s", u)
 			}
-		}
-		if out, _, code := n.cli(t, "port", a.ID, "9001"); code != 0 || strings.TrimSpace(out) != first {
-			t.Errorf("exposing port 9001 again: exit %d %q, want its first URL %q", code, out, first)
-		}
-		if _, errs, code := n.cli(t, "port", a.ID, "9009"); code == 0 || !strings.Contains(errs, "max_ports_per_lease") {
-			t.Fatalf("a ninth port: exit %d %s", code, errs)
-		}
-	})
+			jar, _ := cookiejar.New(nil)
+			hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+			resp, err := hc.Get(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "review-me\n" {
+				t.Fatalf("through the port URL: %d %q", resp.StatusCode, body)
+			}
+			base, _ := url.Parse(u)
+			base.RawQuery = ""
+			if resp, err := http.Get(base.String()); err != nil || resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("without the capability: %v %v", resp, err)
+			}
+			forged := *base
+			forged.RawQuery = "airlock_port=" + strings.Repeat("0", 48)
+			if resp, err := http.Get(forged.String()); err != nil || resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("with a forged capability: %v %v", resp, err)
+			}
+			if _, errs, code := n.cli(t, "release", a.ID); code != 0 {
+				t.Fatalf("release: %s", errs)
+			}
+			if resp, err := http.Get(u); err == nil {
+				resp.Body.Close()
+				t.Fatalf("the reviewed port still answers after release: %d", resp.StatusCode)
+			}
+		})
 
-	t.Run("airlock verify passes every check", func(t *testing.T) {
-		out, errs, code := n.cli(t, "verify")
-		if code != 0 || !strings.Contains(out, "checks passed") || strings.Contains(out, "FAIL") {
-			t.Fatalf("verify: exit %d\n%s%s", code, out, errs)
-		}
-		out, _, code = n.cli(t, "verify", "--json")
-		var v struct {
-			Failed int
-			Checks []struct{ Passed bool }
-		}
-		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Failed != 0 || len(v.Checks) < 12 {
-			t.Fatalf("verify --json: exit %d %s", code, out)
-		}
+		t.Run("a lease exposes a bounded number of ports", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			first := ""
+			for port := 9001; port <= 9008; port++ {
+				out, errs, code := n.cli(t, "port", a.ID, strconv.Itoa(port))
+				if code != 0 {
+					t.Fatalf("exposing port %d of the default 8: %s", port, errs)
+				}
+				if port == 9001 {
+					first = strings.TrimSpace(out)
+				}
+			}
+			if out, _, code := n.cli(t, "port", a.ID, "9001"); code != 0 || strings.TrimSpace(out) != first {
+				t.Errorf("exposing port 9001 again: exit %d %q, want its first URL %q", code, out, first)
+			}
+			if _, errs, code := n.cli(t, "port", a.ID, "9009"); code == 0 || !strings.Contains(errs, "max_ports_per_lease") {
+				t.Fatalf("a ninth port: exit %d %s", code, errs)
+			}
+		})
+
+		t.Run("airlock verify passes every check", func(t *testing.T) {
+			out, errs, code := n.cli(t, "verify")
+			if code != 0 || !strings.Contains(out, "checks passed") || strings.Contains(out, "FAIL") {
+				t.Fatalf("verify: exit %d\n%s%s", code, out, errs)
+			}
+			out, _, code = n.cli(t, "verify", "--json")
+			var v struct {
+				Failed int
+				Checks []struct{ Passed bool }
+			}
+			if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Failed != 0 || len(v.Checks) < 12 {
+				t.Fatalf("verify --json: exit %d %s", code, out)
+			}
+		})
 	})
 }

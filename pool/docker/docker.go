@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -342,9 +344,17 @@ func (r *Runtime) List(ctx context.Context) ([]pool.Sandbox, error) {
 // Exec runs req as the sandbox user and streams its output. On timeout or cancellation every
 // process the command started is killed.
 func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	env := make([]string, 0, len(req.Env))
+	env := make([]string, 0, len(req.Env)+1)
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
+	}
+	// A timed-out command is killed with what it started; the marker finds them from inside the
+	// sandbox, where the host cannot see (gVisor's processes are not in the host's /proc).
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	marker := hex.EncodeToString(nonce[:])
+	if req.Timeout > 0 {
+		env = append(env, execMarker+"="+marker)
 	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
 		Cmd: req.Cmd, Env: env, WorkingDir: req.Workdir,
@@ -379,6 +389,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	case err = <-done:
 	case <-runCtx.Done():
 		r.killExec(context.WithoutCancel(ctx), ex.ID)
+		r.killMarked(context.WithoutCancel(ctx), sb, marker)
 		att.Close()
 		<-done
 		if ctx.Err() == nil {
@@ -405,6 +416,29 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 
 // killExec kills the exec's process and all its descendants. The engine has no call for it, so
 // the node (which shares the host's process table with the engine) walks /proc.
+// execMarker names the environment variable that marks the processes of one timed exec.
+const execMarker = "AIRLOCK_EXEC"
+
+// killMarked kills, from inside sb and as its user, every process whose environment carries
+// the marker of a timed-out exec: what killExec cannot reach from the host (under gVisor, all of
+// them). A process that cleared its environment is left to the lease's end and its pids limit.
+func (r *Runtime) killMarked(ctx context.Context, sb pool.Sandbox, marker string) {
+	sweep := `for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = $$ ] && continue; ` +
+		`grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null && kill -9 "$n" 2>/dev/null; done; exit 0`
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{Cmd: []string{"sh", "-c", sweep, marker}})
+	if err != nil {
+		return
+	}
+	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return
+	}
+	io.Copy(io.Discard, att.Reader)
+	att.Close()
+}
+
 func (r *Runtime) killExec(ctx context.Context, execID string) {
 	ins, err := r.cli.ContainerExecInspect(ctx, execID)
 	if err != nil || ins.Pid == 0 {
