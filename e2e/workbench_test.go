@@ -143,25 +143,13 @@ func TestWorkbench(t *testing.T) {
 				t.Fatal("downloaded file differs")
 			}
 			// A directory as a tar archive, in and out; an archive with a ../ member is refused.
-			mkTar := func(files map[string]string) string {
-				var tb bytes.Buffer
-				tw := tar.NewWriter(&tb)
-				for name, body := range files {
-					tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
-					tw.Write([]byte(body))
-				}
-				tw.Close()
-				path := t.TempDir() + "/in.tar"
-				os.WriteFile(path, tb.Bytes(), 0o600)
-				return path
-			}
-			if _, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"a.txt": "alpha", "sub/b.txt": "beta"}), a.ID+":/workspace/proj"); code != 0 {
+			if _, errs, code := n.cli(t, "cp", "--tar", tarOf(t, map[string]string{"a.txt": "alpha", "sub/b.txt": "beta"}), a.ID+":/workspace/proj"); code != 0 {
 				t.Fatalf("tar upload: %s", errs)
 			}
 			if out, _, _ := n.exec(t, a.ID, "cat", "/workspace/proj/sub/b.txt"); out != "beta" {
 				t.Fatalf("unpacked file: %q", out)
 			}
-			_, errs, code := n.cli(t, "cp", "--tar", mkTar(map[string]string{"../escape.txt": "nope"}), a.ID+":/workspace/proj")
+			_, errs, code := n.cli(t, "cp", "--tar", tarOf(t, map[string]string{"../escape.txt": "nope"}), a.ID+":/workspace/proj")
 			if code == 0 || !strings.Contains(errs, "..") {
 				t.Fatalf("an archive with a ../ member: exit %d %s", code, errs)
 			}

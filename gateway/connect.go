@@ -90,11 +90,18 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 	if tconn.ConnectionState().NegotiatedProtocol != "h2" {
 		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(remote, x, reason) })
 	}
-	l := newConnListener(conn2)
-	inner := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.serveIntercepted(w, r, host, port, x.bearer, x.dest)
-		}),
+	serveOne(conn2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.serveIntercepted(w, r, host, port, x.bearer, x.dest)
+	}), serverProtocols)
+}
+
+// serveOne serves HTTP on the single connection c until it is closed or hijacked: the server
+// of an intercepted session and of a redirected plain connection alike. protocols nil means
+// HTTP/1 only.
+func serveOne(c net.Conn, h http.Handler, protocols *http.Protocols) {
+	l := newConnListener(c)
+	srv := &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -103,9 +110,9 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 				l.Close()
 			}
 		},
-		Protocols: serverProtocols,
+		Protocols: protocols,
 	}
-	inner.Serve(l)
+	srv.Serve(l)
 }
 
 // serverProtocols are what intercepted sessions speak towards the sandbox.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -133,21 +132,9 @@ func (p *Proxy) serveRedirectedTLS(c net.Conn, x *exchange) {
 func (p *Proxy) serveRedirectedHTTP(c net.Conn, x *exchange) {
 	remote := c.RemoteAddr().String()
 	fc := newFramingConn(c, func(reason string) { p.recordFraming(remote, x, reason) })
-	l := newConnListener(fc)
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.serveRedirectedRequest(w, r, x.port, x.dest)
-		}),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          log.New(io.Discard, "", 0),
-		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateClosed || st == http.StateHijacked {
-				l.Close()
-			}
-		},
-	}
-	srv.Serve(l)
+	serveOne(fc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.serveRedirectedRequest(w, r, x.port, x.dest)
+	}), nil)
 }
 
 // serveRedirectedRequest is ServeHTTP for a request that came without the proxy: origin-form,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -150,10 +151,10 @@ func scanTree(r io.Reader, uid uint32) ([]string, error) {
 		if h.Typeflag == tar.TypeDir {
 			found[name+"/"] = true
 		}
-		if h.Typeflag == tar.TypeReg && h.Mode&(04000|02000) != 0 {
+		if m := h.FileInfo().Mode(); m.IsRegular() && m&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
 			setuid = append(setuid, "/"+name)
 		}
-		if name == "etc/passwd" && h.Typeflag == tar.TypeReg {
+		if name == "etc/passwd" && h.FileInfo().Mode().IsRegular() {
 			if passwd, err = io.ReadAll(io.LimitReader(tr, 1<<20)); err != nil {
 				return nil, fmt.Errorf("reading the image's /etc/passwd: %w", err)
 			}
