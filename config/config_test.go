@@ -58,6 +58,8 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"root user by name", "templates:\n  - name: r\n    user: root\n", "templates[0].user"},
 		{"root group", "templates:\n  - name: r\n    user: \"10001:0\"\n", "templates[0].user"},
 		{"no nofile limit", "templates:\n  - name: r\n    nofile: 0\n", "templates[0].nofile"},
+		{"platform under runc", "templates:\n  - name: r\n    platform: ptrace\n", "templates[0].platform: is gVisor's, for runtime runsc only"},
+		{"unknown platform", "templates:\n  - name: r\n    runtime: runsc\n    platform: kvmm\n", `templates[0].platform: "kvmm" is not one of systrap, ptrace, kvm`},
 		{"api beyond loopback", "api:\n  listen: 0.0.0.0:7070\n", "api.listen"},
 		{"unknown field", "gatewy:\n  port: 1\n", "field gatewy not found"},
 		{"bad subnet", "network:\n  subnet: 10.0.0.1/24\n", "network.subnet"},

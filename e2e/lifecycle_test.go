@@ -74,23 +74,45 @@ func TestStopAndKillLeaveNothing(t *testing.T) {
 	})
 }
 
-// TestBadConfigStopsStartup checks that a wrong field stops `airlock up` with its name, before
-// anything is started.
+// TestBadConfigStopsStartup checks that a wrong field, or a template whose runtime the engine
+// lacks, stops `airlock up` with its name and what to do, before anything is started.
 func TestBadConfigStopsStartup(t *testing.T) {
-	dir := t.TempDir()
-	path := dir + "/bad.yaml"
-	if err := os.WriteFile(path, []byte("templates:\n  - name: big\n    memory_mb: 0\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// The engine registers systrap and ptrace (`make runsc`), not kvm: a template on gVisor's
+	// kvm platform needs an engine runtime runsc-kvm this one lacks.
+	if out, _ := docker("info", "--format", "{{range $k, $v := .Runtimes}}{{$k}} {{end}}"); strings.Contains(" "+out+" ", " runsc-kvm ") {
+		t.Fatalf("this engine registers runsc-kvm, so the missing-runtime case needs another platform: %s", out)
 	}
-	cmd := exec.Command(airlockBin, "up", "--config", path)
-	cmd.Env = append(os.Environ(), "AIRLOCK_STATE_DIR="+dir+"/state")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !strings.Contains(string(out), "templates[0].memory_mb: must be >= 16") {
-		t.Fatalf("airlock up with a bad config: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), "panic") {
-		t.Fatalf("panicked:\n%s", out)
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"a field out of range", "templates:\n  - name: big\n    memory_mb: 0\n", []string{"templates[0].memory_mb: must be >= 16"}},
+		{"a runtime the engine lacks", "templates:\n  - name: kv\n    runtime: runsc\n    platform: kvm\n", []string{
+			"template kv asks for runsc on gVisor's kvm platform (the engine runtime runsc-kvm), which this engine does not have",
+			`RUNSC_PLATFORMS="systrap ptrace kvm" make runsc`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := dir + "/bad.yaml"
+			if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(airlockBin, "up", "--config", path)
+			cmd.Env = append(os.Environ(), "AIRLOCK_STATE_DIR="+dir+"/state")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("airlock up did not fail: %v\n%s", err, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("the refusal does not say %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(string(out), "panic") {
+				t.Fatalf("panicked:\n%s", out)
+			}
+		})
 	}
 }
 

@@ -29,6 +29,7 @@ var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-
 	Templates: `  - {name: python, image: "airlock/python:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
   - {name: node, image: "airlock/node:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
   - {name: gvisor, runtime: runsc, min_warm: 2, max_total: 8, default_ttl: 10m, max_ttl: 1h, wait_for: 1m}
+  - {name: gvisor-ptrace, runtime: runsc, platform: ptrace, min_warm: 0, max_total: 2, on_empty: cold}
   - {name: built, min_warm: 2, max_total: 4, wait_for: 2m, build: {dockerfile: DIR/built/Dockerfile}}
   - {name: devc, min_warm: 1, max_total: 2, wait_for: 2m, devcontainer: DIR/devc/.devcontainer/devcontainer.json}
 `}

@@ -79,6 +79,55 @@ func TestOneWayOut(t *testing.T) {
 			}
 		})
 
+		t.Run("DNS goes to the resolver and nowhere else", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			// The resolver the sandbox is told of is the node's, and the sandbox cannot change that.
+			if out, _, _ := n.exec(t, a.ID, "grep", "^nameserver", "/etc/resolv.conf"); strings.TrimSpace(out) != "nameserver "+hostIP {
+				t.Errorf("resolv.conf names %q, want only the node's resolver at %s", out, hostIP)
+			}
+			if _, _, code := n.exec(t, a.ID, "sh", "-c", "echo nameserver 10.215.0.10 > /etc/resolv.conf"); code == 0 {
+				t.Error("the sandbox rewrote /etc/resolv.conf")
+			}
+			// Control: the resolver answers a query sent to it by address.
+			if out, _, _ := n.exec(t, a.ID, "dig", "+short", "+tries=1", "+time=3", "@"+hostIP, "api.example.test"); strings.TrimSpace(out) == "" {
+				t.Fatal("control: the node's resolver gave no answer for an allowed name")
+			}
+			// Another DNS server on the host's bridge address, and one past the host: queries
+			// to either never arrive.
+			host, err := net.ListenPacket("udp", "0.0.0.0:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer host.Close()
+			got := make(chan string, 8)
+			go func() {
+				buf := make([]byte, 1500)
+				for {
+					_, from, err := host.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					got <- from.String()
+				}
+			}()
+			outside := startOutsideServer(t)
+			hostPort := strconv.Itoa(host.LocalAddr().(*net.UDPAddr).Port)
+			for _, server := range [][]string{{"@" + hostIP, "-p", hostPort}, {"@" + outside}, {"@" + outside, "+tcp"}} {
+				out, _, code := n.exec(t, a.ID, append([]string{"dig", "+tries=1", "+time=2"}, append(server, "api.example.test")...)...)
+				if code == 0 || strings.Contains(out, "ANSWER SECTION") {
+					t.Errorf("dig %v answered from the sandbox (exit %d):\n%s", server, code, out)
+				}
+			}
+			select {
+			case from := <-got:
+				t.Errorf("a DNS server on the host received a query from %s", from)
+			case <-time.After(200 * time.Millisecond):
+			}
+			if logs, _ := docker("logs", outsideName); strings.Contains(logs, "datagram from "+a.Address) {
+				t.Errorf("the DNS server past the host received a query from the sandbox:\n%s", logs)
+			}
+		})
+
 		t.Run("no Docker socket", func(t *testing.T) {
 			a := n.lease(t, "api.example.test")
 			if _, _, code := n.exec(t, a.ID, "test", "-d", "/var/run"); code != 0 {
@@ -186,25 +235,30 @@ func TestOneWayOut(t *testing.T) {
 // TestSandboxHardened checks the floor every sandbox starts from: no setuid or setgid files, a
 // numeric user that is not root, and limits on open files and processes.
 func TestSandboxHardened(t *testing.T) {
-	n := sharedNode(t)
-	a := n.lease(t, "api.example.test")
-	if out, errs, code := n.exec(t, a.ID, "sh", "-c", "find / -xdev -type f \\( -perm -4000 -o -perm -2000 \\) 2>/dev/null"); strings.TrimSpace(out) != "" {
-		t.Errorf("setuid or setgid files in the sandbox (exit %d, %s):\n%s", code, errs, out)
-	}
-	out, errs, code := n.exec(t, a.ID, "bash", "-c", "echo $(id -u):$(id -g) $(ulimit -n) $(ulimit -u)")
-	if code != 0 {
-		t.Fatalf("probe: exit %d: %s", code, errs)
-	}
-	if got := strings.TrimSpace(out); got != "10001:10001 4096 4096" {
-		t.Errorf("uid:gid nofile nproc = %q, want \"10001:10001 4096 4096\"", got)
-	}
+	eachRuntime(t, sharedNode(t), func(t *testing.T, n *shared) {
+		a := n.lease(t, "api.example.test")
+		if out, errs, code := n.exec(t, a.ID, "sh", "-c", "find / -xdev -type f \\( -perm -4000 -o -perm -2000 \\) 2>/dev/null"); strings.TrimSpace(out) != "" {
+			t.Errorf("setuid or setgid files in the sandbox (exit %d, %s):\n%s", code, errs, out)
+		}
+		out, errs, code := n.exec(t, a.ID, "bash", "-c", "echo $(id -u):$(id -g) $(ulimit -n) $(ulimit -u)")
+		if code != 0 {
+			t.Fatalf("probe: exit %d: %s", code, errs)
+		}
+		if got := strings.TrimSpace(out); got != "10001:10001 4096 4096" {
+			t.Errorf("uid:gid nofile nproc = %q, want \"10001:10001 4096 4096\"", got)
+		}
+	})
 }
 
-// startOutsideServer runs a web server in a container on a routed Docker network of the test's
-// own (not the sandbox network), checks that the host reaches it, and returns its address.
+// outsideName is the container startOutsideServer runs.
+const outsideName = "airlock-e2e-outside"
+
+// startOutsideServer runs, in a container on a routed Docker network of the test's own (not the
+// sandbox network), a web server on port 8080 and a UDP echo server on port 53 that logs each
+// datagram's source; it checks that the host reaches both, and returns the address.
 func startOutsideServer(t *testing.T) string {
 	t.Helper()
-	const name, addr = "airlock-e2e-outside", "10.215.0.10"
+	const name, addr = outsideName, "10.215.0.10"
 	docker("rm", "-f", name)
 	docker("network", "rm", name)
 	if out, err := docker("network", "create", "--subnet", "10.215.0.0/24", name); err != nil {
@@ -214,16 +268,38 @@ func startOutsideServer(t *testing.T) string {
 		docker("rm", "-f", name)
 		docker("network", "rm", name)
 	})
-	if out, err := docker("run", "-d", "--name", name, "--network", name, "--ip", addr,
-		"airlock/default:latest", "python3", "-m", "http.server", "8080", "--directory", "/tmp"); err != nil {
+	const echo = `import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 53))
+while True:
+    d, a = s.recvfrom(4096)
+    print("datagram from", a[0], flush=True)
+    s.sendto(d, a)
+`
+	if out, err := docker("run", "-d", "--name", name, "--network", name, "--ip", addr, "airlock/default:latest",
+		"sh", "-c", `python3 -c "$1" & exec python3 -m http.server 8080 --directory /tmp`, "outside", echo); err != nil {
 		t.Fatalf("starting the outside server: %v: %s", err, out)
 	}
-	eventually(t, 20*time.Second, "the host to reach the outside server (the control)", func() bool {
+	eventually(t, 20*time.Second, "the host to reach the outside server's TCP port 8080 (the control)", func() bool {
 		c, err := net.DialTimeout("tcp", addr+":8080", time.Second)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
+	})
+	eventually(t, 20*time.Second, "the outside server to echo a datagram the host sends to its UDP port 53 (the control)", func() bool {
+		c, err := net.Dial("udp", addr+":53")
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return false
+		}
+		buf := make([]byte, 16)
+		k, err := c.Read(buf)
+		return err == nil && string(buf[:k]) == "ping"
 	})
 	return addr
 }

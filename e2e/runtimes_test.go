@@ -40,11 +40,22 @@ func TestGVisorTier(t *testing.T) {
 		t.Errorf("a script in the workspace: exit %d %q %s", code, out, errs)
 	}
 	out, errs, code = n.cli(t, "verify", "--template", "gvisor")
-	if code != 0 || !strings.Contains(out, "runtime runsc, kernel 4.19.0-gvisor") || !strings.Contains(out, "checks passed") {
+	if code != 0 || !strings.Contains(out, "runtime runsc/systrap, kernel 4.19.0-gvisor") || !strings.Contains(out, "checks passed") {
 		t.Errorf("airlock verify --template gvisor: exit %d\n%s\n%s", code, out, errs)
 	}
-	if out, _, _ := n.cli(t, "pools"); !strings.Contains(out, "gvisor") || !regexp.MustCompile(`gvisor +node \S+ +runtime runsc`).MatchString(out) {
+	if out, _, _ := n.cli(t, "pools"); !strings.Contains(out, "gvisor") || !regexp.MustCompile(`gvisor +node \S+ +runtime runsc/systrap `).MatchString(out) {
 		t.Errorf("airlock pools does not show the gvisor template's runtime:\n%s", out)
+	}
+	// The other platform registered, ptrace, is an engine runtime of its own, started cold.
+	p := n.leaseWith(t, "--template", "gvisor-ptrace", "--allow", "api.example.test=demo")
+	if out, err := docker("inspect", "--format", "{{.HostConfig.Runtime}}", p.Sandbox); err != nil || strings.TrimSpace(out) != "runsc-ptrace" {
+		t.Errorf("the gvisor-ptrace sandbox runs under %q (%v), want runsc-ptrace", out, err)
+	}
+	if out, errs, code := n.exec(t, p.ID, "sh", "-c", "uname -r && curl -sS https://api.example.test/whoami"); code != 0 || !strings.Contains(out, "gvisor") || !strings.Contains(out, "whoami ok") {
+		t.Errorf("under ptrace, uname and a request through the gateway: exit %d %q %s", code, out, errs)
+	}
+	if out, _, _ := n.cli(t, "pools"); !regexp.MustCompile(`gvisor-ptrace +node \S+ +runtime runsc/ptrace `).MatchString(out) {
+		t.Errorf("airlock pools does not show the ptrace platform:\n%s", out)
 	}
 	// gVisor's netstack has no IPv6 sysctls; what matters is that no IPv6 address is up.
 	if out, _, _ := n.exec(t, a.ID, "sh", "-c", "ip -6 addr 2>/dev/null | grep inet6 || true"); strings.TrimSpace(out) != "" {

@@ -95,7 +95,7 @@ func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authorit
 	b, err := docker.NewBackend(docker.BackendConfig{
 		Node: cfg.Node, Network: cfg.Network.Name, Bridge: cfg.Network.Bridge, Subnet: cfg.Subnet(),
 		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, TransparentPort: max(cfg.Gateway.TransparentPort, 0),
-		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop, Runtimes: runtimesOf(cfg.Templates),
+		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop, Templates: cfg.Templates,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -109,19 +109,6 @@ func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authorit
 			log.Error("tearing down the sandbox backend", "err", err)
 		}
 	}, nil
-}
-
-// runtimesOf maps each OCI runtime the templates ask for to the templates that do.
-func runtimesOf(ts []pool.Template) map[string][]string {
-	out := map[string][]string{}
-	for _, t := range ts {
-		rt := t.Runtime
-		if rt == "" {
-			rt = "runc"
-		}
-		out[rt] = append(out[rt], t.Name)
-	}
-	return out
 }
 
 // buildMissing builds the images of templates made from a Dockerfile or a devcontainer.json

@@ -937,11 +937,20 @@ type PoolStatus struct {
 	Leased   int    `json:"leased"`
 	MinWarm  int    `json:"min_warm"`
 	MaxTotal int    `json:"max_total"`
-	Runtime  string `json:"runtime"` // the OCI runtime its sandboxes run under: runc, runsc
+	Runtime  string `json:"runtime"`            // the OCI runtime its sandboxes run under: runc, runsc
+	Platform string `json:"platform,omitempty"` // gVisor's platform under runsc: systrap, ptrace, kvm
 	// Image is the image id new sandboxes are made from; ImageError says why there is none
 	// (missing, or failing the hardening checks).
 	Image      string `json:"image,omitempty"`
 	ImageError string `json:"image_error,omitempty"`
+}
+
+// RuntimeName is the runtime with its platform, when it has one: "runc", "runsc/systrap".
+func (p PoolStatus) RuntimeName() string {
+	if p.Platform == "" {
+		return p.Runtime
+	}
+	return p.Runtime + "/" + p.Platform
 }
 
 // Pools reports each template's pool.
@@ -956,10 +965,8 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal, Runtime: t.Runtime}
-		if ps.Runtime == "" {
-			ps.Runtime = "runc"
-		}
+		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal}
+		ps.Runtime, ps.Platform = t.RuntimePlatform()
 		m.mu.Lock()
 		if im := m.images[t.Name]; im.err != nil {
 			ps.ImageError = im.err.Error()

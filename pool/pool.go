@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,11 +47,15 @@ type Template struct {
 	// NoFile caps open files per process (RLIMIT_NOFILE). NProc caps processes of the sandbox
 	// user (RLIMIT_NPROC), which the kernel counts across every sandbox running as that uid on
 	// the host, so it must leave room for all of them; Pids is what bounds one sandbox.
-	NoFile  int64             `yaml:"nofile"`
-	NProc   int64             `yaml:"nproc"`
-	Runtime string            `yaml:"runtime"` // "runc" (default) or "runsc"
-	Env     map[string]string `yaml:"env"`     // non-secret environment
-	MinWarm int               `yaml:"min_warm"`
+	NoFile  int64  `yaml:"nofile"`
+	NProc   int64  `yaml:"nproc"`
+	Runtime string `yaml:"runtime"` // "runc" (default) or "runsc"
+	// Platform is how gVisor's runsc intercepts the sandbox's system calls: "systrap" (the
+	// default), "ptrace", or "kvm" where the host's CPU offers it. Only with runtime runsc;
+	// each platform is its own engine runtime (EngineRuntime), which `make runsc` registers.
+	Platform string            `yaml:"platform"`
+	Env      map[string]string `yaml:"env"` // non-secret environment
+	MinWarm  int               `yaml:"min_warm"`
 	// OnEmpty says what a lease does when no sandbox is warm: "wait" (default) up to WaitFor for
 	// the refill, or "cold" to start one for this lease.
 	OnEmpty    string        `yaml:"on_empty"`
@@ -79,6 +84,32 @@ type Build struct {
 	Dockerfile string            `yaml:"dockerfile"` // default: Dockerfile in Context
 	Context    string            `yaml:"context"`    // default: the Dockerfile's folder
 	Args       map[string]string `yaml:"args"`       // build arguments; never secrets (they stay in the image's history)
+}
+
+// Platforms are gVisor's platforms a runsc template may name; the first is the default.
+var Platforms = []string{"systrap", "ptrace", "kvm"}
+
+// RuntimePlatform is t's runtime and, under runsc, the platform it runs on ("runsc", "systrap"),
+// with the defaults filled in.
+func (t Template) RuntimePlatform() (runtime, platform string) {
+	switch {
+	case t.Runtime == "" || t.Runtime == "runc":
+		return "runc", ""
+	case t.Platform == "":
+		return t.Runtime, Platforms[0]
+	}
+	return t.Runtime, t.Platform
+}
+
+// EngineRuntime is the name the container engine knows t's runtime by: "runc"; "runsc" for
+// gVisor on its default platform; "runsc-ptrace" or "runsc-kvm" for the others, each
+// registered with its own --platform argument.
+func (t Template) EngineRuntime() string {
+	rt, platform := t.RuntimePlatform()
+	if platform == "" || platform == Platforms[0] {
+		return rt
+	}
+	return rt + "-" + platform
 }
 
 // Built reports whether t's image is built from a Dockerfile or a devcontainer.json.
@@ -126,6 +157,12 @@ func (t Template) Validate() []error {
 	}
 	if t.Runtime != "runc" && t.Runtime != "runsc" {
 		bad("runtime", "%q is not runc or runsc", t.Runtime)
+	}
+	switch {
+	case t.Platform != "" && t.Runtime != "runsc":
+		bad("platform", "is gVisor's, for runtime runsc only")
+	case t.Runtime == "runsc" && !slices.Contains(Platforms, t.Platform) && t.Platform != "":
+		bad("platform", "%q is not one of %s", t.Platform, strings.Join(Platforms, ", "))
 	}
 	if t.MinWarm < 0 || (t.MaxTotal > 0 && t.MinWarm > t.MaxTotal) {
 		bad("min_warm", "must be between 0 and max_total")

@@ -4,12 +4,14 @@
 # keeping what else the file says. An engine already running reloads the file on SIGHUP and is
 # never restarted; one that is not running is started by engine.sh and reads it. The binary is
 # cached outside the checkout, keyed by the module's go.mod and go.sum (about two minutes to
-# build on 2 cores); a second run changes nothing. RUNSC_PLATFORM is gVisor's platform:
-# systrap (the default, which works here), ptrace, or kvm where the CPU offers it.
+# build on 2 cores); a second run changes nothing. RUNSC_PLATFORMS are gVisor's platforms to
+# register, each as its own engine runtime: systrap as "runsc", the others as "runsc-<platform>"
+# (a template's platform field picks one). The default is "systrap ptrace"; add kvm where the
+# CPU offers it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${AIRLOCK_CACHE:-/var/cache/airlock}
-platform=${RUNSC_PLATFORM:-systrap}
+platforms=${RUNSC_PLATFORMS:-systrap ptrace}
 daemon_json=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 pidfile=${DOCKER_PIDFILE:-/var/run/docker.pid}
 key=$(cat tools/runsc/go.mod tools/runsc/go.sum | sha256sum | cut -c1-16)
@@ -26,18 +28,34 @@ ln -sfn "$out" bin/runsc
 reg="$cache/runsc-$key/register"
 [ -x "$reg" ] || (cd tools/runsc && go build -o "$reg" ./register)
 
-registered() { docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null | grep -qw runsc; }
-set +e
-"$reg" -file "$daemon_json" -name runsc -path "$out" -arg "--platform=$platform"
-rc=$?
-set -e
-case $rc in
-0) echo "runsc: registered in $daemon_json (platform $platform)" ;;
-3) ;;
-*) exit 1 ;;
-esac
+names=()
+changed=0
+for platform in $platforms; do
+	case $platform in
+	systrap) name=runsc ;;
+	ptrace | kvm) name=runsc-$platform ;;
+	*) echo "runsc: RUNSC_PLATFORMS names $platform, which is not systrap, ptrace or kvm" >&2; exit 1 ;;
+	esac
+	names+=("$name")
+	set +e
+	"$reg" -file "$daemon_json" -name "$name" -path "$out" -arg "--platform=$platform"
+	rc=$?
+	set -e
+	case $rc in
+	0) echo "runsc: registered $name (platform $platform) in $daemon_json"; changed=1 ;;
+	3) ;;
+	*) exit 1 ;;
+	esac
+done
+registered() {
+	local have
+	have=$(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null) || return 1
+	for n in "${names[@]}"; do
+		[[ " $have " == *" $n "* ]] || return 1
+	done
+}
 if docker info >/dev/null 2>&1; then
-	if [ "$rc" = 0 ] || ! registered; then
+	if [ "$changed" = 1 ] || ! registered; then
 		pid=$(cat "$pidfile" 2>/dev/null || pidof dockerd || true)
 		[ -n "$pid" ] || { echo "runsc: the engine answers but its pid is not known; reload it yourself (SIGHUP to dockerd)" >&2; exit 1; }
 		kill -HUP "$pid"
@@ -49,5 +67,5 @@ for _ in $(seq 1 60); do
 	registered && exit 0
 	sleep 0.5
 done
-echo "runsc: the engine does not list the runsc runtime 30 s after reading $daemon_json" >&2
+echo "runsc: the engine does not list the runtimes ${names[*]} 30 s after reading $daemon_json" >&2
 exit 1

@@ -94,9 +94,9 @@ func cmdPools(args []string) int {
 		return 0
 	}
 	for _, p := range ps {
-		fmt.Printf("%-12s node %-8s runtime %-5s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.Runtime, p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
+		fmt.Printf("%-14s node %-8s runtime %-13s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.RuntimeName(), p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
 		if p.ImageError != "" {
-			fmt.Printf("%-12s image: %s\n", "", strings.ReplaceAll(p.ImageError, "\n", "\n"+strings.Repeat(" ", 20)))
+			fmt.Printf("%-14s image: %s\n", "", strings.ReplaceAll(p.ImageError, "\n", "\n"+strings.Repeat(" ", 22)))
 		}
 	}
 	return 0

@@ -194,10 +194,11 @@ func engineCanRun(ctx context.Context, ts []pool.Template) []pool.Template {
 	if err != nil {
 		return ts
 	}
+	have := docker.RuntimesOf(info)
 	var out []pool.Template
 	for _, t := range ts {
-		if _, ok := info.Runtimes[t.Runtime]; !ok && t.Runtime != "" {
-			fmt.Fprintf(os.Stderr, "airlock: template %s needs the %s runtime, which this engine lacks (`make runsc` builds and registers it); not warmed\n", t.Name, t.Runtime)
+		if err := docker.CannotRun(have, t); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock: %v; not warmed\n", err)
 			continue
 		}
 		out = append(out, t)

@@ -82,7 +82,7 @@ func cmdVerify(args []string) int {
 	if ps, err := c.Pools(ctx); err == nil {
 		for _, p := range ps {
 			if p.Template == l.Template && p.Runtime != "" {
-				runtime = p.Runtime
+				runtime = p.RuntimeName()
 			}
 		}
 	}

@@ -10,9 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 
 	"software.sslmate.com/src/go-pkcs12"
 
@@ -39,9 +37,9 @@ type BackendConfig struct {
 	CAPEM    []byte
 	// KeepOnStop keeps sandboxes, network and firewall across a stop of the node.
 	KeepOnStop bool
-	// Runtimes are the OCI runtimes the node's templates ask for, each with the templates that
-	// do; Setup fails, naming them, when the engine lacks one.
-	Runtimes map[string][]string
+	// Templates are the node's templates; Setup fails, naming each, when the engine cannot run
+	// one's runtime (CannotRun).
+	Templates []pool.Template
 }
 
 // Backend is the Docker pool.Backend: the Runtime, the internal sandbox network, and the host
@@ -117,20 +115,10 @@ func (b *Backend) checkRuntimes(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	for rt, templates := range b.cfg.Runtimes {
-		if !slices.Contains(have, rt) {
-			errs = append(errs, fmt.Errorf("template %s asks for the %s runtime, which this engine does not have (it has %s)%s",
-				strings.Join(templates, ", "), rt, strings.Join(have, ", "), installHint(rt)))
-		}
+	for _, t := range b.cfg.Templates {
+		errs = append(errs, CannotRun(have, t))
 	}
 	return errors.Join(errs...)
-}
-
-func installHint(rt string) string {
-	if rt == "runsc" {
-		return ": `make runsc` (scripts/runsc.sh) builds gVisor's runsc and registers it with the engine"
-	}
-	return ""
 }
 
 // Teardown removes the network and the firewall rules, unless sandboxes are kept: they keep

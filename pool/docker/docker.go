@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -100,13 +101,66 @@ func (r *Runtime) BuildMissing(ctx context.Context, t pool.Template, w io.Writer
 // HostAddr is the host's address on the sandbox network: where the gateway and resolver listen.
 func (r *Runtime) HostAddr() netip.Addr { return r.gw }
 
-// EngineRuntimes lists the OCI runtimes the engine can run containers with, sorted.
-func (r *Runtime) EngineRuntimes(ctx context.Context) ([]string, error) {
+// EngineRuntimes are the OCI runtimes the engine can run containers with, each with the
+// arguments the engine passes it.
+func (r *Runtime) EngineRuntimes(ctx context.Context) (map[string][]string, error) {
 	info, err := r.cli.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("docker: info: %w", err)
 	}
-	return slices.Sorted(maps.Keys(info.Runtimes)), nil
+	return RuntimesOf(info), nil
+}
+
+// RuntimesOf lists the runtimes an engine's info names, each with its arguments.
+func RuntimesOf(info system.Info) map[string][]string {
+	out := make(map[string][]string, len(info.Runtimes))
+	for name, rt := range info.Runtimes {
+		out[name] = rt.Args
+	}
+	return out
+}
+
+// CannotRun says why an engine with runtimes (EngineRuntimes) cannot run t's sandboxes, or is
+// nil: the engine lacks t's runtime, or runs gVisor on a platform other than the one t names.
+func CannotRun(runtimes map[string][]string, t pool.Template) error {
+	name := t.EngineRuntime()
+	rt, platform := t.RuntimePlatform()
+	args, ok := runtimes[name]
+	if !ok {
+		have := slices.Sorted(maps.Keys(runtimes))
+		what := "the " + name + " runtime"
+		if platform != "" {
+			what = fmt.Sprintf("%s on gVisor's %s platform (the engine runtime %s)", rt, platform, name)
+		}
+		return fmt.Errorf("template %s asks for %s, which this engine does not have (it has %s)%s",
+			t.Name, what, strings.Join(have, ", "), installHint(rt, platform))
+	}
+	if platform == "" {
+		return nil
+	}
+	// gVisor runs on systrap when no --platform is given.
+	got := pool.Platforms[0]
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--platform="); ok {
+			got = v
+		}
+	}
+	if got != platform {
+		return fmt.Errorf("template %s asks for gVisor's %s platform, but the engine runs its %s runtime on %s (runtimeArgs %q)%s",
+			t.Name, platform, name, got, args, installHint(rt, platform))
+	}
+	return nil
+}
+
+func installHint(rt, platform string) string {
+	if rt != "runsc" {
+		return ""
+	}
+	hint := ": `make runsc` (scripts/runsc.sh) builds gVisor's runsc and registers it with the engine"
+	if platform != pool.Platforms[0] {
+		hint += fmt.Sprintf(" on the platforms RUNSC_PLATFORMS names (systrap and ptrace unless it is set; add %s: RUNSC_PLATFORMS=\"systrap ptrace %s\" make runsc)", platform, platform)
+	}
+	return hint
 }
 
 // Ping checks that the engine answers.
@@ -191,10 +245,7 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		}
 		return o
 	}
-	runtime := t.Runtime
-	if runtime == "" {
-		runtime = "runc"
-	}
+	runtime := t.EngineRuntime()
 	pids := t.Pids
 	init := true // an init (Docker's tini) as PID 1 reaps what killed commands leave behind
 	hc := &container.HostConfig{
