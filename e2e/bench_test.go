@@ -9,14 +9,20 @@ import (
 )
 
 // TestPoolBenchRuns: `make bench-pool`'s harness still runs against the real engine, under runc
-// and runsc (a change to what a sandbox mounts once broke its cold starts without any test
-// noticing).
+// and runsc, cold starts and a whole node alike (a change to what a sandbox mounts once broke
+// its cold starts without any test noticing).
 func TestPoolBenchRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "run", "../bench/poolbench", "-n", "5", "-cold", "1", "-images", "airlock/default:latest").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "under runc: cold start") || !strings.Contains(string(out), "under runsc: cold start") ||
-		!strings.Contains(string(out), "| 1 | 5 |") {
+	out, err := exec.CommandContext(ctx, "go", "run", "../bench/poolbench", "-n", "5", "-cold", "1", "-images", "airlock/default:latest",
+		"-node", "-rounds", "1", "-warm", "2", "-requests", "2", "-vault", "../bin/vault").CombinedOutput()
+	if err != nil {
 		t.Fatalf("poolbench: %v\n%s", err, out)
+	}
+	for _, want := range []string{"under runc: cold start", "under runsc: cold start", "| 1 | 5 |",
+		"| runc | 10 | 2 |", "| runsc | 10 | 2 |", "| runsc | kept alive |", "| warm lease p99 @10 |", "| gateway added p50 (fresh) |"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("poolbench printed no %q:\n%s", want, out)
+		}
 	}
 }

@@ -37,17 +37,34 @@ func main() {
 	cold := flag.Int("cold", 0, "also start this many real sandboxes on the local Docker engine, for cold start and memory")
 	images := flag.String("images", "airlock/default:latest,airlock/python:latest,airlock/node:latest", "sandbox images for -cold, comma-separated: one measurement each, under runc")
 	gvisor := flag.String("gvisor", "airlock/default:latest", "also measure this image under runsc, when the engine has it (empty: no)")
+	var nr nodeRun
+	whole := flag.Bool("node", false, "also run a whole node with real warm sandboxes under each runtime: leases, first exec, the gateway's latency from inside")
+	flag.IntVar(&nr.Rounds, "rounds", 3, "with -node: rounds of leases per concurrency level")
+	flag.IntVar(&nr.Warm, "warm", 10, "with -node: warm sandboxes per runtime, leased in each round")
+	flag.StringVar(&nr.Vault, "vault", "bin/vault", "with -node: the Vault binary (make vault)")
+	flag.IntVar(&nr.Requests, "requests", 50, "with -node: requests per connection mode for the gateway's latency")
 	flag.Parse()
+	figs := figures{}
+	rts := []string{"runc"}
+	if *gvisor != "" && engineHas("runsc") {
+		rts = append(rts, "runsc")
+	}
 	if *cold > 0 {
 		for _, image := range strings.Split(*images, ",") {
-			coldStarts(*cold, image, "runc")
+			coldStarts(*cold, image, "runc", figs)
 		}
-		if *gvisor != "" && engineHas("runsc") {
-			coldStarts(*cold, *gvisor, "runsc")
+		if len(rts) > 1 {
+			coldStarts(*cold, *gvisor, "runsc", figs)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if *whole {
+		if err := nodeBench(ctx, rts, nr, figs); err != nil {
+			log.Fatalf("the whole-node phase: %v", err)
+		}
+	}
+	defer figs.ratios()
 	dir, _ := os.MkdirTemp("", "poolbench")
 	defer os.RemoveAll(dir)
 	sink, err := audit.OpenFile(audit.FileConfig{Path: dir + "/audit.jsonl"})
@@ -78,6 +95,8 @@ func main() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	scopes := []scope.Scope{{Host: "api.github.com", Methods: []string{"GET"}}, {Host: "*.pythonhosted.org"}}
+	fmt.Println("The lease path alone (sandboxes registered by a runtime that starts nothing):")
+	fmt.Println()
 	fmt.Println("| concurrent clients | leases | p50 ms | p99 ms | leases/s |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, conc := range []int{1, 10, 50} {
@@ -131,7 +150,8 @@ func main() {
 // coldStarts creates n hardened sandboxes one after another on the local engine, reporting the
 // time each Create took (container create, start and address) and the memory each idle sandbox
 // uses, then removes them and their network.
-func coldStarts(n int, image, runtime string) {
+// The default image's figures go into figs, for the runsc/runc ratios.
+func coldStarts(n int, image, runtime string, figs figures) {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "poolbench-cold")
 	defer os.RemoveAll(dir)
@@ -184,12 +204,18 @@ func coldStarts(n int, image, runtime string) {
 		}
 		mem = append(mem, v)
 	}
-	slices.Sort(took)
 	slices.Sort(mem)
-	fmt.Printf("%s under %s: cold start (create, start and address a hardened sandbox, %d in a row): p50 %d ms, max %d ms\n",
-		image, runtime, n, took[len(took)/2].Milliseconds(), took[len(took)-1].Milliseconds())
+	fmt.Printf("%s under %s: cold start (create, start and address a hardened sandbox, %d in a row): p50 %.0f ms, p99 %.0f ms\n",
+		image, runtime, n, ms(pct(took, 0.5)), ms(pct(took, 0.99)))
+	if image == "airlock/default:latest" {
+		figs.set(runtime, "cold start p50", ms(pct(took, 0.5)))
+		figs.set(runtime, "cold start p99", ms(pct(took, 0.99)))
+	}
 	if len(mem) > 0 {
 		fmt.Printf("Memory per idle warm sandbox (docker stats): median %.2f MiB, max %.2f MiB\n\n", mem[len(mem)/2], mem[len(mem)-1])
+		if image == "airlock/default:latest" {
+			figs.set(runtime, "idle memory MiB (median)", mem[len(mem)/2])
+		}
 	}
 }
 

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/node"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
+)
+
+// nodeRun is what the whole-node phase measures and how much of it.
+type nodeRun struct {
+	Rounds   int    // rounds of leases per concurrency level, each of Warm leases
+	Warm     int    // warm sandboxes per template, leased in one round
+	Requests int    // requests per mode for the gateway's added latency
+	Vault    string // the Vault binary the dev stack runs
+}
+
+// nodeBench runs a whole node in this process on its own network, with the dev stack around it
+// (Redis, a Vault dev server, the demo upstream) and one template per runtime of rts, each
+// holding n.Warm real warm sandboxes. For each runtime it measures, through the API, warm
+// leases at 1 and 10 clients and each lease's first exec, then the gateway's added latency seen
+// from inside a sandbox: the same HTTPS request to the demo upstream through the gateway (which
+// injects the demo credential) less the host's own request straight to it, on a fresh
+// connection per request and on one kept alive.
+func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error {
+	if _, err := exec.LookPath("curl"); err != nil {
+		return errors.New("the host's curl is needed for the direct baseline (scripts/bench-pool.sh installs it)")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "poolbench-node")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg := config.DevDefaults()
+	cfg.Node, cfg.StateDir = "poolbench", dir
+	cfg.API.Listen = "127.0.0.1:0"
+	cfg.Network = config.Network{Name: "airlock-pbnode", Bridge: "airlock-pbn", Subnet: "10.221.0.0/24"}
+	cfg.Dev.DemoUpstream = "127.0.0.1:0"
+	if vault, err := filepath.Abs(n.Vault); err == nil {
+		cfg.Vault.Binary = vault
+	}
+	cfg.Templates = nil
+	for _, rt := range rts {
+		t := config.DefaultTemplate()
+		t.Name, t.Runtime, t.MinWarm, t.MaxTotal = rt, rt, n.Warm, 2*n.Warm+2
+		t.WaitFor = time.Minute
+		cfg.Templates = append(cfg.Templates, t)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	stack, err := devstack.Start(ctx, &cfg, func(string) string { return "" })
+	if err != nil {
+		return err
+	}
+	defer stack.Stop()
+	demo := ""
+	for _, u := range cfg.Gateway.PrivateUpstreams {
+		if u.Host == config.DemoHost {
+			demo = u.Address
+		}
+	}
+	deps := node.Deps{RedisURL: stack.RedisURL, VaultAddr: stack.VaultAddr, VaultToken: stack.VaultToken,
+		APIKeys: stack.APIKeys, Issuers: stack.Issuers, Minter: stack.Minter}
+	ready := make(chan node.Ready, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- node.Run(ctx, cfg, deps, slog.New(slog.NewTextHandler(io.Discard, nil)), func(r node.Ready) { ready <- r })
+	}()
+	defer func() {
+		cancel()
+		<-done // the node destroys its sandboxes and removes its network before it returns
+	}()
+	var r node.Ready
+	select {
+	case r = <-ready:
+	case err := <-done:
+		return fmt.Errorf("the node stopped before it was ready: %w", err)
+	case <-time.After(3 * time.Minute):
+		return errors.New("the node was not ready after 3 minutes")
+	}
+	c := &client.Client{Addr: r.API, Token: stack.APIKey}
+	warm := func(name string) error {
+		return waitFor(2*time.Minute, "the "+name+" template to hold "+strconv.Itoa(n.Warm)+" warm sandboxes", func() bool {
+			ps, err := c.Pools(ctx)
+			if err != nil {
+				return false
+			}
+			for _, p := range ps {
+				if p.Template == name {
+					return p.Warm >= n.Warm
+				}
+			}
+			return false
+		})
+	}
+	for _, rt := range rts {
+		if err := warm(rt); err != nil {
+			return err
+		}
+	}
+
+	fmt.Printf("Whole node, real warm sandboxes (%d per template; %d rounds of %d leases per level; the dev issuer mints each lease's token):\n\n", n.Warm, n.Rounds, n.Warm)
+	fmt.Println("| runtime | concurrent clients | leases | lease p50 ms | lease p99 ms | first exec p50 ms | first exec p99 ms |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, rt := range rts {
+		for _, conc := range []int{1, 10} {
+			var lat, first []time.Duration
+			for range n.Rounds {
+				if err := warm(rt); err != nil {
+					return err
+				}
+				l, f, err := leaseRound(ctx, c, rt, n.Warm, conc)
+				if err != nil {
+					return err
+				}
+				lat, first = append(lat, l...), append(first, f...)
+			}
+			figs.set(rt, fmt.Sprintf("warm lease p50 @%d", conc), ms(pct(lat, 0.5)))
+			figs.set(rt, fmt.Sprintf("warm lease p99 @%d", conc), ms(pct(lat, 0.99)))
+			figs.set(rt, fmt.Sprintf("first exec p50 @%d", conc), ms(pct(first, 0.5)))
+			fmt.Printf("| %s | %d | %d | %.2f | %.2f | %.1f | %.1f |\n", rt, conc, len(lat),
+				ms(pct(lat, 0.5)), ms(pct(lat, 0.99)), ms(pct(first, 0.5)), ms(pct(first, 0.99)))
+		}
+	}
+
+	fmt.Printf("\nThe gateway's added latency seen from inside (HTTPS GET to the demo upstream, %d requests per mode, curl's time_total):\n\n", n.Requests)
+	fmt.Println("| runtime | connection | through the gateway p50 ms | p99 ms | host direct p50 ms | added p50 ms |")
+	fmt.Println("|---|---|---|---|---|---|")
+	url := "https://" + config.DemoHost + "/whoami"
+	// The same CA bundle the sandboxes mount (the host's roots and the deployment CA), so both
+	// sides load as many roots.
+	direct := []string{"--noproxy", "*", "--cacert", filepath.Join(dir, "ca-bundle.pem"), "--connect-to", config.DemoHost + ":443:" + demo}
+	for _, mode := range []struct {
+		name string
+		keep bool
+	}{{"fresh", false}, {"kept alive", true}} {
+		base, err := hostTimes(ctx, curlTimes(url, n.Requests, mode.keep, direct...))
+		if err != nil {
+			return fmt.Errorf("the host's direct requests: %w", err)
+		}
+		for _, rt := range rts {
+			inside, err := sandboxTimes(ctx, c, rt, curlTimes(url, n.Requests, mode.keep))
+			if err != nil {
+				return fmt.Errorf("requests from inside a %s sandbox: %w", rt, err)
+			}
+			added := ms(pct(inside, 0.5)) - ms(pct(base, 0.5))
+			figs.set(rt, "gateway added p50 ("+mode.name+")", added)
+			fmt.Printf("| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", rt, mode.name, ms(pct(inside, 0.5)), ms(pct(inside, 0.99)), ms(pct(base, 0.5)), added)
+		}
+	}
+	fmt.Println()
+	return nil
+}
+
+// leaseRound takes k leases of template from conc clients at once, timing each lease and then
+// its first exec (`true`), and releases them.
+func leaseRound(ctx context.Context, c *client.Client, template string, k, conc int) (lat, first []time.Duration, err error) {
+	var mu sync.Mutex
+	var ids []string
+	var errs []error
+	work := make(chan struct{}, k)
+	for range k {
+		work <- struct{}{}
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				s := time.Now()
+				lv, err := c.Lease(ctx, api.LeaseRequest{Template: template, Allow: []string{config.DemoHost}})
+				d := time.Since(s)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					continue
+				}
+				s = time.Now()
+				code, err := c.Exec(ctx, lv.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+				f := time.Since(s)
+				mu.Lock()
+				ids = append(ids, lv.ID)
+				if err != nil || code != 0 {
+					errs = append(errs, fmt.Errorf("first exec in %s: exit %d, %v", lv.ID, code, err))
+				} else {
+					lat, first = append(lat, d), append(first, f)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		c.Release(ctx, id)
+	}
+	return lat, first, errors.Join(errs...)
+}
+
+// curlTimes is a shell command that makes k GET requests to url with curl, printing each one's
+// time_total in seconds: k runs of curl (a fresh connection each), or one curl for all k,
+// which keeps its connection alive (its first, connecting, request is not printed).
+func curlTimes(url string, k int, keep bool, args ...string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	opts := "-sS -o /dev/null -w '%{time_total}\\n' " + strings.Join(q, " ")
+	if !keep {
+		return fmt.Sprintf("for i in $(seq %d); do curl %s %s || exit 1; done", k, opts, url)
+	}
+	return fmt.Sprintf("urls=; for i in $(seq %d); do urls=\"$urls -o /dev/null %s\"; done; curl -sS -w '%%{time_total}\\n' %s $urls | tail -n +2",
+		k+1, url, strings.Join(q, " "))
+}
+
+// hostTimes runs script on the host and parses the times it prints.
+func hostTimes(ctx context.Context, script string) ([]time.Duration, error) {
+	out, err := exec.CommandContext(ctx, "sh", "-c", script).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%v: %s", err, out)
+	}
+	return parseTimes(out)
+}
+
+// sandboxTimes leases a sandbox of template allowed the demo upstream with its credential, runs
+// script in it, and parses the times it prints.
+func sandboxTimes(ctx context.Context, c *client.Client, template, script string) ([]time.Duration, error) {
+	lv, err := c.Lease(ctx, api.LeaseRequest{Template: template, Allow: []string{config.DemoHost + "=demo"}})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Release(context.WithoutCancel(ctx), lv.ID)
+	var out, errOut bytes.Buffer
+	code, err := c.Exec(ctx, lv.ID, api.ExecRequest{Cmd: []string{"sh", "-c", script}, Timeout: "5m"}, &out, &errOut)
+	if err != nil || code != 0 {
+		return nil, fmt.Errorf("exit %d, %v: %s", code, err, errOut.Bytes())
+	}
+	return parseTimes(out.Bytes())
+}
+
+func parseTimes(out []byte) ([]time.Duration, error) {
+	var ds []time.Duration
+	for _, f := range strings.Fields(string(out)) {
+		s, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, fmt.Errorf("curl printed %q, not a time", f)
+		}
+		ds = append(ds, time.Duration(s*float64(time.Second)))
+	}
+	if len(ds) == 0 {
+		return nil, errors.New("no times printed")
+	}
+	return ds, nil
+}
+
+// pct is the q-quantile of ds by nearest rank (ds is sorted in place).
+func pct(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(float64(len(ds))*q+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// waitFor polls cond every 100 ms until it holds or timeout passes, then says what it waited for.
+func waitFor(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gave up after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// figures are the measured figures per runtime, for the gvisor/runc ratios.
+type figures map[string]map[string]float64
+
+func (f figures) set(runtime, name string, v float64) {
+	if f[runtime] == nil {
+		f[runtime] = map[string]float64{}
+	}
+	f[runtime][name] = v
+}
+
+// ratios prints runsc's figure over runc's for each figure both have.
+func (f figures) ratios() {
+	a, b := f["runc"], f["runsc"]
+	if a == nil || b == nil {
+		return
+	}
+	fmt.Println("| figure | runc | runsc | runsc/runc |")
+	fmt.Println("|---|---|---|---|")
+	for _, name := range slices.Sorted(maps.Keys(a)) {
+		y, ok := b[name]
+		if !ok {
+			continue
+		}
+		ratio := "-"
+		if a[name] > 0 {
+			ratio = fmt.Sprintf("%.2f", y/a[name])
+		}
+		fmt.Printf("| %s | %.2f | %.2f | %s |\n", name, a[name], y, ratio)
+	}
+	fmt.Println()
+}
