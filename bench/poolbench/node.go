@@ -315,6 +315,8 @@ func (f figures) ratios() {
 	if a == nil || b == nil {
 		return
 	}
+	fmt.Println("\nEach figure under runsc over the same under runc (cold start and memory: the default image):")
+	fmt.Println()
 	fmt.Println("| figure | runc | runsc | runsc/runc |")
 	fmt.Println("|---|---|---|---|")
 	for _, name := range slices.Sorted(maps.Keys(a)) {
