@@ -13,14 +13,26 @@ import (
 )
 
 // A stand-in for dockerd: like the real one (a Go program calling signal.Notify), it stops on
-// SIGINT even when started with SIGINT ignored, which a backgrounded command of a script is.
+// SIGINT even when started with SIGINT ignored, which a backgrounded command of a script is. As
+// the real one does, it reads the runtimes of DOCKER_DAEMON_JSON (when set) at start and again
+// on SIGHUP, and lists them for the stand-in docker's info.
 const stubDockerd = `#!/usr/bin/env python3
-import os, signal, sys, time
+import json, os, signal, sys, time
 d = os.environ["STUB_DIR"]
 open(os.environ["DOCKER_PIDFILE"], "w").write(str(os.getpid()))
+def load():
+    conf = os.environ.get("DOCKER_DAEMON_JSON")
+    if conf:
+        names = ["runc"] + sorted(json.load(open(conf)).get("runtimes", {}))
+        open(os.path.join(d, "runtimes"), "w").write(" ".join(names) + "\n")
 def stop(sig, frame):
     open(os.path.join(d, "signals"), "a").write("INT\n")
     sys.exit(0)
+def hup(sig, frame):
+    open(os.path.join(d, "signals"), "a").write("HUP\n")
+    load()
+load()
+signal.signal(signal.SIGHUP, hup)
 signal.signal(signal.SIGINT, stop)
 signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
 lifetime = float(os.environ.get("STUB_LIFETIME", "0"))
@@ -36,7 +48,7 @@ func stubs(t *testing.T) (dir string, env []string) {
 	t.Helper()
 	dir = t.TempDir()
 	os.WriteFile(filepath.Join(dir, "dockerd"), []byte(stubDockerd), 0o755)
-	os.WriteFile(filepath.Join(dir, "docker"), []byte("#!/bin/sh\n[ \"$1\" = info ] && [ -e \""+dir+"/ready\" ]\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "docker"), []byte("#!/bin/sh\n[ \"$1\" = info ] && [ -e \""+dir+"/ready\" ] || exit 1\ncat \""+dir+"/runtimes\" 2>/dev/null\nexit 0\n"), 0o755)
 	env = append(os.Environ(), "STUB_DIR="+dir, "DOCKER="+filepath.Join(dir, "docker"), "DOCKERD="+filepath.Join(dir, "dockerd"),
 		"DOCKER_PIDFILE="+filepath.Join(dir, "docker.pid"), "DOCKERD_LOG="+filepath.Join(dir, "dockerd.log"))
 	return dir, env

@@ -14,6 +14,16 @@ cache=${AIRLOCK_CACHE:-/var/cache/airlock}
 platforms=${RUNSC_PLATFORMS:-systrap ptrace}
 daemon_json=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 pidfile=${DOCKER_PIDFILE:-/var/run/docker.pid}
+docker=${DOCKER:-docker} # DOCKER, DOCKERD and RUNSC_LINK point the tests at stand-ins
+link=${RUNSC_LINK:-bin/runsc}
+names=()
+for platform in $platforms; do
+	case $platform in
+	systrap) names+=(runsc) ;;
+	ptrace | kvm) names+=("runsc-$platform") ;;
+	*) echo "runsc: RUNSC_PLATFORMS names $platform, which is not systrap, ptrace or kvm" >&2; exit 1 ;;
+	esac
+done
 key=$(cat tools/runsc/go.mod tools/runsc/go.sum | sha256sum | cut -c1-16)
 out="$cache/runsc-$key/runsc"
 if [ ! -x "$out" ]; then
@@ -22,21 +32,17 @@ if [ ! -x "$out" ]; then
 	(cd tools/runsc && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out.tmp" gvisor.dev/gvisor/runsc)
 	mv "$out.tmp" "$out"
 fi
-mkdir -p bin
-ln -sfn "$out" bin/runsc
+mkdir -p "$(dirname "$link")"
+ln -sfn "$out" "$link"
 # The registration tool, built once beside it (go run would not pass its exit status on).
 reg="$cache/runsc-$key/register"
 [ -x "$reg" ] || (cd tools/runsc && go build -o "$reg" ./register)
 
-names=()
 changed=0
+i=0
 for platform in $platforms; do
-	case $platform in
-	systrap) name=runsc ;;
-	ptrace | kvm) name=runsc-$platform ;;
-	*) echo "runsc: RUNSC_PLATFORMS names $platform, which is not systrap, ptrace or kvm" >&2; exit 1 ;;
-	esac
-	names+=("$name")
+	name=${names[$i]}
+	i=$((i + 1))
 	set +e
 	"$reg" -file "$daemon_json" -name "$name" -path "$out" -arg "--platform=$platform"
 	rc=$?
@@ -49,14 +55,14 @@ for platform in $platforms; do
 done
 registered() {
 	local have
-	have=$(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null) || return 1
+	have=$("$docker" info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null) || return 1
 	for n in "${names[@]}"; do
 		[[ " $have " == *" $n "* ]] || return 1
 	done
 }
-if docker info >/dev/null 2>&1; then
+if "$docker" info >/dev/null 2>&1; then
 	if [ "$changed" = 1 ] || ! registered; then
-		pid=$(cat "$pidfile" 2>/dev/null || pidof dockerd || true)
+		pid=$(cat "$pidfile" 2>/dev/null || pidof "$(basename -- "${DOCKERD:-dockerd}")" || true)
 		[ -n "$pid" ] || { echo "runsc: the engine answers but its pid is not known; reload it yourself (SIGHUP to dockerd)" >&2; exit 1; }
 		kill -HUP "$pid"
 	fi
