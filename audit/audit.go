@@ -77,10 +77,12 @@ type Record struct {
 	Event    string   `json:"event,omitempty"`
 	Command  []string `json:"command,omitempty"`
 	ExitCode *int     `json:"exit_code,omitempty"`
+	Process  string   `json:"process,omitempty"` // a background process's id
 
-	// File transfers: Path above is the sandbox path.
+	// File transfers and operations: Path above is the sandbox path; To is where a move put it.
 	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size,omitempty"`
+	To     string `json:"to,omitempty"`
 
 	DurationMS float64 `json:"duration_ms,omitempty"`
 

@@ -78,8 +78,10 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 		e.b = append(e.b, `,"exit_code":`...)
 		e.b = strconv.AppendInt(e.b, int64(*r.ExitCode), 10)
 	}
+	e.str("process", r.Process)
 	e.str("sha256", r.SHA256)
 	e.num("size", r.Size)
+	e.str("to", r.To)
 	if r.DurationMS != 0 {
 		e.b = append(e.b, `,"duration_ms":`...)
 		e.b = strconv.AppendFloat(e.b, r.DurationMS, 'f', -1, 64)
@@ -254,6 +256,10 @@ func (r *Record) setText(name, v string) bool {
 		f = &r.Event
 	case "sha256":
 		f = &r.SHA256
+	case "to":
+		f = &r.To
+	case "process":
+		f = &r.Process
 	case "prev":
 		f = &r.Prev
 	case "hash":

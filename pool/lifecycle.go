@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 	"time"
 
@@ -69,27 +68,7 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 // workspace itself, for an archive). A path outside it is refused, and the refusal recorded as
 // the file event it would have been.
 func (m *Manager) leaseFile(ctx context.Context, tenant, id, p, event string, archive bool) (Lease, string, error) {
-	l, err := m.Held(ctx, tenant, id)
-	if err != nil {
-		return Lease{}, "", err
-	}
-	ws := m.templates[l.Template].Workdir
-	if !path.IsAbs(p) {
-		p = path.Join(ws, p)
-	}
-	p = path.Clean(p)
-	err = nil
-	switch {
-	case p == ws && !archive:
-		err = fmt.Errorf("%w: %s is the workspace itself, a folder: name a file in it, or use an archive (--tar)", ErrBadRequest, p)
-	case p != ws && !strings.HasPrefix(p, ws+"/"):
-		err = fmt.Errorf("%w: %s is outside the workspace %s", ErrBadRequest, p, ws)
-	}
-	if err != nil {
-		m.fileEvent(ctx, l, event, FileInfo{Path: p}, err)
-		return Lease{}, "", err
-	}
-	return l, p, nil
+	return m.workspacePath(ctx, tenant, id, p, event, archive)
 }
 
 // transferEvent names a transfer's audit event.
@@ -105,6 +84,7 @@ type FileInfo struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	To     string `json:"to,omitempty"` // where a move put it
 }
 
 // PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
@@ -182,11 +162,11 @@ func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bo
 func (m *Manager) fileEvent(ctx context.Context, l Lease, event string, info FileInfo, err error) {
 	rec := audit.Record{
 		Kind: audit.KindFile, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
-		Sandbox: l.Sandbox.ID, Path: info.Path, Size: info.Size, SHA256: info.SHA256, Decision: audit.Allow,
+		Sandbox: l.Sandbox.ID, Path: info.Path, To: info.To, Size: info.Size, SHA256: info.SHA256, Decision: audit.Allow,
 	}
 	if err != nil {
 		rec.Decision, rec.Reason = audit.Deny, err.Error()
-		if errors.Is(err, ErrBadRequest) {
+		if errors.Is(err, ErrBadRequest) || errors.Is(err, ErrNoSuchFile) || errors.Is(err, ErrFileExists) {
 			rec.Rule = rule.BadRequest
 		}
 	}

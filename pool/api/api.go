@@ -97,6 +97,11 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/leases/{id}/ports", s.auth(s.owned(s.exposePort)))
 	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.owned(s.putFile)))
 	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.owned(s.getFile)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/fs/list", s.auth(s.owned(s.listFiles)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/fs/stat", s.auth(s.owned(s.statFile)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/fs/mkdir", s.auth(s.owned(s.mkdir)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/fs/remove", s.auth(s.owned(s.remove)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/fs/move", s.auth(s.owned(s.move)))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
@@ -658,6 +663,10 @@ func writePoolError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "jti_in_use", err.Error())
 	case errors.Is(err, pool.ErrNoWarm):
 		writeError(w, http.StatusServiceUnavailable, "no_warm_sandbox", err.Error())
+	case errors.Is(err, pool.ErrNoSuchFile):
+		writeError(w, http.StatusNotFound, "no_such_file", err.Error())
+	case errors.Is(err, pool.ErrFileExists):
+		writeError(w, http.StatusConflict, "file_exists", err.Error())
 	case errors.Is(err, pool.ErrBadRequest):
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, pool.ErrNotOwner):

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+)
+
+// isHelp reports whether arg asks for usage.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
+
+// usageOf prints text: to stdout for a request for help (exit 0), to stderr for a usage error
+// (exit 2).
+func usageOf(text string, usageError bool) int {
+	if usageError {
+		fmt.Fprint(os.Stderr, text)
+		return 2
+	}
+	fmt.Print(text)
+	return 0
+}
+
+// parseInterleaved parses fs's flags wherever they stand among the positional arguments (the
+// flag package alone stops at the first positional one); "--" ends the flags. It returns the
+// positional arguments, or ok false with the exit code: 0 after -h or --help (usage printed to
+// stdout), 2 after a bad flag (the error and usage on stderr).
+func parseInterleaved(fs *flag.FlagSet, usage string, args []string) (pos []string, code int, ok bool) {
+	fs.SetOutput(os.Stderr)
+	fs.Usage = func() {}
+	var rest []string
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, rest = args[:i], args[i+1:]
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Print(usage)
+				return nil, 0, false
+			}
+			fmt.Fprint(os.Stderr, usage)
+			return nil, 2, false
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return append(pos, rest...), 0, true
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
