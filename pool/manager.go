@@ -76,6 +76,8 @@ type Manager struct {
 	images     map[string]templateImage // per template: the image new sandboxes are made from
 	refreshing atomic.Bool
 	metrics    *Metrics // nil until NewMetrics
+	procMu     sync.Mutex
+	procs      map[string]*leaseProcesses // per lease id: its background processes
 }
 
 // templateImage is what the runtime last said of a template's image: its id, or why none can
@@ -97,7 +99,8 @@ func New(cfg Config) (*Manager, error) {
 		cfg.HealthEvery = 30 * time.Second
 	}
 	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
-		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, images: map[string]templateImage{}}
+		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, images: map[string]templateImage{},
+		procs: map[string]*leaseProcesses{}}
 	for _, t := range cfg.Templates {
 		if errs := t.Validate(); len(errs) > 0 {
 			return nil, fmt.Errorf("template %q: %w", t.Name, errors.Join(errs...))
@@ -848,6 +851,7 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 	if err := m.leases.Unbind(ctx, l); err != nil {
 		return err
 	}
+	m.endProcesses(l.ID)
 	var problems []string
 	if r := m.revoke(ctx, m.cfg.Release, l); r != "" {
 		problems = append(problems, r)

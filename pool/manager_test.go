@@ -268,12 +268,15 @@ func (s *recordSink) Write(_ context.Context, r audit.Record) error {
 	return nil
 }
 
-func (s *recordSink) files() []audit.Record {
+func (s *recordSink) files() []audit.Record { return s.kind(audit.KindFile) }
+
+// kind is the records of kind k, in order.
+func (s *recordSink) kind(k audit.Kind) []audit.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []audit.Record
 	for _, r := range s.recs {
-		if r.Kind == audit.KindFile {
+		if r.Kind == k {
 			out = append(out, r)
 		}
 	}

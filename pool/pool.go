@@ -274,6 +274,9 @@ type ExecRequest struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"`
+	// Marker, when set, marks the command's processes so Runtime.Signal reaches them and all
+	// they start (a background process's); otherwise the runtime picks one when it needs one.
+	Marker string `json:"-"`
 }
 
 // Runtime runs sandboxes. Implementations own their backend's details (Docker, Kubernetes);
@@ -290,6 +293,9 @@ type Runtime interface {
 	// Image resolves t's image to the id (digest) new sandboxes of t are made from, once it has
 	// passed the hardening checks; it is called often, so a runtime checks each id once.
 	Image(ctx context.Context, t Template) (string, error)
+	// Signal sends sig (a name in Signals) to every process in sb that an exec with this Marker
+	// started, and what they started.
+	Signal(ctx context.Context, sb Sandbox, marker, sig string) error
 	// Destroy removes the sandbox; removing one already gone is not an error.
 	Destroy(ctx context.Context, id string) error
 	// List returns the sandboxes this node owns.

@@ -401,10 +401,13 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}
 	// A timed-out command is killed with what it started; the marker finds them from inside the
 	// sandbox, where the host cannot see (gVisor's processes are not in the host's /proc).
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	marker := hex.EncodeToString(nonce[:])
-	if req.Timeout > 0 {
+	marker := req.Marker
+	if marker == "" && req.Timeout > 0 {
+		var nonce [8]byte
+		rand.Read(nonce[:])
+		marker = hex.EncodeToString(nonce[:])
+	}
+	if marker != "" {
 		env = append(env, execMarker+"="+marker)
 	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
@@ -440,7 +443,9 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	case err = <-done:
 	case <-runCtx.Done():
 		r.killExec(context.WithoutCancel(ctx), ex.ID)
-		r.killMarked(context.WithoutCancel(ctx), sb, marker)
+		if marker != "" {
+			r.signalMarked(context.WithoutCancel(ctx), sb, marker, "KILL")
+		}
 		att.Close()
 		<-done
 		if ctx.Err() == nil {
@@ -470,24 +475,34 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 // execMarker names the environment variable that marks the processes of one timed exec.
 const execMarker = "AIRLOCK_EXEC"
 
-// killMarked kills, from inside sb and as its user, every process whose environment carries
-// the marker of a timed-out exec: what killExec cannot reach from the host (under gVisor, all of
-// them). A process that cleared its environment is left to the lease's end and its pids limit.
-func (r *Runtime) killMarked(ctx context.Context, sb pool.Sandbox, marker string) {
+// signalMarked sends sig, from inside sb and as its user, to every process whose environment
+// carries marker: what killExec cannot reach from the host (under gVisor, all of them), and the
+// only way to signal a background process and what it started. A process that cleared its
+// environment is left to the lease's end and its pids limit.
+func (r *Runtime) signalMarked(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
 	sweep := `for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = $$ ] && continue; ` +
-		`grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null && kill -9 "$n" 2>/dev/null; done; exit 0`
+		`grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null && kill -s "$1" "$n" 2>/dev/null; done; exit 0`
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{Cmd: []string{"sh", "-c", sweep, marker}})
+	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{Cmd: []string{"sh", "-c", sweep, marker, sig}})
 	if err != nil {
-		return
+		return fmt.Errorf("docker: signal: %w", err)
 	}
 	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return
+		return fmt.Errorf("docker: signal: %w", err)
 	}
 	io.Copy(io.Discard, att.Reader)
 	att.Close()
+	return nil
+}
+
+// Signal sends sig to the processes an exec with marker started.
+func (r *Runtime) Signal(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
+	if marker == "" || !slices.Contains(pool.Signals, sig) {
+		return fmt.Errorf("%w: signal %q to marker %q", pool.ErrBadRequest, sig, marker)
+	}
+	return r.signalMarked(ctx, sb, marker, sig)
 }
 
 func (r *Runtime) killExec(ctx context.Context, execID string) {

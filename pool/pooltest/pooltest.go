@@ -29,6 +29,10 @@ type Runtime struct {
 	Addr netip.Addr
 	// CheckDelay, set before use, makes every Check take that long.
 	CheckDelay time.Duration
+	// ExecFunc and SignalFunc, set before use, stand in for Exec (which otherwise runs nothing
+	// and exits 0) and Signal (otherwise a no-op).
+	ExecFunc   func(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+	SignalFunc func(ctx context.Context, sb pool.Sandbox, marker, sig string) error
 
 	imageMu  sync.Mutex
 	image    string // "" means "sha256:test"
@@ -96,9 +100,20 @@ func (r *Runtime) SetImage(id string, err error) {
 // Created is how many sandboxes Create has made.
 func (r *Runtime) Created() int { return int(r.n.Load()) }
 
-// Exec runs nothing and exits 0.
-func (r *Runtime) Exec(context.Context, pool.Sandbox, pool.ExecRequest, io.Reader, io.Writer, io.Writer) (int, error) {
+// Exec calls ExecFunc when set, and otherwise runs nothing and exits 0.
+func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	if r.ExecFunc != nil {
+		return r.ExecFunc(ctx, sb, req, stdin, stdout, stderr)
+	}
 	return 0, nil
+}
+
+// Signal calls SignalFunc when set.
+func (r *Runtime) Signal(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
+	if r.SignalFunc != nil {
+		return r.SignalFunc(ctx, sb, marker, sig)
+	}
+	return nil
 }
 
 // Check fails for sandboxes marked with SetSick.

@@ -1,0 +1,370 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// ErrNoSuchProcess is what a process id the lease does not have is answered with.
+var ErrNoSuchProcess = errors.New("no such process")
+
+// Limits on background processes, per lease.
+const (
+	// MaxRunningProcesses is how many may run at once.
+	MaxRunningProcesses = 16
+	// KeptProcesses is how many are remembered, running or ended; the oldest ended one is
+	// forgotten first.
+	KeptProcesses = 64
+	// ProcessOutputKept is how much of each of a process's streams is kept: the last bytes.
+	ProcessOutputKept = 1 << 20
+)
+
+// Signals are the signals a background process may be sent.
+var Signals = []string{"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"}
+
+// ProcessInfo describes a background process of a lease.
+type ProcessInfo struct {
+	ID       string     `json:"id"`
+	Cmd      []string   `json:"cmd"`
+	Started  time.Time  `json:"started"`
+	Running  bool       `json:"running"`
+	ExitCode *int       `json:"exit_code,omitempty"`
+	Error    string     `json:"error,omitempty"` // why it ended other than by exiting (a timeout, a failure to start)
+	Ended    *time.Time `json:"ended,omitempty"`
+	// StdoutBytes and StderrBytes are how much each stream has written in all.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+}
+
+// ProcessOutput is what a process wrote from the offsets asked for.
+type ProcessOutput struct {
+	Stdout, Stderr []byte
+	// StdoutOffset and StderrOffset are where the next read should start.
+	StdoutOffset, StderrOffset int64
+	// StdoutDropped and StderrDropped count bytes from the offsets asked for that are no longer
+	// kept (only the last ProcessOutputKept of each stream are), skipped over.
+	StdoutDropped, StderrDropped int64
+	Process                      ProcessInfo
+}
+
+// process is one background process; its streams are written by the runtime's Exec.
+type process struct {
+	info           ProcessInfo
+	marker         string
+	cancel         context.CancelFunc
+	stdout, stderr *outBuf
+	done           chan struct{}
+}
+
+// leaseProcesses are a lease's background processes, ended with it.
+type leaseProcesses struct {
+	byID  map[string]*process
+	order []string
+	ended bool
+}
+
+// outBuf keeps the last ProcessOutputKept bytes written, numbered by their offset in the
+// stream, and wakes readers waiting for more.
+type outBuf struct {
+	mu      sync.Mutex
+	start   int64 // offset of buf[0]
+	buf     []byte
+	changed chan struct{}
+}
+
+func newOutBuf() *outBuf { return &outBuf{changed: make(chan struct{})} }
+
+func (b *outBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - ProcessOutputKept; over > 0 {
+		b.buf = slices.Clone(b.buf[over:])
+		b.start += int64(over)
+	}
+	close(b.changed)
+	b.changed = make(chan struct{})
+	return len(p), nil
+}
+
+// read returns what is kept from off (at most max bytes), the offset after it, and how many
+// bytes from off were dropped; and a channel closed at the next write.
+func (b *outBuf) read(off int64, max int) (data []byte, next, dropped int64, changed <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if off < b.start {
+		dropped, off = b.start-off, b.start
+	}
+	end := b.start + int64(len(b.buf))
+	if off > end {
+		off = end
+	}
+	i := off - b.start
+	j := min(int64(len(b.buf)), i+int64(max))
+	return slices.Clone(b.buf[i:j]), b.start + j, dropped, b.changed
+}
+
+func (b *outBuf) total() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.start + int64(len(b.buf))
+}
+
+// StartProcess starts req in tenant's lease id in the background and returns at once; it runs
+// until it exits, its timeout (if any) passes, it is killed, or the lease ends. Its output is
+// read with ProcessOutput, from any offset, by any caller of the tenant.
+func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecRequest) (ProcessInfo, error) {
+	l, err := m.Held(ctx, tenant, id)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	if len(req.Cmd) == 0 {
+		return ProcessInfo{}, fmt.Errorf("%w: a process needs a command", ErrBadRequest)
+	}
+	if !time.Now().Before(l.Expires) {
+		return ProcessInfo{}, fmt.Errorf("%w: lease %s has expired", ErrLeaseNotFound, id)
+	}
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	p := &process{
+		info:   ProcessInfo{ID: "p-" + hex.EncodeToString(nonce[:4]), Cmd: req.Cmd, Started: time.Now().UTC(), Running: true},
+		marker: hex.EncodeToString(nonce[:]),
+		stdout: newOutBuf(), stderr: newOutBuf(), done: make(chan struct{}),
+	}
+	req.Marker = p.marker
+	m.procMu.Lock()
+	lp := m.procs[l.ID]
+	if lp == nil {
+		lp = &leaseProcesses{byID: map[string]*process{}}
+		m.procs[l.ID] = lp
+	}
+	running := 0
+	for _, q := range lp.byID {
+		if q.info.Running {
+			running++
+		}
+	}
+	if lp.ended || running >= MaxRunningProcesses {
+		m.procMu.Unlock()
+		if lp.ended {
+			return ProcessInfo{}, fmt.Errorf("%w: lease %s is ending", ErrLeaseNotFound, id)
+		}
+		return ProcessInfo{}, fmt.Errorf("%w: lease %s already runs %d background processes, the most it may; wait for one or kill it", ErrBadRequest, id, running)
+	}
+	// The process outlives the call that started it, not the lease.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	lp.byID[p.info.ID] = p
+	lp.order = append(lp.order, p.info.ID)
+	m.forgetEnded(lp)
+	m.procMu.Unlock()
+
+	m.processEvent(ctx, l, p, "process-start", nil, "", 0)
+	go func() {
+		defer cancel()
+		start := time.Now()
+		code, err := m.cfg.Runtime.Exec(pctx, l.Sandbox, req, nil, p.stdout, p.stderr)
+		now := time.Now().UTC()
+		m.procMu.Lock()
+		p.info.Running, p.info.Ended = false, &now
+		if err != nil {
+			p.info.Error = err.Error()
+		} else {
+			p.info.ExitCode = &code
+		}
+		m.procMu.Unlock()
+		close(p.done)
+		// Wake readers waiting on either stream.
+		p.stdout.Write(nil)
+		p.stderr.Write(nil)
+		reason := ""
+		if err != nil {
+			reason = err.Error()
+		}
+		rec := &code
+		if err != nil {
+			rec = nil
+		}
+		m.processEvent(context.WithoutCancel(ctx), l, p, "process-exit", rec, reason, time.Since(start))
+	}()
+	return m.snapshot(p), nil
+}
+
+// forgetEnded drops the oldest ended processes beyond KeptProcesses. Call with procMu held.
+func (m *Manager) forgetEnded(lp *leaseProcesses) {
+	for i := 0; len(lp.order) > KeptProcesses && i < len(lp.order); {
+		if p := lp.byID[lp.order[i]]; !p.info.Running {
+			delete(lp.byID, lp.order[i])
+			lp.order = slices.Delete(lp.order, i, i+1)
+			continue
+		}
+		i++
+	}
+}
+
+// Processes lists tenant's lease id's background processes, oldest first.
+func (m *Manager) Processes(ctx context.Context, tenant, id string) ([]ProcessInfo, error) {
+	l, err := m.Held(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	m.procMu.Lock()
+	defer m.procMu.Unlock()
+	out := []ProcessInfo{}
+	if lp := m.procs[l.ID]; lp != nil {
+		for _, pid := range lp.order {
+			out = append(out, m.snapshotLocked(lp.byID[pid]))
+		}
+	}
+	return out, nil
+}
+
+// ProcessOutput returns what process pid of tenant's lease id wrote from the offsets given (at
+// most max bytes of each stream), waiting up to wait for something new when there is nothing
+// yet and it still runs.
+func (m *Manager) ProcessOutput(ctx context.Context, tenant, id, pid string, stdoutOff, stderrOff int64, max int, wait time.Duration) (ProcessOutput, error) {
+	p, err := m.process(ctx, tenant, id, pid)
+	if err != nil {
+		return ProcessOutput{}, err
+	}
+	if max <= 0 || max > ProcessOutputKept {
+		max = ProcessOutputKept
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		var o ProcessOutput
+		var outCh, errCh <-chan struct{}
+		o.Stdout, o.StdoutOffset, o.StdoutDropped, outCh = p.stdout.read(stdoutOff, max)
+		o.Stderr, o.StderrOffset, o.StderrDropped, errCh = p.stderr.read(stderrOff, max)
+		o.Process = m.snapshot(p)
+		if len(o.Stdout) > 0 || len(o.Stderr) > 0 || !o.Process.Running || wait <= 0 {
+			return o, nil
+		}
+		select {
+		case <-outCh:
+		case <-errCh:
+		case <-p.done:
+		case <-deadline.C:
+			return o, nil
+		case <-ctx.Done():
+			return o, ctx.Err()
+		}
+	}
+}
+
+// WaitProcess waits up to timeout for process pid of tenant's lease id to end, and describes it.
+func (m *Manager) WaitProcess(ctx context.Context, tenant, id, pid string, timeout time.Duration) (ProcessInfo, error) {
+	p, err := m.process(ctx, tenant, id, pid)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	case <-ctx.Done():
+		return m.snapshot(p), ctx.Err()
+	}
+	return m.snapshot(p), nil
+}
+
+// SignalProcess sends sig (one of Signals) to process pid of tenant's lease id and everything
+// it started.
+func (m *Manager) SignalProcess(ctx context.Context, tenant, id, pid, sig string) error {
+	if !slices.Contains(Signals, sig) {
+		return fmt.Errorf("%w: signal %q is not one of %v", ErrBadRequest, sig, Signals)
+	}
+	l, err := m.Held(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	p, err := m.process(ctx, tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	if !m.snapshot(p).Running {
+		return fmt.Errorf("%w: process %s has ended", ErrBadRequest, pid)
+	}
+	err = m.cfg.Runtime.Signal(ctx, l.Sandbox, p.marker, sig)
+	m.processEvent(ctx, l, p, "process-signal", nil, sig, 0)
+	return err
+}
+
+func (m *Manager) process(ctx context.Context, tenant, id, pid string) (*process, error) {
+	l, err := m.Held(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	m.procMu.Lock()
+	defer m.procMu.Unlock()
+	if lp := m.procs[l.ID]; lp != nil {
+		if p := lp.byID[pid]; p != nil {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: lease %s has no process %s", ErrNoSuchProcess, id, pid)
+}
+
+// endProcesses stops lease's background processes and forgets them; it returns once each has
+// ended (its sandbox is destroyed next anyway).
+func (m *Manager) endProcesses(lease string) {
+	m.procMu.Lock()
+	lp := m.procs[lease]
+	delete(m.procs, lease)
+	if lp != nil {
+		lp.ended = true
+	}
+	m.procMu.Unlock()
+	if lp == nil {
+		return
+	}
+	for _, p := range lp.byID {
+		p.cancel()
+	}
+	for _, p := range lp.byID {
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+		}
+	}
+}
+
+func (m *Manager) snapshot(p *process) ProcessInfo {
+	m.procMu.Lock()
+	defer m.procMu.Unlock()
+	return m.snapshotLocked(p)
+}
+
+func (m *Manager) snapshotLocked(p *process) ProcessInfo {
+	info := p.info
+	info.Cmd = slices.Clone(p.info.Cmd)
+	info.StdoutBytes, info.StderrBytes = p.stdout.total(), p.stderr.total()
+	return info
+}
+
+// processEvent records a background process starting, being signalled or ending, as an exec
+// record of the lease.
+func (m *Manager) processEvent(ctx context.Context, l Lease, p *process, event string, code *int, reason string, took time.Duration) {
+	info := m.snapshot(p)
+	rec := audit.Record{
+		Kind: audit.KindExec, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+		Sandbox: l.Sandbox.ID, Command: info.Cmd, ExitCode: code, Reason: reason, Process: info.ID,
+	}
+	if event == "process-exit" {
+		rec.BytesDown = info.StdoutBytes + info.StderrBytes
+		rec.DurationMS = float64(took.Microseconds()) / 1000
+	}
+	if err := m.cfg.Audit.Write(ctx, rec); err != nil {
+		m.log.Error("audit write failed", "err", err)
+	}
+}
