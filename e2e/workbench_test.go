@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/rule"
@@ -191,6 +193,144 @@ func TestWorkbench(t *testing.T) {
 				t.Error("no deny record, under rule bad-request, of a download outside the workspace")
 			}
 			want := []string{"file/upload", "file/download", "file/upload-tar", "file/download-tar"}
+			kinds := n.logKinds(t, a.ID, want...)
+			for _, k := range want {
+				if !kinds[k] {
+					t.Errorf("logs --lease lacks a %s record (have %v)", k, kinds)
+				}
+			}
+		})
+
+		t.Run("the workspace is listed, described, made, moved and removed in, and nowhere else", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+			ctx := context.Background()
+			if _, errs, code := n.exec(t, a.ID, "sh", "-c", "mkdir -p /workspace/src && printf hello > /workspace/src/a.txt && chmod 640 /workspace/src/a.txt && ln -s a.txt /workspace/src/link && printf x > '/workspace/src/odd\nname'"); code != 0 {
+				t.Fatalf("setup: %s", errs)
+			}
+			v, err := cl.ListFiles(ctx, a.ID, "src", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byName := map[string]pool.Entry{}
+			for _, e := range v.Entries {
+				byName[e.Name] = e
+			}
+			if e := byName["a.txt"]; e.Type != "file" || e.Size != 5 || e.Mode != "0640" || e.Path != "/workspace/src/a.txt" || time.Since(e.MTime) > time.Hour {
+				t.Errorf("a.txt listed as %+v", e)
+			}
+			if e := byName["link"]; e.Type != "symlink" || e.Link != "a.txt" {
+				t.Errorf("link listed as %+v", e)
+			}
+			if _, ok := byName["odd\nname"]; !ok || len(v.Entries) != 3 {
+				t.Errorf("listing: %+v", v.Entries)
+			}
+			if out, errs, code := n.cli(t, "fs", "ls", a.ID, "--json"); code != 0 || !strings.Contains(out, `"path":"/workspace/src"`) {
+				t.Errorf("airlock fs ls --json of the workspace: exit %d %s %s", code, out, errs)
+			}
+			if _, errs, code := n.cli(t, "fs", "mkdir", a.ID, "deep/er/still"); code != 0 {
+				t.Fatalf("mkdir: %s", errs)
+			}
+			if e, err := cl.Stat(ctx, a.ID, "deep/er/still"); err != nil || e.Type != "dir" {
+				t.Errorf("stat of the new folder: %+v %v", e, err)
+			}
+			if _, errs, code := n.cli(t, "fs", "mv", a.ID, "src/a.txt", "deep/b.txt"); code != 0 {
+				t.Fatalf("mv: %s", errs)
+			}
+			if out, _, _ := n.exec(t, a.ID, "cat", "/workspace/deep/b.txt"); out != "hello" {
+				t.Errorf("after the move: %q", out)
+			}
+			// Refusals, each with a status an agent can act on.
+			for _, c := range []struct {
+				name string
+				err  error
+				code string
+			}{
+				{"stat of a missing file", func() error { _, err := cl.Stat(ctx, a.ID, "nope"); return err }(), "no_such_file"},
+				{"a move onto a file", cl.Move(ctx, a.ID, "src/odd\nname", "deep/b.txt", false), "file_exists"},
+				{"a move out of the workspace", cl.Move(ctx, a.ID, "deep/b.txt", "/tmp/b.txt", false), "bad_request"},
+				{"a listing outside", func() error { _, err := cl.ListFiles(ctx, a.ID, "/etc", 1); return err }(), "bad_request"},
+				{"removing the workspace", cl.Remove(ctx, a.ID, "/workspace", true), "bad_request"},
+				{"removing a folder that is not empty", cl.Remove(ctx, a.ID, "deep", false), "bad_request"},
+			} {
+				var ae *client.Error
+				if !errors.As(c.err, &ae) || ae.Code != c.code {
+					t.Errorf("%s: %v, want %s", c.name, c.err, c.code)
+				}
+			}
+			if out, _, _ := n.exec(t, a.ID, "cat", "/workspace/deep/b.txt"); out != "hello" {
+				t.Errorf("a refused move changed the file: %q", out)
+			}
+			if _, errs, code := n.cli(t, "fs", "rm", a.ID, "deep", "-r"); code != 0 {
+				t.Fatalf("rm -r: %s", errs)
+			}
+			if _, _, code := n.exec(t, a.ID, "test", "-e", "/workspace/deep"); code == 0 {
+				t.Error("the folder is still there after rm -r")
+			}
+			// rm of a symlink removes the link, not what it names.
+			n.exec(t, a.ID, "sh", "-c", "mkdir -p /tmp/keep && echo k > /tmp/keep/f && ln -s /tmp/keep /workspace/tolink")
+			if err := cl.Remove(ctx, a.ID, "tolink", true); err != nil {
+				t.Fatal(err)
+			}
+			if out, _, _ := n.exec(t, a.ID, "cat", "/tmp/keep/f"); out != "k\n" {
+				t.Errorf("removing a symlink to a folder outside reached through it: %q", out)
+			}
+			want := []string{"file/list", "file/stat", "file/mkdir", "file/move", "file/remove"}
+			kinds := n.logKinds(t, a.ID, want...)
+			for _, k := range want {
+				if !kinds[k] {
+					t.Errorf("logs --lease lacks a %s record (have %v)", k, kinds)
+				}
+			}
+		})
+
+		t.Run("a background process outlives its call, is read from an offset, signalled, and ends with the lease", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			out, errs, code := n.cli(t, "proc", "start", a.ID, "--", "sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.2; done; echo bye >&2; exit 4")
+			pid := strings.TrimSpace(out)
+			if code != 0 || !strings.HasPrefix(pid, "p-") {
+				t.Fatalf("proc start: exit %d %q %s", code, out, errs)
+			}
+			// The call that started it has ended; another one waits for it and gets its code.
+			if _, _, code := n.cli(t, "proc", "wait", a.ID, pid, "--timeout", "30s"); code != 4 {
+				t.Errorf("proc wait: exit %d, want the process's 4", code)
+			}
+			if out, errs, _ := n.cli(t, "proc", "output", a.ID, pid); out != "tick 1\ntick 2\ntick 3\n" || errs != "bye\n" {
+				t.Errorf("proc output: %q / %q", out, errs)
+			}
+			cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+			ctx := context.Background()
+			o, err := cl.ProcessOutput(ctx, a.ID, pid, client.OutputQuery{StdoutOffset: 7})
+			if err != nil || o.Stdout != "tick 2\ntick 3\n" || o.StdoutOffset != 21 {
+				t.Errorf("from offset 7: %+v %v", o, err)
+			}
+			// A long one, and what it starts, end on TERM.
+			long, err := cl.StartProcess(ctx, a.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 300 & sleep 301; echo never"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ps, _, _ := n.cli(t, "proc", "ls", a.ID); !strings.Contains(ps, long.ID) || !strings.Contains(ps, "running") {
+				t.Errorf("proc ls:\n%s", ps)
+			}
+			if _, errs, code := n.cli(t, "proc", "kill", a.ID, long.ID); code != 0 {
+				t.Fatalf("proc kill: %s", errs)
+			}
+			w, err := cl.WaitProcess(ctx, a.ID, long.ID, 30*time.Second)
+			if err != nil || w.Running {
+				t.Fatalf("after TERM: %+v %v", w, err)
+			}
+			if out, _, _ := n.exec(t, a.ID, "sh", "-c", `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; done 2>/dev/null | grep -c '^sleep 30[01]' || true`); strings.TrimSpace(out) != "0" {
+				t.Errorf("what the process started outlived TERM: %s", out)
+			}
+			// The release ends what still runs.
+			if _, err := cl.StartProcess(ctx, a.ID, api.ExecRequest{Cmd: []string{"sleep", "600"}}); err != nil {
+				t.Fatal(err)
+			}
+			n.cli(t, "release", a.ID)
+			if _, err := cl.Processes(ctx, a.ID); err == nil {
+				t.Error("the released lease still lists processes")
+			}
+			want := []string{"exec/process-start", "exec/process-exit", "exec/process-signal"}
 			kinds := n.logKinds(t, a.ID, want...)
 			for _, k := range want {
 				if !kinds[k] {

@@ -17,6 +17,7 @@ usage:
   airlock exec LEASE [-i] [--timeout D] -- CMD ARGS...
   airlock cp SRC DST              one side LEASE:PATH (in the workspace); '-' is stdin/stdout
   airlock fs ls|stat|mkdir|rm|mv LEASE PATH ...   list, describe, make, remove and move in the workspace
+  airlock proc start|ls|output|kill|wait LEASE ...  background processes that outlive the call
   airlock renew LEASE [--ttl D]
   airlock release LEASE
   airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json]
@@ -39,7 +40,7 @@ func main() {
 	cmds := map[string]func([]string) int{
 		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
 		"explain": cmdExplain, "cp": cmdCp, "renew": cmdRenew, "logs": cmdLogs, "verify": cmdVerify,
-		"port": cmdPort, "fs": cmdFs, "image": cmdImage, "template": cmdTemplate,
+		"port": cmdPort, "fs": cmdFs, "proc": cmdProc, "image": cmdImage, "template": cmdTemplate,
 		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
 	}
 	run, ok := cmds[os.Args[1]]

@@ -102,6 +102,11 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/leases/{id}/fs/mkdir", s.auth(s.owned(s.mkdir)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/fs/remove", s.auth(s.owned(s.remove)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/fs/move", s.auth(s.owned(s.move)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/processes", s.auth(s.owned(s.startProcess)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/processes", s.auth(s.owned(s.listProcesses)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/output", s.auth(s.owned(s.processOutput)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/wait", s.auth(s.owned(s.waitProcess)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/signal", s.auth(s.owned(s.signalProcess)))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
@@ -663,6 +668,8 @@ func writePoolError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "jti_in_use", err.Error())
 	case errors.Is(err, pool.ErrNoWarm):
 		writeError(w, http.StatusServiceUnavailable, "no_warm_sandbox", err.Error())
+	case errors.Is(err, pool.ErrNoSuchProcess):
+		writeError(w, http.StatusNotFound, "no_such_process", err.Error())
 	case errors.Is(err, pool.ErrNoSuchFile):
 		writeError(w, http.StatusNotFound, "no_such_file", err.Error())
 	case errors.Is(err, pool.ErrFileExists):

@@ -1,0 +1,141 @@
+package api
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// MaxProcessWait bounds how long one call waits for a process's output or end.
+const MaxProcessWait = time.Minute
+
+// OutputView is the answer of GET /v1/leases/{id}/processes/{pid}/output: what the process
+// wrote from the offsets asked for, as text (bytes that are not UTF-8 become U+FFFD) or, with
+// ?encoding=base64, as base64.
+type OutputView struct {
+	Stdout        string           `json:"stdout"`
+	Stderr        string           `json:"stderr"`
+	Encoding      string           `json:"encoding"` // utf-8 or base64
+	StdoutOffset  int64            `json:"stdout_offset"`
+	StderrOffset  int64            `json:"stderr_offset"`
+	StdoutDropped int64            `json:"stdout_dropped,omitempty"`
+	StderrDropped int64            `json:"stderr_dropped,omitempty"`
+	Process       pool.ProcessInfo `json:"process"`
+}
+
+// SignalRequest is the body of POST /v1/leases/{id}/processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"` // TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT
+}
+
+func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	timeout, ok := readDuration(w, "timeout", req.Timeout)
+	if !ok {
+		return
+	}
+	p, err := s.cfg.Pool.StartProcess(r.Context(), tenantOf(r), r.PathValue("id"),
+		pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout})
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, p)
+}
+
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.cfg.Pool.Processes(r.Context(), tenantOf(r), r.PathValue("id"))
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ps)
+}
+
+// queryWait reads the optional wait or timeout parameter name, capped at MaxProcessWait.
+func queryWait(w http.ResponseWriter, r *http.Request, name string) (time.Duration, bool) {
+	d, ok := readDuration(w, name, r.URL.Query().Get(name))
+	return min(d, MaxProcessWait), ok
+}
+
+func queryOffset(w http.ResponseWriter, r *http.Request, name string) (int64, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", name+" "+strconv.Quote(v)+" is not an offset (a whole number of bytes, 0 or more)")
+		return 0, false
+	}
+	return n, true
+}
+
+func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
+	outOff, ok1 := queryOffset(w, r, "stdout_offset")
+	if !ok1 {
+		return
+	}
+	errOff, ok2 := queryOffset(w, r, "stderr_offset")
+	if !ok2 {
+		return
+	}
+	limit, ok3 := queryOffset(w, r, "max")
+	if !ok3 {
+		return
+	}
+	wait, ok4 := queryWait(w, r, "wait")
+	if !ok4 {
+		return
+	}
+	enc := r.URL.Query().Get("encoding")
+	if enc != "" && enc != "utf-8" && enc != "base64" {
+		writeError(w, http.StatusBadRequest, "bad_request", "encoding "+strconv.Quote(enc)+" is not utf-8 or base64")
+		return
+	}
+	o, err := s.cfg.Pool.ProcessOutput(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), outOff, errOff, int(limit), wait)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	v := OutputView{Encoding: "utf-8", StdoutOffset: o.StdoutOffset, StderrOffset: o.StderrOffset,
+		StdoutDropped: o.StdoutDropped, StderrDropped: o.StderrDropped, Process: o.Process}
+	if enc == "base64" {
+		v.Encoding, v.Stdout, v.Stderr = enc, base64.StdEncoding.EncodeToString(o.Stdout), base64.StdEncoding.EncodeToString(o.Stderr)
+	} else {
+		v.Stdout, v.Stderr = strings.ToValidUTF8(string(o.Stdout), "\uFFFD"), strings.ToValidUTF8(string(o.Stderr), "\uFFFD")
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
+	timeout, ok := queryWait(w, r, "timeout")
+	if !ok {
+		return
+	}
+	p, err := s.cfg.Pool.WaitProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), timeout)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+	var req SignalRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if err := s.cfg.Pool.SignalProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), strings.ToUpper(strings.TrimPrefix(req.Signal, "SIG"))); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

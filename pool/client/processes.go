@@ -1,0 +1,67 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+)
+
+// StartProcess starts req in the lease in the background and returns at once.
+func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (pool.ProcessInfo, error) {
+	var v pool.ProcessInfo
+	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/processes", req, &v)
+	return v, err
+}
+
+// Processes lists the lease's background processes, oldest first.
+func (c *Client) Processes(ctx context.Context, id string) ([]pool.ProcessInfo, error) {
+	var v []pool.ProcessInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id+"/processes", nil, &v)
+	return v, err
+}
+
+// OutputQuery says which output of a process to read.
+type OutputQuery struct {
+	StdoutOffset, StderrOffset int64
+	Max                        int           // at most this many bytes of each stream (0: all kept)
+	Wait                       time.Duration // for something new, while it runs (at most a minute)
+	Base64                     bool          // the streams as base64, for bytes that are not text
+}
+
+// ProcessOutput reads what process pid wrote from the offsets in q.
+func (c *Client) ProcessOutput(ctx context.Context, id, pid string, q OutputQuery) (api.OutputView, error) {
+	v := url.Values{"stdout_offset": {strconv.FormatInt(q.StdoutOffset, 10)}, "stderr_offset": {strconv.FormatInt(q.StderrOffset, 10)}}
+	if q.Max > 0 {
+		v.Set("max", strconv.Itoa(q.Max))
+	}
+	if q.Wait > 0 {
+		v.Set("wait", q.Wait.String())
+	}
+	if q.Base64 {
+		v.Set("encoding", "base64")
+	}
+	var out api.OutputView
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id+"/processes/"+pid+"/output?"+v.Encode(), nil, &out)
+	return out, err
+}
+
+// WaitProcess waits up to timeout (at most a minute) for process pid to end, and describes it.
+func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.Duration) (pool.ProcessInfo, error) {
+	var v pool.ProcessInfo
+	q := ""
+	if timeout > 0 {
+		q = "?timeout=" + url.QueryEscape(timeout.String())
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id+"/processes/"+pid+"/wait"+q, nil, &v)
+	return v, err
+}
+
+// SignalProcess sends sig (TERM, KILL, INT, HUP, ...) to process pid and what it started.
+func (c *Client) SignalProcess(ctx context.Context, id, pid, sig string) error {
+	return c.noContent(ctx, "/v1/leases/"+id+"/processes/"+pid+"/signal", api.SignalRequest{Signal: sig})
+}
