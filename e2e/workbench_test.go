@@ -201,6 +201,44 @@ func TestWorkbench(t *testing.T) {
 			}
 		})
 
+		t.Run("a command runs on a terminal of the size asked for, resized, with its input", func(t *testing.T) {
+			a := n.lease(t, "api.example.test")
+			if out, errs, code := n.cli(t, "exec", a.ID, "-t", "--", "tty"); code != 0 || !strings.HasPrefix(out, "/dev/pts/") {
+				t.Errorf("exec -t tty: exit %d %q %s", code, out, errs)
+			}
+			if out, _, _ := n.cli(t, "exec", a.ID, "tty"); !strings.Contains(out, "not a tty") {
+				t.Errorf("exec tty without -t: %q", out)
+			}
+			cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			in, typed := io.Pipe()
+			resize := make(chan pool.TermSize, 1)
+			var out syncBuffer
+			script := `stty size; echo "TERM=$TERM"; read a; i=0; while [ "$(stty size)" = "30 100" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; stty size; echo "[$a]"; exit 3`
+			done := make(chan struct{})
+			var code int
+			var err error
+			go func() {
+				defer close(done)
+				code, err = cl.ExecTTY(ctx, a.ID, api.ExecRequest{Cmd: []string{"sh", "-c", script}, Rows: 30, Cols: 100}, in, resize, &out)
+			}()
+			if err := waitUntil(20*time.Second, "the terminal to report its first size", func() bool { return strings.Contains(out.String(), "30 100") }); err != nil {
+				t.Fatalf("%v; it showed %q", err, out.String())
+			}
+			io.WriteString(typed, "hi there\n")
+			resize <- pool.TermSize{Rows: 40, Cols: 120}
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the terminal command did not end; it wrote:\n%s", out.String())
+			}
+			got := out.String()
+			if err != nil || code != 3 || !strings.Contains(got, "TERM=xterm-256color") || !strings.Contains(got, "40 120") || !strings.Contains(got, "[hi there]") {
+				t.Errorf("exit %d, %v; the terminal showed:\n%q", code, err, got)
+			}
+		})
+
 		t.Run("the workspace is listed, described, made, moved and removed in, and nowhere else", func(t *testing.T) {
 			a := n.lease(t, "api.example.test")
 			cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}

@@ -277,6 +277,17 @@ type ExecRequest struct {
 	// Marker, when set, marks the command's processes so Runtime.Signal reaches them and all
 	// they start (a background process's); otherwise the runtime picks one when it needs one.
 	Marker string `json:"-"`
+	// TTY runs the command on a pseudo-terminal of Size (stdout then carries everything it
+	// writes; stderr is unused), resized to each size sent on Resize.
+	TTY    bool            `json:"-"`
+	Size   TermSize        `json:"-"`
+	Resize <-chan TermSize `json:"-"`
+}
+
+// TermSize is a terminal's size in character cells.
+type TermSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // Runtime runs sandboxes. Implementations own their backend's details (Docker, Kubernetes);

@@ -27,6 +27,13 @@ func usageOf(text string, usageError bool) int {
 // positional arguments, or ok false with the exit code: 0 after -h or --help (usage printed to
 // stdout), 2 after a bad flag (the error and usage on stderr).
 func parseInterleaved(fs *flag.FlagSet, usage string, args []string) (pos []string, code int, ok bool) {
+	return parseFlags(fs, usage, args, -1)
+}
+
+// parseFlags is parseInterleaved that stops reading flags after the positional argument number
+// last (counting from 0; -1: never), so what follows it (a command and its own flags) is taken
+// as it is.
+func parseFlags(fs *flag.FlagSet, usage string, args []string, last int) (pos []string, code int, ok bool) {
 	fs.SetOutput(os.Stderr)
 	fs.Usage = func() {}
 	var rest []string
@@ -47,5 +54,8 @@ func parseInterleaved(fs *flag.FlagSet, usage string, args []string) (pos []stri
 			return append(pos, rest...), 0, true
 		}
 		pos, args = append(pos, args[0]), args[1:]
+		if len(pos)-1 == last {
+			return append(append(pos, args...), rest...), 0, true
+		}
 	}
 }

@@ -29,3 +29,19 @@ func TestParseInterleaved(t *testing.T) {
 		}
 	}
 }
+
+// exec reads its own flags up to the command, and leaves the command's alone.
+func TestParseFlagsStopsAtTheCommand(t *testing.T) {
+	for _, c := range []struct{ args, pos []string }{
+		{[]string{"l-1", "-r", "ls", "-la"}, []string{"l-1", "ls", "-la"}},
+		{[]string{"-r", "l-1", "--", "ls", "-r"}, []string{"l-1", "ls", "-r"}},
+		{[]string{"l-1", "-r", "--", "sh", "-c", "x"}, []string{"l-1", "sh", "-c", "x"}},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		r := fs.Bool("r", false, "")
+		pos, _, ok := parseFlags(fs, "", c.args, 1)
+		if !ok || !reflect.DeepEqual(pos, c.pos) || !*r {
+			t.Errorf("%q: %q ok %v r %v, want %q", c.args, pos, ok, *r, c.pos)
+		}
+	}
+}

@@ -31,6 +31,10 @@ const (
 	StreamStdout byte = 1
 	StreamStderr byte = 2
 	StreamExit   byte = 3
+	// Frames a client sends in the body of a terminal exec (tty): what it types, and a new size
+	// ({"rows":R,"cols":C}). The end of the body is the end of input.
+	StreamStdin  byte = 0
+	StreamResize byte = 4
 )
 
 // Minter mints a task token from "HOST[:PORT][=CREDENTIAL]" specs; only the dev node has one.
@@ -469,6 +473,13 @@ type ExecRequest struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Timeout string            `json:"timeout,omitempty"`
+	// TTY runs the command on a pseudo-terminal of Rows by Cols (TERM is Term, xterm-256color
+	// unless set): its output comes as stdout frames only, and the request body (the request in
+	// the ExecHeader) is a stream of stdin and resize frames.
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	Term string `json:"term,omitempty"`
 }
 
 // ExitStatus is the payload of the exit frame.
@@ -505,6 +516,21 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout}
+	if req.TTY {
+		if stdin == nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "a terminal exec (tty) sends its input as frames: the request goes in the "+ExecHeader+" header")
+			return
+		}
+		pr.TTY, pr.Size = true, pool.TermSize{Rows: req.Rows, Cols: req.Cols}
+		if pr.Env == nil {
+			pr.Env = map[string]string{}
+		}
+		if _, set := pr.Env["TERM"]; !set {
+			pr.Env["TERM"] = cmp.Or(req.Term, "xterm-256color")
+		}
+		in, resize := readInputFrames(stdin)
+		stdin, pr.Resize = in, resize
+	}
 	tenant, id := tenantOf(r), r.PathValue("id")
 	if _, err := s.cfg.Pool.Held(r.Context(), tenant, id); err != nil {
 		writePoolError(w, err)
@@ -565,6 +591,48 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.WriteString(w, "ready\n")
+}
+
+// readInputFrames reads a terminal exec's request body: stdin frames come out of the reader,
+// resize frames out of the channel, which is closed when the body ends or is malformed.
+func readInputFrames(body io.Reader) (io.Reader, <-chan pool.TermSize) {
+	pr, pw := io.Pipe()
+	resize := make(chan pool.TermSize, 1)
+	go func() {
+		defer close(resize)
+		var hdr [8]byte
+		for {
+			if _, err := io.ReadFull(body, hdr[:]); err != nil {
+				pw.Close()
+				return
+			}
+			n := int64(binary.BigEndian.Uint32(hdr[4:]))
+			switch hdr[0] {
+			case StreamStdin:
+				if _, err := io.CopyN(pw, body, n); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+			case StreamResize:
+				var sz pool.TermSize
+				b := make([]byte, min(n, 257))
+				if _, err := io.ReadFull(body, b); err != nil || n > 256 || json.Unmarshal(b, &sz) != nil {
+					pw.CloseWithError(errors.New("a resize frame is not {\"rows\":R,\"cols\":C}"))
+					return
+				}
+				// Only the newest size matters: one still waiting is replaced.
+				select {
+				case <-resize:
+				default:
+				}
+				resize <- sz
+			default:
+				pw.CloseWithError(fmt.Errorf("exec input: unknown frame %d", hdr[0]))
+				return
+			}
+		}
+	}()
+	return pr, resize
 }
 
 // frameWriter writes exec frames; its streams may be written from two goroutines.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -120,20 +121,92 @@ func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, 
 		return -1, err
 	}
 	defer resp.Body.Close()
+	return readExecStream(resp.Body, stdout, stderr)
+}
+
+// ExecTTY runs req on a pseudo-terminal of req.Rows by req.Cols: what is read from stdin is
+// typed into it, each size sent on resize resizes it, and all it writes goes to out. It returns
+// the command's exit code.
+func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, stdin io.Reader, resize <-chan pool.TermSize, out io.Writer) (int, error) {
+	req.TTY = true
+	h, err := json.Marshal(req)
+	if err != nil {
+		return -1, err
+	}
+	pr, pw := io.Pipe()
+	var mu sync.Mutex
+	send := func(kind byte, p []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var hdr [8]byte
+		hdr[0] = kind
+		binary.BigEndian.PutUint32(hdr[4:], uint32(len(p)))
+		if _, err := pw.Write(hdr[:]); err != nil {
+			return err
+		}
+		_, err := pw.Write(p)
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	if stdin != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := stdin.Read(buf)
+				if n > 0 && send(api.StreamStdin, buf[:n]) != nil {
+					return
+				}
+				if err != nil {
+					pw.Close() // the end of input
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		for {
+			select {
+			case sz, ok := <-resize:
+				if !ok {
+					return
+				}
+				b, _ := json.Marshal(sz)
+				if send(api.StreamResize, b) != nil {
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	resp, err := c.raw(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", pr, http.Header{api.ExecHeader: {string(h)}})
+	if err != nil {
+		pw.Close()
+		return -1, err
+	}
+	defer resp.Body.Close()
+	defer pw.Close()
+	return readExecStream(resp.Body, out, io.Discard)
+}
+
+// readExecStream copies an exec stream's frames to stdout and stderr and returns the exit code.
+func readExecStream(body io.Reader, stdout, stderr io.Writer) (int, error) {
 	var hdr [8]byte
 	for {
-		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+		if _, err := io.ReadFull(body, hdr[:]); err != nil {
 			return -1, fmt.Errorf("exec stream ended without an exit status: %w", err)
 		}
 		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		var err error
 		switch hdr[0] {
 		case api.StreamStdout:
-			_, err = io.CopyN(stdout, resp.Body, n)
+			_, err = io.CopyN(stdout, body, n)
 		case api.StreamStderr:
-			_, err = io.CopyN(stderr, resp.Body, n)
+			_, err = io.CopyN(stderr, body, n)
 		case api.StreamExit:
 			var st api.ExitStatus
-			if err := json.NewDecoder(io.LimitReader(resp.Body, n)).Decode(&st); err != nil {
+			if err := json.NewDecoder(io.LimitReader(body, n)).Decode(&st); err != nil {
 				return -1, fmt.Errorf("exec exit status: %w", err)
 			}
 			if st.Error != "" {

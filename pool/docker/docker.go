@@ -402,7 +402,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	// A timed-out command is killed with what it started; the marker finds them from inside the
 	// sandbox, where the host cannot see (gVisor's processes are not in the host's /proc).
 	marker := req.Marker
-	if marker == "" && req.Timeout > 0 {
+	if marker == "" && (req.Timeout > 0 || req.TTY) {
 		var nonce [8]byte
 		rand.Read(nonce[:])
 		marker = hex.EncodeToString(nonce[:])
@@ -410,8 +410,12 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	if marker != "" {
 		env = append(env, execMarker+"="+marker)
 	}
+	cmd := req.Cmd
+	if req.TTY {
+		cmd = onTerminal(req.Cmd, req.Size)
+	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
-		Cmd: req.Cmd, Env: env, WorkingDir: req.Workdir,
+		Cmd: cmd, Env: env, WorkingDir: req.Workdir,
 		AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
 	})
 	if err != nil {
@@ -422,6 +426,13 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 		return -1, fmt.Errorf("docker: exec attach: %w", err)
 	}
 	defer att.Close()
+	if req.TTY && req.Resize != nil {
+		go func() {
+			for sz := range req.Resize {
+				r.resizeMarked(context.WithoutCancel(ctx), sb, marker, sz)
+			}
+		}()
+	}
 	if stdin != nil {
 		go func() {
 			io.Copy(att.Conn, stdin)
@@ -482,15 +493,49 @@ const execMarker = "AIRLOCK_EXEC"
 func (r *Runtime) signalMarked(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
 	sweep := `for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = $$ ] && continue; ` +
 		`grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null && kill -s "$1" "$n" 2>/dev/null; done; exit 0`
+	if err := r.runQuiet(ctx, sb, []string{"sh", "-c", sweep, marker, sig}); err != nil {
+		return fmt.Errorf("signal: %w", err)
+	}
+	return nil
+}
+
+// onTerminal wraps cmd to run on a pseudo-terminal of size made inside the sandbox, with
+// util-linux's script: the engine's own terminals are not terminals to a program under gVisor
+// (its standard streams are host files there), while a terminal the sandbox's kernel makes is
+// one under every runtime. script returns the command's exit code; the terminal's output,
+// stderr included, comes on stdout.
+func onTerminal(cmd []string, size pool.TermSize) []string {
+	rows, cols := size.Rows, size.Cols
+	if rows == 0 || cols == 0 {
+		rows, cols = 24, 80
+	}
+	line := fmt.Sprintf("stty rows %d cols %d 2>/dev/null; exec", rows, cols)
+	for _, a := range cmd {
+		line += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return []string{"sh", "-c", `command -v script >/dev/null || { echo "airlock: a terminal needs util-linux's script in the sandbox image" >&2; exit 125; }; ` +
+		`exec script -qefc "$0" /dev/null`, line}
+}
+
+// resizeMarked sets the size of the terminal that the exec with marker runs on (onTerminal's):
+// the one its processes have as their input.
+func (r *Runtime) resizeMarked(ctx context.Context, sb pool.Sandbox, marker string, size pool.TermSize) {
+	sweep := `for p in /proc/[0-9]*; do grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null || continue; ` +
+		`t=$(readlink "$p/fd/0") || continue; case $t in /dev/pts/*) stty -F "$t" rows "$1" cols "$2"; exit;; esac; done; exit 0`
+	r.runQuiet(ctx, sb, []string{"sh", "-c", sweep, marker, strconv.Itoa(int(size.Rows)), strconv.Itoa(int(size.Cols))})
+}
+
+// runQuiet runs cmd in sb as its user, discarding what it writes, within 10 seconds.
+func (r *Runtime) runQuiet(ctx context.Context, sb pool.Sandbox, cmd []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{Cmd: []string{"sh", "-c", sweep, marker, sig}})
+	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
-		return fmt.Errorf("docker: signal: %w", err)
+		return fmt.Errorf("docker: exec: %w", err)
 	}
 	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return fmt.Errorf("docker: signal: %w", err)
+		return fmt.Errorf("docker: exec attach: %w", err)
 	}
 	io.Copy(io.Discard, att.Reader)
 	att.Close()
