@@ -15,20 +15,21 @@ import (
 func cmdExplain(args []string) int {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	tok := fs.String("token", "", "the task's JWT")
+	lease := fs.String("lease", "", "a lease of yours, whose task token is explained")
 	method := fs.String("method", "GET", "the request method")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *tok == "" || fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: airlock explain --token JWT [--method M] URL")
+	if (*tok == "") == (*lease == "") || fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: airlock explain (--token JWT | --lease LEASE) [--method M] [--json] URL")
 		return 2
 	}
 	c, err := newClient()
 	if err != nil {
 		return fail(err)
 	}
-	ex, err := c.Explain(context.Background(), api.ExplainRequest{Token: *tok, Method: *method, URL: fs.Arg(0)})
+	ex, err := c.Explain(context.Background(), api.ExplainRequest{Token: *tok, Lease: *lease, Method: *method, URL: fs.Arg(0)})
 	if err != nil {
 		return fail(err)
 	}

@@ -21,11 +21,12 @@ usage:
   airlock renew LEASE [--ttl D]
   airlock release LEASE
   airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json]
-  airlock explain --token JWT [--method M] [--json] URL
+  airlock explain (--token JWT | --lease LEASE) [--method M] [--json] URL
   airlock port LEASE PORT         a URL (on its own listener) that reaches that port of the sandbox
   airlock verify [--template T] [--token JWT]   leases a sandbox and checks the invariants from inside
   airlock image build [default|python|node ...]   builds the shipped sandbox images locally (debootstrap, docker import)
   airlock template build [--config FILE] [NAME ...]   builds templates from their Dockerfile or devcontainer.json
+  airlock mcp [--http ADDR] [--any-key] [--keep]   an MCP server for agents, on stdio or streamable HTTP
   airlock pools [--json]
   airlock version
 
@@ -40,7 +41,7 @@ func main() {
 	cmds := map[string]func([]string) int{
 		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
 		"explain": cmdExplain, "cp": cmdCp, "renew": cmdRenew, "logs": cmdLogs, "verify": cmdVerify,
-		"port": cmdPort, "fs": cmdFs, "proc": cmdProc, "image": cmdImage, "template": cmdTemplate,
+		"port": cmdPort, "fs": cmdFs, "proc": cmdProc, "mcp": cmdMCP, "image": cmdImage, "template": cmdTemplate,
 		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
 	}
 	run, ok := cmds[os.Args[1]]

@@ -552,9 +552,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	fw.frame(StreamExit, b)
 }
 
-// ExplainRequest is the body of POST /v1/explain.
+// ExplainRequest is the body of POST /v1/explain: a task token, or a lease of the caller's
+// whose token is explained.
 type ExplainRequest struct {
-	Token  string `json:"token"`
+	Token  string `json:"token,omitempty"`
+	Lease  string `json:"lease,omitempty"`
 	Method string `json:"method,omitempty"`
 	URL    string `json:"url"`
 }
@@ -566,6 +568,21 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.Explain == nil {
 		writeError(w, http.StatusNotFound, "not_found", "this node has no gateway to explain")
+		return
+	}
+	switch {
+	case req.Lease != "" && req.Token != "":
+		writeError(w, http.StatusBadRequest, "bad_request", "explain a token or a lease, not both")
+		return
+	case req.Lease != "":
+		l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), req.Lease)
+		if err != nil {
+			writePoolError(w, err)
+			return
+		}
+		req.Token = l.Token
+	case req.Token == "":
+		writeError(w, http.StatusBadRequest, "bad_request", "explain needs a task token or a lease")
 		return
 	}
 	ex, err := s.cfg.Explain(req.Token, req.Method, req.URL)

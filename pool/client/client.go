@@ -91,6 +91,13 @@ func (c *Client) Release(ctx context.Context, id string) error {
 	return err
 }
 
+// List returns the tenant's leases.
+func (c *Client) List(ctx context.Context) ([]api.LeaseView, error) {
+	var v []api.LeaseView
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases", nil, &v)
+	return v, err
+}
+
 // Pools reports the node's pools.
 func (c *Client) Pools(ctx context.Context) ([]pool.PoolStatus, error) {
 	var v []pool.PoolStatus

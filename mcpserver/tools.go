@@ -1,0 +1,433 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/rule"
+)
+
+// OutputLimit is how much of each stream run returns; beyond it the middle is cut, and the
+// result says so.
+const OutputLimit = 64 << 10
+
+// CreateIn is sandbox_create's input.
+type CreateIn struct {
+	Template string   `json:"template,omitempty" jsonschema:"the sandbox template (default: default); see the node's pools"`
+	Allow    []string `json:"allow,omitempty" jsonschema:"hosts the sandbox may reach: HOST[:PORT][=CREDENTIAL] (a credential the gateway adds to requests to that host)"`
+	Profiles []string `json:"profiles,omitempty" jsonschema:"named scope bundles, for example pypi, npm, crates, maven, rubygems, github-read"`
+	Token    string   `json:"token,omitempty" jsonschema:"a task token (JWT) from your issuer, instead of allow and profiles"`
+	TTL      string   `json:"ttl,omitempty" jsonschema:"how long the sandbox lives, for example 30m (default: the template's)"`
+	Keep     bool     `json:"keep,omitempty" jsonschema:"keep the sandbox when this MCP session ends"`
+}
+
+// SandboxOut describes a sandbox.
+type SandboxOut struct {
+	Lease     string    `json:"lease" jsonschema:"the id every other tool takes"`
+	Template  string    `json:"template"`
+	Task      string    `json:"task"`
+	Expires   time.Time `json:"expires"`
+	Workspace string    `json:"workspace" jsonschema:"the sandbox's writable working folder"`
+}
+
+// LeaseIn names a sandbox.
+type LeaseIn struct {
+	Lease string `json:"lease" jsonschema:"the sandbox's lease id, from sandbox_create"`
+}
+
+// RunIn is run's and start_process's input.
+type RunIn struct {
+	Lease   string            `json:"lease" jsonschema:"the sandbox's lease id"`
+	Command string            `json:"command,omitempty" jsonschema:"a shell command line, run with sh -c"`
+	Argv    []string          `json:"argv,omitempty" jsonschema:"the program and its arguments, instead of command"`
+	Stdin   string            `json:"stdin,omitempty" jsonschema:"text given to the command as its standard input (run only)"`
+	Timeout string            `json:"timeout,omitempty" jsonschema:"kill it and all it started after this long, for example 2m (run: default 5m)"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"the folder it runs in (default: the workspace)"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"environment variables added for it"`
+}
+
+// RunOut is what run returns.
+type RunOut struct {
+	ExitCode        int    `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty" jsonschema:"the middle of stdout was cut; the start and the end are kept"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	DurationMS      int64  `json:"duration_ms"`
+}
+
+// WriteIn is write_file's input.
+type WriteIn struct {
+	Lease    string `json:"lease"`
+	Path     string `json:"path" jsonschema:"a file in the workspace, relative to it or absolute; parent folders are made"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64"`
+}
+
+// ReadIn is read_file's input.
+type ReadIn struct {
+	Lease    string `json:"lease"`
+	Path     string `json:"path"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64, for bytes that are not text"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"return at most this many bytes (default 1 MiB)"`
+}
+
+// ReadOut is read_file's result.
+type ReadOut struct {
+	Path      string `json:"path"`
+	Content   string `json:"content"`
+	Encoding  string `json:"encoding"`
+	Size      int    `json:"size"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// ListIn is list_files's input.
+type ListIn struct {
+	Lease string `json:"lease"`
+	Path  string `json:"path,omitempty" jsonschema:"a folder in the workspace (default: the workspace)"`
+	Depth int    `json:"depth,omitempty" jsonschema:"levels to list (default 1)"`
+}
+
+// OutputIn is process_output's input.
+type OutputIn struct {
+	Lease        string `json:"lease"`
+	Process      string `json:"process" jsonschema:"the process id from start_process"`
+	StdoutOffset int64  `json:"stdout_offset,omitempty" jsonschema:"read stdout from this byte (the stdout_offset a previous call returned)"`
+	StderrOffset int64  `json:"stderr_offset,omitempty"`
+	WaitSeconds  int    `json:"wait_seconds,omitempty" jsonschema:"wait up to this long (at most 60) for new output while it runs"`
+}
+
+// KillIn is kill_process's input.
+type KillIn struct {
+	Lease   string `json:"lease"`
+	Process string `json:"process"`
+	Signal  string `json:"signal,omitempty" jsonschema:"TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT"`
+}
+
+// PortIn is expose_port's input.
+type PortIn struct {
+	Lease string `json:"lease"`
+	Port  int    `json:"port" jsonschema:"a TCP port a server in the sandbox listens on"`
+}
+
+// ExplainIn is explain's input.
+type ExplainIn struct {
+	Lease  string `json:"lease"`
+	URL    string `json:"url" jsonschema:"the URL a request went or would go to"`
+	Method string `json:"method,omitempty" jsonschema:"GET by default"`
+}
+
+// Done is the result of a tool that only acts.
+type Done struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message,omitempty"`
+}
+
+func (s *Server) addTools() {
+	ro := &mcp.ToolAnnotations{ReadOnlyHint: true}
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_create", Description: "Create a sandbox (lease a warm one) that may reach the hosts allowed, and only those."}, s.create)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_list", Description: "List your sandboxes.", Annotations: ro}, s.list)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_release", Description: "Release a sandbox: it and everything in it are destroyed."}, s.release)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run", Description: "Run a command in a sandbox and wait for it: its exit code and output (streamed as progress while it runs)."}, s.run)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "write_file", Description: "Write a file in a sandbox's workspace."}, s.writeFile)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "read_file", Description: "Read a file from a sandbox's workspace.", Annotations: ro}, s.readFile)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "list_files", Description: "List a folder of a sandbox's workspace: names, types, sizes, modes and times.", Annotations: ro}, s.listFiles)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "start_process", Description: "Start a long-running command (a server, a watcher, a long build) in the background; read its output with process_output."}, s.startProcess)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "process_output", Description: "Read what a background process wrote since an offset, waiting a while for more; says whether it still runs and its exit code.", Annotations: ro}, s.processOutput)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "kill_process", Description: "Send a signal to a background process and everything it started."}, s.killProcess)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "expose_port", Description: "Make a port a server in the sandbox listens on reachable at a URL, for a person to review."}, s.exposePort)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "explain", Description: "Explain the gateway's decision for a request from a sandbox: allowed or refused, by which rule, and which scope would allow it.", Annotations: ro}, s.explain)
+}
+
+// agentError turns an API error into one an agent can act on: what went wrong, and what to do.
+func agentError(err error) error {
+	var ae *client.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	hint := map[string]string{
+		"lease_not_found":  "the sandbox is gone (released or expired) or is not yours: create one with sandbox_create",
+		"unknown_template": "pick a template the node has (sandbox_create without template uses default)",
+		"token_refused":    "the task token or the scopes asked for are refused; ask for fewer or other hosts",
+		"no_warm_sandbox":  "no sandbox was free in time; try again in a few seconds",
+		"no_such_file":     "check the path with list_files",
+		"file_exists":      "choose another path, or remove it first",
+		"no_such_process":  "list processes with process_output's ids from start_process",
+		"too_many_ports":   "this sandbox exposes as many ports as it may",
+		"rate_limited":     "slow down and try again",
+		"unauthorized":     "the API key is not accepted by the node",
+	}[ae.Code]
+	if hint == "" {
+		return fmt.Errorf("%s", ae.Message)
+	}
+	return fmt.Errorf("%s (%s): %s", ae.Message, ae.Code, hint)
+}
+
+func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in CreateIn) (*mcp.CallToolResult, SandboxOut, error) {
+	st := s.sessionOf(req)
+	lr := api.LeaseRequest{Template: in.Template, Token: in.Token, TTL: in.TTL, Allow: append([]string{}, in.Allow...)}
+	if lr.Template == "" {
+		lr.Template = "default"
+	}
+	for _, p := range in.Profiles {
+		lr.Allow = append(lr.Allow, "@"+strings.TrimPrefix(p, "@"))
+	}
+	if in.Token != "" {
+		if len(lr.Allow) > 0 {
+			return nil, SandboxOut{}, errors.New("give a token, or allow and profiles, not both")
+		}
+		lr.Allow = nil
+	}
+	l, err := st.c.Lease(ctx, lr)
+	if err != nil {
+		return nil, SandboxOut{}, agentError(err)
+	}
+	st.mu.Lock()
+	st.leases[l.ID] = in.Keep
+	st.mu.Unlock()
+	return nil, SandboxOut{Lease: l.ID, Template: l.Template, Task: l.Task, Expires: l.Expires, Workspace: "/workspace"}, nil
+}
+
+// ListOut is sandbox_list's result.
+type ListOut struct {
+	Sandboxes []SandboxOut `json:"sandboxes"`
+}
+
+func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, ListOut, error) {
+	ls, err := s.sessionOf(req).c.List(ctx)
+	if err != nil {
+		return nil, ListOut{}, agentError(err)
+	}
+	out := ListOut{Sandboxes: []SandboxOut{}}
+	for _, l := range ls {
+		out.Sandboxes = append(out.Sandboxes, SandboxOut{Lease: l.ID, Template: l.Template, Task: l.Task, Expires: l.Expires, Workspace: "/workspace"})
+	}
+	return nil, out, nil
+}
+
+func (s *Server) release(ctx context.Context, req *mcp.CallToolRequest, in LeaseIn) (*mcp.CallToolResult, Done, error) {
+	st := s.sessionOf(req)
+	if err := st.c.Release(ctx, in.Lease); err != nil {
+		return nil, Done{}, agentError(err)
+	}
+	st.mu.Lock()
+	delete(st.leases, in.Lease)
+	st.mu.Unlock()
+	return nil, Done{OK: true, Message: "released " + in.Lease}, nil
+}
+
+// command is the argv of a run or start_process input.
+func command(in RunIn) ([]string, error) {
+	switch {
+	case in.Command != "" && len(in.Argv) > 0:
+		return nil, errors.New("give command or argv, not both")
+	case in.Command != "":
+		return []string{"sh", "-c", in.Command}, nil
+	case len(in.Argv) > 0:
+		return in.Argv, nil
+	}
+	return nil, errors.New("a command (a shell line) or argv (a program and its arguments) is required")
+}
+
+// capture keeps the first and last halves of OutputLimit of a stream, and sends each piece
+// written on as a progress notification when the caller asked for progress.
+type capture struct {
+	mu     sync.Mutex
+	head   bytes.Buffer
+	tail   []byte
+	cut    bool
+	notify func(string)
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(p)
+	if c.notify != nil {
+		c.notify(string(p))
+	}
+	if room := OutputLimit/2 - c.head.Len(); room > 0 {
+		k := min(room, len(p))
+		c.head.Write(p[:k])
+		p = p[k:]
+	}
+	if len(p) > 0 {
+		c.tail = append(c.tail, p...)
+		if over := len(c.tail) - OutputLimit/2; over > 0 {
+			c.tail, c.cut = c.tail[over:], true
+		}
+	}
+	return n, nil
+}
+
+func (c *capture) text() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.head.String()
+	if c.cut {
+		out += "\n[... output cut here by airlock ...]\n"
+	}
+	return strings.ToValidUTF8(out+string(c.tail), "\uFFFD"), c.cut
+}
+
+func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, RunOut, error) {
+	cmd, err := command(in)
+	if err != nil {
+		return nil, RunOut{}, err
+	}
+	er := api.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout}
+	if er.Timeout == "" {
+		er.Timeout = "5m"
+	}
+	var notify func(string)
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		var mu sync.Mutex
+		n := 0.0
+		notify = func(chunk string) {
+			mu.Lock()
+			n++
+			p := n
+			mu.Unlock()
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: p, Message: chunk})
+		}
+	}
+	out, errOut := &capture{notify: notify}, &capture{notify: notify}
+	start := time.Now()
+	var stdin *strings.Reader
+	if in.Stdin != "" {
+		stdin = strings.NewReader(in.Stdin)
+	}
+	c := s.sessionOf(req).c
+	var code int
+	if stdin != nil {
+		code, err = c.ExecStdin(ctx, in.Lease, er, stdin, out, errOut)
+	} else {
+		code, err = c.Exec(ctx, in.Lease, er, out, errOut)
+	}
+	if err != nil {
+		return nil, RunOut{}, agentError(err)
+	}
+	r := RunOut{ExitCode: code, DurationMS: time.Since(start).Milliseconds()}
+	r.Stdout, r.StdoutTruncated = out.text()
+	r.Stderr, r.StderrTruncated = errOut.text()
+	return nil, r, nil
+}
+
+// encode returns b as text in encoding: utf-8 (bytes that are not become U+FFFD) or base64.
+func decodeContent(content, encoding string) ([]byte, error) {
+	switch encoding {
+	case "", "utf-8":
+		return []byte(content), nil
+	case "base64":
+		return base64.StdEncoding.DecodeString(content)
+	}
+	return nil, fmt.Errorf("encoding %q is not utf-8 or base64", encoding)
+}
+
+func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteIn) (*mcp.CallToolResult, pool.FileInfo, error) {
+	b, err := decodeContent(in.Content, in.Encoding)
+	if err != nil {
+		return nil, pool.FileInfo{}, err
+	}
+	info, err := s.sessionOf(req).c.PutFile(ctx, in.Lease, in.Path, bytes.NewReader(b), false)
+	if err != nil {
+		return nil, pool.FileInfo{}, agentError(err)
+	}
+	return nil, info, nil
+}
+
+func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in ReadIn) (*mcp.CallToolResult, ReadOut, error) {
+	if in.Encoding != "" && in.Encoding != "utf-8" && in.Encoding != "base64" {
+		return nil, ReadOut{}, fmt.Errorf("encoding %q is not utf-8 or base64", in.Encoding)
+	}
+	max := in.MaxBytes
+	if max <= 0 {
+		max = 1 << 20
+	}
+	var buf bytes.Buffer
+	if _, err := s.sessionOf(req).c.GetFile(ctx, in.Lease, in.Path, &buf, false); err != nil {
+		return nil, ReadOut{}, agentError(err)
+	}
+	out := ReadOut{Path: in.Path, Size: buf.Len(), Encoding: "utf-8"}
+	b := buf.Bytes()
+	if len(b) > max {
+		b, out.Truncated = b[:max], true
+	}
+	if in.Encoding == "base64" {
+		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(b)
+	} else {
+		out.Content = strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	return nil, out, nil
+}
+
+func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, api.ListView, error) {
+	v, err := s.sessionOf(req).c.ListFiles(ctx, in.Lease, in.Path, in.Depth)
+	if err != nil {
+		return nil, api.ListView{}, agentError(err)
+	}
+	return nil, v, nil
+}
+
+func (s *Server) startProcess(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, pool.ProcessInfo, error) {
+	cmd, err := command(in)
+	if err != nil {
+		return nil, pool.ProcessInfo{}, err
+	}
+	if in.Stdin != "" {
+		return nil, pool.ProcessInfo{}, errors.New("a background process takes no stdin; write a file and redirect it")
+	}
+	p, err := s.sessionOf(req).c.StartProcess(ctx, in.Lease, api.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout})
+	if err != nil {
+		return nil, pool.ProcessInfo{}, agentError(err)
+	}
+	return nil, p, nil
+}
+
+func (s *Server) processOutput(ctx context.Context, req *mcp.CallToolRequest, in OutputIn) (*mcp.CallToolResult, api.OutputView, error) {
+	q := client.OutputQuery{StdoutOffset: in.StdoutOffset, StderrOffset: in.StderrOffset, Max: OutputLimit,
+		Wait: time.Duration(min(max(in.WaitSeconds, 0), 60)) * time.Second}
+	o, err := s.sessionOf(req).c.ProcessOutput(ctx, in.Lease, in.Process, q)
+	if err != nil {
+		return nil, api.OutputView{}, agentError(err)
+	}
+	return nil, o, nil
+}
+
+func (s *Server) killProcess(ctx context.Context, req *mcp.CallToolRequest, in KillIn) (*mcp.CallToolResult, Done, error) {
+	sig := in.Signal
+	if sig == "" {
+		sig = "TERM"
+	}
+	if err := s.sessionOf(req).c.SignalProcess(ctx, in.Lease, in.Process, sig); err != nil {
+		return nil, Done{}, agentError(err)
+	}
+	return nil, Done{OK: true, Message: "sent " + sig + " to " + in.Process}, nil
+}
+
+func (s *Server) exposePort(ctx context.Context, req *mcp.CallToolRequest, in PortIn) (*mcp.CallToolResult, api.PortView, error) {
+	v, err := s.sessionOf(req).c.Port(ctx, in.Lease, in.Port)
+	if err != nil {
+		return nil, api.PortView{}, agentError(err)
+	}
+	return nil, v, nil
+}
+
+func (s *Server) explain(ctx context.Context, req *mcp.CallToolRequest, in ExplainIn) (*mcp.CallToolResult, rule.Explanation, error) {
+	ex, err := s.sessionOf(req).c.Explain(ctx, api.ExplainRequest{Lease: in.Lease, Method: in.Method, URL: in.URL})
+	if err != nil {
+		return nil, rule.Explanation{}, agentError(err)
+	}
+	return nil, ex, nil
+}
