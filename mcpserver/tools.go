@@ -294,12 +294,13 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*
 	if tok := req.Params.GetProgressToken(); tok != nil {
 		var mu sync.Mutex
 		n := 0.0
+		// One at a time, in order: progress must increase, and stdout and stderr come from two
+		// goroutines.
 		notify = func(chunk string) {
 			mu.Lock()
+			defer mu.Unlock()
 			n++
-			p := n
-			mu.Unlock()
-			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: p, Message: chunk})
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: n, Message: chunk})
 		}
 	}
 	out, errOut := &capture{notify: notify}, &capture{notify: notify}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs and starts what airlock and its tests need on a Debian machine, idempotently: the Docker
 # engine (Debian's docker.io; engine.sh starts dockerd, in a session of its own, when none
-# answers), redis-server, debootstrap and iptables. Runs as root; on a machine that already has
-# everything it returns in a moment.
+# answers), redis-server, debootstrap and iptables; Node.js and npm (the e2e MCP client runs on
+# the official TypeScript SDK) and python3 with pytest (the Python client's tests). Runs as root;
+# on a machine that already has everything it returns in a moment.
 set -euo pipefail
 
 need=()
@@ -12,6 +13,9 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v iptables >/dev/null || need+=(iptables)
 command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
+python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)  # dynamic database credential tests
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"

@@ -1,0 +1,50 @@
+// An agent's session with `airlock mcp`, driven by the official MCP TypeScript SDK over stdio
+// or streamable HTTP: node client.mjs stdio AIRLOCK_BIN | node client.mjs http URL KEY.
+// It prints one JSON transcript line per step; the Go test reads and checks them.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const [mode, target, key] = process.argv.slice(2);
+const transport = mode === "stdio"
+  ? new StdioClientTransport({ command: target, args: ["mcp"], env: process.env, stderr: "inherit" })
+  : new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers: { Authorization: `Bearer ${key}` } } });
+const client = new Client({ name: "airlock-e2e-ts", version: "1.0.0" });
+const say = (step, value) => console.log(JSON.stringify({ step, value }));
+
+async function tool(name, args, opts) {
+  const res = await client.callTool({ name, arguments: args }, undefined, opts);
+  const text = (res.content || []).map((c) => c.text || "").join("");
+  return { isError: !!res.isError, structured: res.structuredContent, text };
+}
+
+try {
+  await client.connect(transport);
+  const { tools } = await client.listTools();
+  say("tools", tools.map((t) => t.name).sort());
+  const created = await tool("sandbox_create", { allow: ["api.example.test=demo"] });
+  say("sandbox_create", created);
+  const lease = created.structured.lease;
+  const progress = [];
+  say("run", await tool("run", { lease, command: "echo one; echo two >&2; exit 3" },
+    { onprogress: (p) => progress.push(p.message || ""), resetTimeoutOnProgress: true }));
+  say("progress", progress);
+  say("run_allowed", await tool("run", { lease, command: "curl -sS https://api.example.test/whoami" }));
+  say("run_denied", await tool("run", { lease, command: "curl -sS http://evil.example/" }));
+  say("explain", await tool("explain", { lease, url: "http://evil.example/" }));
+  say("write_file", await tool("write_file", { lease, path: "src/hello.py", content: "print('hello from ts')\n" }));
+  say("read_file", await tool("read_file", { lease, path: "src/hello.py" }));
+  say("list_files", await tool("list_files", { lease, path: "src" }));
+  say("run_written", await tool("run", { lease, argv: ["python3", "src/hello.py"] }));
+  say("bad_lease", await tool("run", { lease: "l-nope", command: "true" }));
+  say("sandbox_release", await tool("sandbox_release", { lease }));
+  // One left for the session's end to release.
+  say("left", await tool("sandbox_create", { allow: ["api.example.test"] }));
+  // Over HTTP a session ends when the client says so (DELETE), or when it idles out.
+  if (mode === "http") await transport.terminateSession();
+  await client.close();
+  say("closed", true);
+} catch (e) {
+  say("error", String(e && e.stack || e));
+  process.exitCode = 1;
+}
