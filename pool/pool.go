@@ -24,8 +24,10 @@ var (
 	ErrLeaseNotFound   = errors.New("lease not found")
 	ErrUnknownTemplate = errors.New("unknown template")
 	ErrBadRequest      = errors.New("bad lease request")
-	ErrTokenRefused    = errors.New("task token refused")
-	ErrJTIInUse        = errors.New("token id already binds a lease")
+	// ErrTimedOut: a command ran past its timeout and was killed, with all it started.
+	ErrTimedOut     = errors.New("command timed out")
+	ErrTokenRefused = errors.New("task token refused")
+	ErrJTIInUse     = errors.New("token id already binds a lease")
 	// ErrNotOwner: the lease is held by another node, which alone acts on it.
 	ErrNotOwner = errors.New("lease is held by another node")
 )

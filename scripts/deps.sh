@@ -15,7 +15,7 @@ command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
-python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3 python3-pytest)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)  # dynamic database credential tests
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"

@@ -482,10 +482,12 @@ type ExecRequest struct {
 	Term string `json:"term,omitempty"`
 }
 
-// ExitStatus is the payload of the exit frame.
+// ExitStatus is the payload of the exit frame: the exit code, or why there is none, with the
+// error's code as an answer would carry it ("timed_out", "lease_not_found").
 type ExitStatus struct {
 	ExitCode int    `json:"exit_code"`
 	Error    string `json:"error,omitempty"`
+	Code     string `json:"code,omitempty"`
 }
 
 // ExecHeader carries the exec request (JSON) when the request body is the command's stdin.
@@ -547,6 +549,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	st := ExitStatus{ExitCode: code}
 	if err != nil {
 		st.Error = err.Error()
+		_, st.Code = poolError(err)
 	}
 	b, _ := json.Marshal(st)
 	fw.frame(StreamExit, b)
@@ -740,32 +743,40 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
-// writePoolError is the one place pool errors become HTTP statuses.
+// writePoolError is the one place pool errors become HTTP statuses (poolError).
 func writePoolError(w http.ResponseWriter, err error) {
+	status, code := poolError(err)
+	writeError(w, status, code, err.Error())
+}
+
+// poolError is the HTTP status and error code of a pool error, in an answer or an exec's exit
+// frame.
+func poolError(err error) (int, string) {
 	switch {
 	case errors.Is(err, pool.ErrLeaseNotFound):
-		writeError(w, http.StatusNotFound, "lease_not_found", err.Error())
+		return http.StatusNotFound, "lease_not_found"
 	case errors.Is(err, pool.ErrUnknownTemplate):
-		writeError(w, http.StatusNotFound, "unknown_template", err.Error())
+		return http.StatusNotFound, "unknown_template"
 	case errors.Is(err, pool.ErrTokenRefused), errors.Is(err, token.ErrInvalid):
-		writeError(w, http.StatusForbidden, "token_refused", err.Error())
+		return http.StatusForbidden, "token_refused"
 	case errors.Is(err, pool.ErrJTIInUse):
-		writeError(w, http.StatusConflict, "jti_in_use", err.Error())
+		return http.StatusConflict, "jti_in_use"
 	case errors.Is(err, pool.ErrNoWarm):
-		writeError(w, http.StatusServiceUnavailable, "no_warm_sandbox", err.Error())
+		return http.StatusServiceUnavailable, "no_warm_sandbox"
 	case errors.Is(err, pool.ErrNoSuchProcess):
-		writeError(w, http.StatusNotFound, "no_such_process", err.Error())
+		return http.StatusNotFound, "no_such_process"
 	case errors.Is(err, pool.ErrNoSuchFile):
-		writeError(w, http.StatusNotFound, "no_such_file", err.Error())
+		return http.StatusNotFound, "no_such_file"
 	case errors.Is(err, pool.ErrFileExists):
-		writeError(w, http.StatusConflict, "file_exists", err.Error())
+		return http.StatusConflict, "file_exists"
+	case errors.Is(err, pool.ErrTimedOut):
+		return http.StatusRequestTimeout, "timed_out"
 	case errors.Is(err, pool.ErrBadRequest):
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return http.StatusBadRequest, "bad_request"
 	case errors.Is(err, pool.ErrNotOwner):
-		writeError(w, http.StatusConflict, "not_owner", err.Error())
+		return http.StatusConflict, "not_owner"
 	case errors.Is(err, errTooManyPorts):
-		writeError(w, http.StatusTooManyRequests, "too_many_ports", err.Error())
-	default:
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return http.StatusTooManyRequests, "too_many_ports"
 	}
+	return http.StatusServiceUnavailable, "unavailable"
 }

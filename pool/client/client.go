@@ -38,7 +38,12 @@ type Error struct {
 	Message string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
+func (e *Error) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+	}
+	return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code)
+}
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) (*http.Response, error) {
 	var body io.Reader
@@ -217,6 +222,9 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (int, error) {
 				return -1, fmt.Errorf("exec exit status: %w", err)
 			}
 			if st.Error != "" {
+				if st.Code != "" {
+					return st.ExitCode, &Error{Code: st.Code, Message: st.Error}
+				}
 				return st.ExitCode, errors.New(st.Error)
 			}
 			return st.ExitCode, nil

@@ -460,7 +460,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 		att.Close()
 		<-done
 		if ctx.Err() == nil {
-			return -1, fmt.Errorf("%w: command timed out after %s and was killed", pool.ErrBadRequest, req.Timeout)
+			return -1, fmt.Errorf("%w after %s and was killed", pool.ErrTimedOut, req.Timeout)
 		}
 		return -1, ctx.Err()
 	}

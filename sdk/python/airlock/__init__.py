@@ -1,0 +1,38 @@
+"""airlock's Python client: lease secret-free sandboxes and run, build and install in them.
+
+    from airlock import Client
+    with Client().sandbox(allow=["api.example.test"], profiles=["pypi"]) as sb:
+        sb.files.write("app.py", "print('hi')")
+        print(sb.run("python3 app.py").stdout)
+"""
+
+from .client import (
+    AirlockError,
+    Client,
+    Entry,
+    Explanation,
+    Files,
+    NotFound,
+    Process,
+    Processes,
+    Refused,
+    RunResult,
+    Sandbox,
+    TimedOut,
+)
+
+__all__ = [
+    "AirlockError",
+    "Client",
+    "Entry",
+    "Explanation",
+    "Files",
+    "NotFound",
+    "Process",
+    "Processes",
+    "Refused",
+    "RunResult",
+    "Sandbox",
+    "TimedOut",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,115 @@
+"""The Python client against a real node: AIRLOCK_ADDR and AIRLOCK_TOKEN name it (the e2e suite
+runs these with its shared node; `make test` runs the e2e suite)."""
+
+import os
+import time
+
+import pytest
+
+from airlock import Client, NotFound, Refused, TimedOut
+
+
+@pytest.fixture(scope="module")
+def client():
+    assert os.environ.get("AIRLOCK_ADDR"), "AIRLOCK_ADDR and AIRLOCK_TOKEN must name a node"
+    return Client()
+
+
+@pytest.fixture
+def sb(client):
+    with client.sandbox(allow=["api.example.test=demo"]) as s:
+        yield s
+
+
+def test_the_agent_loop(client):
+    with client.sandbox(allow=["api.example.test"]) as sb:
+        sb.files.write("app.py", "print('hi from python')\n")
+        r = sb.run("python3 app.py")
+        assert r.ok and r.stdout == "hi from python\n"
+        lease = sb.id
+    # Released on leaving the block.
+    with pytest.raises(NotFound):
+        client.attach(lease)
+
+
+def test_run_output_exit_code_stdin_env_cwd(sb):
+    r = sb.run("echo out; echo err >&2; exit 7")
+    assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
+    assert sb.run(["tr", "a-z", "A-Z"], stdin="shout\n").stdout == "SHOUT\n"
+    sb.files.mkdir("sub")
+    r = sb.run("pwd; echo $GREETING", cwd="/workspace/sub", env={"GREETING": "hola"})
+    assert r.stdout == "/workspace/sub\nhola\n"
+    seen = []
+    sb.run("for i in 1 2 3; do echo $i; done", on_stdout=seen.append)
+    assert b"".join(seen) == b"1\n2\n3\n"
+    with pytest.raises(TimedOut) as e:
+        sb.run("sleep 30", timeout=1)
+    assert "timed out after 1s" in e.value.message
+
+
+def test_files(sb):
+    info = sb.files.write("pkg/mod.py", b"X = 1\n")
+    assert info["size"] == 6 and info["path"] == "/workspace/pkg/mod.py"
+    assert sb.files.read_text("pkg/mod.py") == "X = 1\n"
+    entries = {e.name: e for e in sb.files.list("pkg")}
+    assert entries["mod.py"].type == "file" and entries["mod.py"].size == 6 and entries["mod.py"].mtime is not None
+    sb.files.move("pkg/mod.py", "pkg/renamed.py")
+    assert not sb.files.exists("pkg/mod.py") and sb.files.stat("pkg/renamed.py").size == 6
+    sb.files.remove("pkg", recursive=True)
+    assert not sb.files.exists("pkg")
+    with pytest.raises(Refused) as e:
+        sb.files.read("/etc/passwd")
+    assert "outside the workspace" in e.value.message
+    with pytest.raises(NotFound):
+        sb.files.stat("nope")
+
+
+def test_processes(sb):
+    p = sb.processes.start("for i in 1 2 3; do echo tick $i; sleep 0.2; done; exit 2")
+    assert p.running and p.id.startswith("p-")
+    out = "".join(o for o, _ in p.follow())
+    assert out == "tick 1\ntick 2\ntick 3\n"
+    assert p.wait(timeout=30) == 2
+    long = sb.processes.start(["sleep", "300"])
+    assert [q.id for q in sb.processes.list() if q.running] == [long.id]
+    long.kill()
+    long.wait(timeout=30)
+    assert not long.running
+    # A second client, as after a restart, attaches to the lease and reads the first one's output.
+    again = Client().attach(sb.id).processes.get(p.id)
+    assert again.read()[0] == "tick 1\ntick 2\ntick 3\n"
+
+
+def test_denied_and_explained(sb):
+    r = sb.run("curl -sS http://evil.example/")
+    assert "denied by rule scope-miss" in r.stdout
+    ex = sb.explain("http://evil.example/")
+    assert not ex.allowed and ex.rule == "scope-miss" and ex.reason in r.stdout and ex.hint
+    assert sb.explain("https://api.example.test/whoami").allowed
+    assert "whoami ok" in sb.run("curl -sS https://api.example.test/whoami").stdout
+
+
+def test_port(sb):
+    p = sb.processes.start("python3 -m http.server 8000 --bind 127.0.0.1 --directory /workspace")
+    url = sb.expose_port(8000)
+    assert url.startswith("http")
+    p.kill()
+
+
+def test_errors_name_what_is_wrong(client):
+    with pytest.raises(NotFound) as e:
+        client.attach("l-nope")
+    assert e.value.code == "lease_not_found"
+    with pytest.raises(NotFound) as e:
+        client.sandbox(template="nope")
+    assert e.value.code == "unknown_template"
+    bad = Client(token="not-a-key")
+    with pytest.raises(Exception) as e:
+        bad.pools()
+    assert "API key" in str(e.value)
+
+
+def test_sandboxes_lists_leases(client):
+    with client.sandbox(allow=["api.example.test"]) as s:
+        assert s.id in [x.id for x in client.sandboxes()]
+        assert s.expires is not None and s.expires.timestamp() > time.time()
