@@ -19,7 +19,9 @@ const execUsage = `usage: airlock exec LEASE [-i] [-t] [--timeout D] [--] CMD AR
   -i  stream this terminal's stdin to the command
   -t  run it on a terminal: this one in raw mode when stdin is one, resized with it
   --timeout D  kill the command (and all it started) after this long
-The exit code is the command's; airlock's own failures exit 125.
+The exit code is the command's; airlock's own failures exit 125. A request the gateway refuses
+is answered, inside the sandbox, with the rule, the reason and what would allow it (airlock
+explain, given the lease, says the same).
 `
 
 func cmdExec(args []string) int {
@@ -38,7 +40,7 @@ func cmdExec(args []string) int {
 	id := pos[0]
 	c, err := newClient()
 	if err != nil {
-		return fail(err)
+		return failExec(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -56,7 +58,7 @@ func cmdExec(args []string) int {
 		code, err = c.ExecStdin(ctx, id, req, stdin, os.Stdout, os.Stderr)
 	}
 	if err != nil {
-		return fail(err)
+		return failExec(err)
 	}
 	return code
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/airlock-dev/airlock/pool"
 )
 
-const fsUsage = `usage:
+const fsUsage = `usage: airlock fs ls|stat|mkdir|rm|mv LEASE PATH ...
   airlock fs ls LEASE [PATH] [--depth N] [--json]   list a folder of the workspace (default: the workspace)
   airlock fs stat LEASE PATH [--json]
   airlock fs mkdir LEASE PATH                       with its parents

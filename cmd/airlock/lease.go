@@ -50,6 +50,31 @@ func cmdLease(args []string) int {
 	return 0
 }
 
+// cmdLeases lists the tenant's leases.
+func cmdLeases(args []string) int {
+	fs := flag.NewFlagSet("leases", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c, err := newClient()
+	if err != nil {
+		return fail(err)
+	}
+	ls, err := c.List(context.Background())
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(ls)
+		return 0
+	}
+	for _, l := range ls {
+		fmt.Printf("%-28s %-14s %-20s node %-8s expires %s\n", l.ID, l.Template, l.Task, l.Node, l.Expires.Local().Format("15:04:05"))
+	}
+	return 0
+}
+
 func cmdRelease(args []string) int {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the result as JSON")

@@ -4,60 +4,155 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usage = `airlock: secret-free sandboxes for AI coding agents, with one guarded way out
-
-usage:
-  airlock up [--config FILE]      all-in-one node on the local Docker engine
-  airlock lease --template T (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
-  airlock exec LEASE [-i] [--timeout D] -- CMD ARGS...
-  airlock cp SRC DST              one side LEASE:PATH (in the workspace); '-' is stdin/stdout
-  airlock fs ls|stat|mkdir|rm|mv LEASE PATH ...   list, describe, make, remove and move in the workspace
-  airlock proc start|ls|output|kill|wait LEASE ...  background processes that outlive the call
-  airlock renew LEASE [--ttl D]
-  airlock release LEASE
-  airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json]
-  airlock explain (--token JWT | --lease LEASE) [--method M] [--json] URL
-  airlock port LEASE PORT         a URL (on its own listener) that reaches that port of the sandbox
-  airlock verify [--template T] [--token JWT]   leases a sandbox and checks the invariants from inside
-  airlock image build [default|python|node ...]   builds the shipped sandbox images locally (debootstrap, docker import)
-  airlock template build [--config FILE] [NAME ...]   builds templates from their Dockerfile or devcontainer.json
-  airlock mcp [--http ADDR] [--any-key] [--keep]   an MCP server for agents, on stdio or streamable HTTP
-  airlock pools [--json]
-  airlock version
-
-Client commands find a local 'airlock up' through its state dir, or use AIRLOCK_ADDR and AIRLOCK_TOKEN.
-`
-
-func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
-	cmds := map[string]func([]string) int{
-		"up": cmdUp, "lease": cmdLease, "exec": cmdExec, "release": cmdRelease, "pools": cmdPools,
-		"explain": cmdExplain, "cp": cmdCp, "renew": cmdRenew, "logs": cmdLogs, "verify": cmdVerify,
-		"port": cmdPort, "fs": cmdFs, "proc": cmdProc, "mcp": cmdMCP, "image": cmdImage, "template": cmdTemplate,
-		"version": func([]string) int { fmt.Println("airlock", version); return 0 },
-	}
-	run, ok := cmds[os.Args[1]]
-	if !ok {
-		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
-			fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n\n", os.Args[1])
-		}
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
-	os.Exit(run(os.Args[2:]))
+// command is one of airlock's commands: its usage (the first line is the synopsis the overall
+// usage lists), what runs it, and the subcommands and flags shell completion offers.
+type command struct {
+	name, usage string
+	run         func([]string) int
+	subs        []string
 }
 
-// fail prints err the same way for every command and returns the exit code for airlock's own
-// errors (125, so it is told apart from a command's exit code in exec).
+var commands []command
+
+func init() {
+	commands = []command{
+		{"up", "airlock up [--config FILE] [--debug]\n  an all-in-one node on the local Docker engine; embedded defaults without --config\n", cmdUp, nil},
+		{"lease", "airlock lease [--template T] (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]\n  leases a warm sandbox; prints its id (--allow: the dev issuer mints the token; @NAME is a profile)\n", cmdLease, nil},
+		{"leases", "airlock leases [--json]\n  your leases\n", cmdLeases, nil},
+		{"exec", execUsage, cmdExec, nil},
+		{"cp", "airlock cp [--tar] [--json] SRC DST\n  copies a file (with --tar a directory, as a tar archive) into or out of a workspace: one side\n  is LEASE:PATH; '-' is stdin or stdout\n", cmdCp, nil},
+		{"fs", fsUsage, cmdFs, []string{"ls", "stat", "mkdir", "rm", "mv"}},
+		{"proc", procUsage, cmdProc, []string{"start", "ls", "output", "kill", "wait"}},
+		{"renew", "airlock renew LEASE [--ttl D] [--json]\n  extends a lease, never past its task token's expiry\n", cmdRenew, nil},
+		{"release", "airlock release [--json] LEASE\n  destroys the sandbox and everything in it\n", cmdRelease, nil},
+		{"logs", "airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json]\n  your audit records\n", cmdLogs, nil},
+		{"explain", "airlock explain (--token JWT | --lease LEASE) [--method M] [--json] URL\n  the gateway's decision for a request, its rule and reason, and the scope that would allow it;\n  exits 0 when allowed, 1 when refused\n", cmdExplain, nil},
+		{"port", "airlock port [--json] LEASE PORT\n  a URL, on a listener of its own, that reaches that port of the sandbox until release\n", cmdPort, nil},
+		{"verify", "airlock verify [--template T] [--token JWT] [--json]\n  leases a sandbox and checks the invariants from inside it\n", cmdVerify, nil},
+		{"mcp", mcpUsage, cmdMCP, nil},
+		{"image", "airlock image build [default|python|node ...]\n  builds the shipped sandbox images locally (debootstrap, docker import)\n", cmdImage, []string{"build"}},
+		{"template", "airlock template build [--config FILE] [NAME ...]\n  builds templates from their Dockerfile or devcontainer.json\n", cmdTemplate, []string{"build"}},
+		{"pools", "airlock pools [--json]\n  each template's pool: runtime, warm, leased\n", cmdPools, nil},
+		{"completion", "airlock completion bash|zsh\n  a shell completion script: source <(airlock completion bash)\n", cmdCompletion, []string{"bash", "zsh"}},
+		{"version", "airlock version (or airlock --version)\n", func([]string) int { fmt.Println("airlock", version); return 0 }, nil},
+		{"help", "airlock help [COMMAND]\n", cmdHelp, nil},
+	}
+}
+
+const exitCodes = `Exit codes: 0 done; 1 the command failed (the error is on stderr); 2 a usage error. exec (and
+proc wait) exit with the command's own code, and exec with 125 when airlock itself failed.
+`
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString("airlock: secret-free sandboxes for AI coding agents, with one guarded way out\n\nusage:\n")
+	for _, c := range commands {
+		first, _, _ := strings.Cut(c.usage, "\n")
+		b.WriteString("  " + strings.TrimPrefix(first, "usage: ") + "\n")
+	}
+	b.WriteString("\nairlock COMMAND --help describes one. Client commands find a local 'airlock up' through its\nstate dir, or use AIRLOCK_ADDR and AIRLOCK_TOKEN.\n")
+	b.WriteString(exitCodes)
+	return b.String()
+}
+
+func find(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+func main() { os.Exit(dispatch(os.Args[1:])) }
+
+func dispatch(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage())
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help":
+		fmt.Print(usage())
+		return 0
+	case "--version", "-version":
+		fmt.Println("airlock", version)
+		return 0
+	}
+	c := find(args[0])
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n\n%s", args[0], usage())
+		return 2
+	}
+	if wantsHelp(c.name, args[1:]) {
+		fmt.Print(commandUsage(c))
+		return 0
+	}
+	return c.run(args[1:])
+}
+
+func commandUsage(c *command) string {
+	u := c.usage
+	if !strings.HasPrefix(u, "usage:") {
+		u = "usage: " + u
+	}
+	return u
+}
+
+// wantsHelp reports whether args ask for a command's usage (-h, --help or -help), looking only
+// at airlock's own arguments: not past "--", nor into the command exec runs.
+func wantsHelp(cmd string, args []string) bool {
+	positional := 0
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return false
+		case a == "-h" || a == "--help" || a == "-help":
+			return true
+		case !strings.HasPrefix(a, "-"):
+			positional++
+			// exec LEASE CMD...: what follows the lease is the command's.
+			if cmd == "exec" && positional == 2 {
+				return false
+			}
+		case (cmd == "exec" || cmd == "proc") && (a == "--timeout" || a == "-timeout" || a == "--workdir" || a == "--env" || a == "--signal"):
+			i++ // its value
+		}
+	}
+	return false
+}
+
+func cmdHelp(args []string) int {
+	if len(args) == 0 {
+		fmt.Print(usage())
+		return 0
+	}
+	c := find(args[0])
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "airlock help: unknown command %q\n", args[0])
+		return 2
+	}
+	fmt.Print(commandUsage(c))
+	return 0
+}
+
+// fail prints err the same way for every command and returns 1, the exit code of a command
+// that failed.
 func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "airlock:", err)
+	return 1
+}
+
+// failExec is fail for exec, whose exit code is otherwise the command's: 125, as docker run
+// does, tells airlock's own failure apart.
+func failExec(err error) int {
 	fmt.Fprintln(os.Stderr, "airlock:", err)
 	return 125
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/pool/client"
 )
 
-const procUsage = `usage:
+const procUsage = `usage: airlock proc start|ls|output|kill|wait LEASE ...
   airlock proc start LEASE [--timeout D] [--workdir DIR] [--env K=V ...] [--json] -- CMD ARGS...
                                         runs CMD in the background; prints its id
   airlock proc ls LEASE [--json]        the lease's background processes
