@@ -20,7 +20,7 @@ func TestPoolBenchRuns(t *testing.T) {
 		t.Fatalf("poolbench: %v\n%s", err, out)
 	}
 	for _, want := range []string{"under runc: cold start", "under runsc: cold start", "| 1 | 5 |",
-		"| runc | 10 | 2 |", "| runsc | 10 | 2 |", "| runsc | kept alive |", "| warm lease p99 @10 |", "| gateway added p50 (fresh) |"} {
+		"| runc | 10 | 2 |", "| runsc | 10 | 2 |", "| runsc | kept alive |", "| warm lease p99 @10 |", "| gateway added p50 (fresh) |", "| MCP run tool"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("poolbench printed no %q:\n%s", want, out)
 		}

@@ -17,8 +17,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/mcpserver"
 	"github.com/airlock-dev/airlock/node"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
@@ -167,6 +170,62 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 			figs.set(rt, "gateway added p50 ("+mode.name+")", added)
 			fmt.Printf("| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", rt, mode.name, ms(pct(inside, 0.5)), ms(pct(inside, 0.99)), ms(pct(base, 0.5)), added)
 		}
+	}
+	fmt.Println()
+	return runLatency(ctx, c, n.Requests)
+}
+
+// runLatency times `true` run in a warm runc sandbox through the HTTP API (the Go client) and
+// through MCP (airlock's MCP server in this process, the go-sdk client over an in-memory
+// transport, calling run), k times each.
+func runLatency(ctx context.Context, c *client.Client, k int) error {
+	lv, err := c.Lease(ctx, api.LeaseRequest{Template: "runc", Allow: []string{}})
+	if err != nil {
+		return err
+	}
+	defer c.Release(context.WithoutCancel(ctx), lv.ID)
+	srv := mcpserver.New(mcpserver.Config{Addr: c.Addr, Key: c.Token})
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := srv.MCP().Connect(ctx, st, nil); err != nil {
+		return err
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "poolbench", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	ways := []struct {
+		name string
+		run  func() error
+	}{
+		{"HTTP API (Go client)", func() error {
+			code, err := c.Exec(ctx, lv.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+			if err == nil && code != 0 {
+				err = fmt.Errorf("true exited %d", code)
+			}
+			return err
+		}},
+		{"MCP run tool (go-sdk client, in-process server)", func() error {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run", Arguments: map[string]any{"lease": lv.ID, "argv": []string{"true"}}})
+			if err == nil && res.IsError {
+				err = fmt.Errorf("run: %v", res.Content)
+			}
+			return err
+		}},
+	}
+	fmt.Printf("Running `true` in a warm runc sandbox, %d times each way:\n\n", k)
+	fmt.Println("| way | p50 ms | p99 ms |")
+	fmt.Println("|---|---|---|")
+	for _, w := range ways {
+		var lat []time.Duration
+		for range k {
+			s := time.Now()
+			if err := w.run(); err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
+			lat = append(lat, time.Since(s))
+		}
+		fmt.Printf("| %s | %.1f | %.1f |\n", w.name, ms(pct(lat, 0.5)), ms(pct(lat, 0.99)))
 	}
 	fmt.Println()
 	return nil

@@ -569,10 +569,6 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	if s.cfg.Explain == nil {
-		writeError(w, http.StatusNotFound, "not_found", "this node has no gateway to explain")
-		return
-	}
 	switch {
 	case req.Lease != "" && req.Token != "":
 		writeError(w, http.StatusBadRequest, "bad_request", "explain a token or a lease, not both")
@@ -586,6 +582,10 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 		req.Token = l.Token
 	case req.Token == "":
 		writeError(w, http.StatusBadRequest, "bad_request", "explain needs a task token or a lease")
+		return
+	}
+	if s.cfg.Explain == nil {
+		writeError(w, http.StatusNotFound, "not_found", "this node has no gateway to explain")
 		return
 	}
 	ex, err := s.cfg.Explain(req.Token, req.Method, req.URL)

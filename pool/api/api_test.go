@@ -75,6 +75,28 @@ func TestAPI(t *testing.T) {
 	if st, _ := call("key-globex", "DELETE", "/v1/leases/"+id, ""); st != 404 {
 		t.Fatalf("other tenant DELETE: %d", st)
 	}
+	// Nor anything the workbench does in it: files, processes, terminals, explanations.
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/leases/" + id + "/fs/list?path=", ""},
+		{"GET", "/v1/leases/" + id + "/fs/stat?path=x", ""},
+		{"POST", "/v1/leases/" + id + "/fs/mkdir", `{"path": "x"}`},
+		{"POST", "/v1/leases/" + id + "/fs/remove", `{"path": "x"}`},
+		{"POST", "/v1/leases/" + id + "/fs/move", `{"from": "x", "to": "y"}`},
+		{"POST", "/v1/leases/" + id + "/processes", `{"cmd": ["true"]}`},
+		{"GET", "/v1/leases/" + id + "/processes", ""},
+		{"GET", "/v1/leases/" + id + "/processes/p-1/output", ""},
+		{"GET", "/v1/leases/" + id + "/processes/p-1/wait", ""},
+		{"POST", "/v1/leases/" + id + "/processes/p-1/signal", `{"signal": "KILL"}`},
+		{"POST", "/v1/leases/" + id + "/exec", `{"cmd": ["true"]}`},
+		{"POST", "/v1/explain", `{"lease": "` + id + `", "url": "https://a.example/"}`},
+	} {
+		if st, out := call("key-globex", c.method, c.path, c.body); st != 404 || errCode(out) != "lease_not_found" {
+			t.Errorf("other tenant %s %s: %d %v", c.method, c.path, st, out)
+		}
+	}
+	if st, out := call("key-acme", "GET", "/v1/leases/"+id+"/processes", ""); st != 200 {
+		t.Errorf("own process list: %d %v", st, out)
+	}
 	if st, _ := call("key-acme", "DELETE", "/v1/leases/"+id, ""); st != 204 {
 		t.Fatalf("own DELETE: %d", st)
 	}
