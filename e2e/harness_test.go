@@ -35,6 +35,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/node"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // This file is the harness: the upstream the sandboxes talk to, the test issuer, a node's
@@ -42,26 +43,11 @@ import (
 
 var airlockBin = func() string { p, _ := filepath.Abs("../bin/airlock"); return p }()
 
-// waitUntil polls cond every 100ms until it holds, or fails after timeout naming what it waited
-// for.
-func waitUntil(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gave up after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
-}
+// waitUntil is wait.Until.
+var waitUntil = wait.Until
 
-// eventually is waitUntil that fails the test.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if err := waitUntil(timeout, what, cond); err != nil {
-		t.Fatal(err)
-	}
-}
+// eventually is wait.For.
+var eventually = wait.For
 
 // upstream is the test's own HTTPS server behind the pinned name api.example.test. It records
 // the Authorization and X-Vault-Token headers the gateway sent it.

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // devMinter mints a token with the allowed hosts, as the dev node's issuer does.
@@ -155,7 +156,7 @@ func TestTools(t *testing.T) {
 	if out.ExitCode != 0 || out.Stdout != "0: sh -c make test\n1: sh -c make test\n2: sh -c make test\n" || out.Stderr != `stdin "in"` {
 		t.Errorf("run: %+v", out)
 	}
-	waitFor(t, "three progress notifications", func() bool { mu.Lock(); defer mu.Unlock(); return len(progress) >= 3 })
+	wait.For(t, 10*time.Second, "three progress notifications", func() bool { mu.Lock(); defer mu.Unlock(); return len(progress) >= 3 })
 	if call(t, cs, "run", map[string]any{"lease": sb.Lease, "argv": []string{"false"}}, &out); out.ExitCode != 5 {
 		t.Errorf("a failing command: %+v", out)
 	}
@@ -193,7 +194,7 @@ func TestTools(t *testing.T) {
 
 	// The session ends: what it created goes, except what it was told to keep.
 	cs.Close()
-	waitFor(t, "the session's sandbox to be released", func() bool {
+	wait.For(t, 10*time.Second, "the session's sandbox to be released", func() bool {
 		_, err := e.Manager.Get(ctx, "acme", sb.Lease)
 		return err != nil
 	})
@@ -254,16 +255,5 @@ func TestHTTPNeedsTheKey(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	if r, err := http.DefaultClient.Do(req); err != nil || r.StatusCode != http.StatusUnauthorized {
 		t.Errorf("another valid key without AnyKey: %v %v", r.StatusCode, err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after 10s waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/node"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // nodeRun is what the whole-node phase measures and how much of it.
@@ -103,7 +104,7 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 	}
 	c := &client.Client{Addr: r.API, Token: stack.APIKey}
 	warm := func(name string) error {
-		return waitFor(2*time.Minute, "the "+name+" template to hold "+strconv.Itoa(n.Warm)+" warm sandboxes", func() bool {
+		return wait.Until(2*time.Minute, "the "+name+" template to hold "+strconv.Itoa(n.Warm)+" warm sandboxes", func() bool {
 			ps, err := c.Pools(ctx)
 			if err != nil {
 				return false
@@ -345,18 +346,6 @@ func pct(ds []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// waitFor polls cond every 100 ms until it holds or timeout passes, then says what it waited for.
-func waitFor(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gave up after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
-}
 
 // figures are the measured figures per runtime, for the gvisor/runc ratios.
 type figures map[string]map[string]float64

@@ -59,3 +59,18 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, last int) (pos []
 		}
 	}
 }
+
+// subArgs checks the positional arguments of subcommand sub of cmd against arity (the fewest and
+// most each subcommand takes; -1: no most), saying what is wrong on stderr with usage; ok is
+// false with exit code 2 when they do not fit.
+func subArgs(cmd, sub string, pos []string, arity map[string][2]int, usage string) bool {
+	a, known := arity[sub]
+	if known && len(pos) >= a[0] && (a[1] < 0 || len(pos) <= a[1]) {
+		return true
+	}
+	if !known {
+		fmt.Fprintf(os.Stderr, "airlock %s: unknown subcommand %q\n", cmd, sub)
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return false
+}

@@ -33,12 +33,7 @@ func cmdFs(args []string) int {
 	if !ok {
 		return code
 	}
-	want := map[string][2]int{"ls": {1, 2}, "stat": {2, 2}, "mkdir": {2, 2}, "rm": {2, 2}, "mv": {3, 3}}[sub]
-	if want[0] == 0 || len(pos) < want[0] || len(pos) > want[1] {
-		if want[0] == 0 {
-			fmt.Fprintf(os.Stderr, "airlock fs: unknown subcommand %q\n", sub)
-		}
-		fmt.Fprint(os.Stderr, fsUsage)
+	if !subArgs("fs", sub, pos, map[string][2]int{"ls": {1, 2}, "stat": {2, 2}, "mkdir": {2, 2}, "rm": {2, 2}, "mv": {3, 3}}, fsUsage) {
 		return 2
 	}
 	c, err := newClient()

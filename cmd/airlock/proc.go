@@ -41,12 +41,7 @@ func cmdProc(args []string) int {
 	if !ok {
 		return code
 	}
-	want := map[string]int{"start": 2, "ls": 1, "output": 2, "kill": 2, "wait": 2}[sub]
-	if want == 0 || len(pos) < want || (sub != "start" && len(pos) != want) {
-		if want == 0 {
-			fmt.Fprintf(os.Stderr, "airlock proc: unknown subcommand %q\n", sub)
-		}
-		fmt.Fprint(os.Stderr, procUsage)
+	if !subArgs("proc", sub, pos, map[string][2]int{"start": {2, -1}, "ls": {1, 1}, "output": {2, 2}, "kill": {2, 2}, "wait": {2, 2}}, procUsage) {
 		return 2
 	}
 	c, err := newClient()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // startVault runs a real Vault dev server from bin/vault (built by `make vault`).
@@ -596,26 +597,11 @@ func TestReloginAndRecovery(t *testing.T) {
 	})
 }
 
-// waitUntil polls cond every 20ms until it holds, or gives up after timeout naming what it
-// waited for.
-func waitUntil(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gave up after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
-}
+// waitUntil is wait.Until.
+var waitUntil = wait.Until
 
-// waitFor is waitUntil that fails the test.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if err := waitUntil(timeout, what, cond); err != nil {
-		t.Fatal(err)
-	}
-}
+// waitFor is wait.For.
+var waitFor = wait.For
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
