@@ -22,9 +22,10 @@ const (
 	MaxRunningProcesses = 16
 	// KeptProcesses is how many are remembered, running or ended; the oldest ended one is
 	// forgotten first.
-	KeptProcesses = 64
-	// ProcessOutputKept is how much of each of a process's streams is kept: the last bytes.
-	ProcessOutputKept = 1 << 20
+	KeptProcesses = 32
+	// ProcessOutputKept is how much of each of a process's streams is kept: the last bytes. A
+	// lease holds at most KeptProcesses * 2 * ProcessOutputKept (16 MiB) of output.
+	ProcessOutputKept = 256 << 10
 )
 
 // Signals are the signals a background process may be sent.
@@ -72,11 +73,13 @@ type leaseProcesses struct {
 }
 
 // outBuf keeps the last ProcessOutputKept bytes written, numbered by their offset in the
-// stream, and wakes readers waiting for more.
+// stream, and wakes readers waiting for more. Until that much is written the bytes are a plain
+// slice (offset o at buf[o]); from then on a ring of that size (offset o at buf[o % size]).
 type outBuf struct {
 	mu      sync.Mutex
-	start   int64 // offset of buf[0]
 	buf     []byte
+	ring    bool
+	total   int64 // bytes written in all; the last min(total, ProcessOutputKept) are kept
 	changed chan struct{}
 }
 
@@ -85,14 +88,30 @@ func newOutBuf() *outBuf { return &outBuf{changed: make(chan struct{})} }
 func (b *outBuf) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - ProcessOutputKept; over > 0 {
-		b.buf = slices.Clone(b.buf[over:])
-		b.start += int64(over)
+	n := len(p)
+	const size = ProcessOutputKept
+	if !b.ring && b.total+int64(len(p)) <= size {
+		b.buf = append(b.buf, p...)
+		b.total += int64(len(p))
+	} else {
+		if !b.ring {
+			ring := make([]byte, size)
+			copy(ring, b.buf) // offsets below size sit where the ring puts them
+			b.buf, b.ring = ring, true
+		}
+		if len(p) > size {
+			b.total += int64(len(p) - size)
+			p = p[len(p)-size:]
+		}
+		for len(p) > 0 {
+			k := copy(b.buf[b.total%size:], p)
+			b.total += int64(k)
+			p = p[k:]
+		}
 	}
 	close(b.changed)
 	b.changed = make(chan struct{})
-	return len(p), nil
+	return n, nil
 }
 
 // read returns what is kept from off (at most max bytes), the offset after it, and how many
@@ -100,22 +119,29 @@ func (b *outBuf) Write(p []byte) (int, error) {
 func (b *outBuf) read(off int64, max int) (data []byte, next, dropped int64, changed <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if off < b.start {
-		dropped, off = b.start-off, b.start
+	const size = ProcessOutputKept
+	if start := b.total - min(b.total, size); off < start {
+		dropped, off = start-off, start
 	}
-	end := b.start + int64(len(b.buf))
-	if off > end {
-		off = end
+	off = min(off, b.total)
+	end := min(b.total, off+int64(max))
+	if !b.ring {
+		return slices.Clone(b.buf[off:end]), end, dropped, b.changed
 	}
-	i := off - b.start
-	j := min(int64(len(b.buf)), i+int64(max))
-	return slices.Clone(b.buf[i:j]), b.start + j, dropped, b.changed
+	data = make([]byte, 0, end-off)
+	for o := off; o < end; {
+		at := o % size
+		k := min(size-at, end-o)
+		data = append(data, b.buf[at:at+k]...)
+		o += k
+	}
+	return data, end, dropped, b.changed
 }
 
-func (b *outBuf) total() int64 {
+func (b *outBuf) totalWritten() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.start + int64(len(b.buf))
+	return b.total
 }
 
 // StartProcess starts req in tenant's lease id in the background and returns at once; it runs
@@ -348,7 +374,7 @@ func (m *Manager) snapshot(p *process) ProcessInfo {
 func (m *Manager) snapshotLocked(p *process) ProcessInfo {
 	info := p.info
 	info.Cmd = slices.Clone(p.info.Cmd)
-	info.StdoutBytes, info.StderrBytes = p.stdout.total(), p.stderr.total()
+	info.StdoutBytes, info.StderrBytes = p.stdout.totalWritten(), p.stderr.totalWritten()
 	return info
 }
 
