@@ -46,6 +46,7 @@ type Server struct {
 	keys     sync.Map // hash of an API key the node accepted -> time checked
 	// sessionKeys maps an HTTP session's id to the hash of the key that opened it.
 	sessionKeys sync.Map
+	releasing   sync.WaitGroup // ended sessions' releases still under way
 }
 
 // session is what one MCP session holds: its API client and the leases it created.
@@ -198,11 +199,15 @@ func (s *Server) sessionOf(req *mcp.CallToolRequest) *session {
 	return st
 }
 
-// closeSession releases what the ended session created, except what it was told to keep.
+// closeSession releases what the ended session created, except what it was told to keep, all
+// at once; Close waits for it.
 func (s *Server) closeSession(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	st := s.sessions[ss]
 	delete(s.sessions, ss)
+	if st != nil {
+		s.releasing.Add(1)
+	}
 	s.mu.Unlock()
 	if id := ss.ID(); id != "" {
 		s.sessionKeys.Delete(id)
@@ -210,18 +215,26 @@ func (s *Server) closeSession(ss *mcp.ServerSession) {
 	if st == nil {
 		return
 	}
+	defer s.releasing.Done()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	var wg sync.WaitGroup
 	for id, keep := range st.leases {
 		if !keep && !s.cfg.KeepOnClose {
-			st.c.Release(ctx, id)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st.c.Release(ctx, id)
+			}()
 		}
 	}
+	wg.Wait()
 }
 
-// Close releases what every open session created (a server shutting down).
+// Close releases what every open session created (a server shutting down), and returns once
+// every release begun by a session's end is done.
 func (s *Server) Close() {
 	s.mu.Lock()
 	var all []*mcp.ServerSession
@@ -232,4 +245,5 @@ func (s *Server) Close() {
 	for _, ss := range all {
 		s.closeSession(ss)
 	}
+	s.releasing.Wait()
 }

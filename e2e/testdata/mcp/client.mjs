@@ -26,7 +26,10 @@ try {
   say("sandbox_create", created);
   const lease = created.structured.lease;
   const progress = [];
-  say("run", await tool("run", { lease, command: "echo one; echo two >&2; exit 3" },
+  // The SDK handles a notification a moment after it arrives, and forgets a call's progress
+  // handler as soon as its result arrives: output written at the very end of a command can
+  // come too late for it. The pauses let each line arrive while the call still runs.
+  say("run", await tool("run", { lease, command: "echo one; sleep 0.3; echo two >&2; sleep 0.3; exit 3" },
     { onprogress: (p) => progress.push(p.message || ""), resetTimeoutOnProgress: true }));
   say("progress", progress);
   say("run_allowed", await tool("run", { lease, command: "curl -sS https://api.example.test/whoami" }));
