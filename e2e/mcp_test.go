@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +139,9 @@ func TestMCPWithTheTypeScriptSDK(t *testing.T) {
 			if !strings.HasPrefix(lease, "l-") {
 				t.Fatalf("sandbox_create: %+v", res("sandbox_create"))
 			}
+			if r := res("sandbox_list"); !strings.Contains(fmt.Sprint(r.Structured["sandboxes"]), lease) {
+				t.Errorf("sandbox_list does not name %s: %+v", lease, r)
+			}
 			if r := res("run"); r.IsError || r.Structured["exit_code"] != 3.0 || r.Structured["stdout"] != "one\n" || r.Structured["stderr"] != "two\n" {
 				t.Errorf("run: %+v", r)
 			}
@@ -169,6 +173,31 @@ func TestMCPWithTheTypeScriptSDK(t *testing.T) {
 			}
 			if r := res("run_written"); r.Structured["stdout"] != "hello from ts\n" {
 				t.Errorf("running what was written: %+v", r)
+			}
+			if r := res("process_output"); !strings.HasPrefix(fmt.Sprint(r.Structured["stdout"]), "serving\n") || r.Structured["process"].(map[string]any)["running"] != true {
+				t.Errorf("process_output of a running server: %+v", r)
+			}
+			var listening string
+			json.Unmarshal(steps["process_listening"], &listening)
+			if !strings.Contains(listening, "Serving HTTP on 0.0.0.0 port 8000") {
+				t.Errorf("reading the server's output on from offsets: %q", listening)
+			}
+			if u := fmt.Sprint(res("expose_port").Structured["url"]); !strings.HasPrefix(u, "http") {
+				t.Errorf("expose_port: %+v", res("expose_port"))
+			}
+			var page struct {
+				First, Status int
+				Body          string
+			}
+			json.Unmarshal(steps["port_fetch"], &page)
+			if page.First != http.StatusSeeOther || page.Status != http.StatusOK || !strings.Contains(page.Body, "src/") {
+				t.Errorf("the exposed port, opened as a reviewer would: %+v", page)
+			}
+			if r := res("kill_process"); r.IsError {
+				t.Errorf("kill_process: %+v", r)
+			}
+			if r := res("process_ended"); r.Structured["process"].(map[string]any)["running"] != false {
+				t.Errorf("the killed server still runs: %+v", r)
 			}
 			if r := res("bad_lease"); !r.IsError || !strings.Contains(r.Text, "sandbox_create") {
 				t.Errorf("a lease that is not there: %+v", r)

@@ -18,6 +18,17 @@ async function tool(name, args, opts) {
   return { isError: !!res.isError, structured: res.structuredContent, text };
 }
 
+// fetchPort opens an exposed port's URL as a reviewer's browser would: the capability in the
+// URL is traded for a cookie, and the page is fetched with it.
+async function fetchPort(url) {
+  const first = await fetch(url, { redirect: "manual" });
+  const cookie = (first.headers.get("set-cookie") || "").split(";")[0];
+  const page = new URL(url);
+  page.search = "";
+  const res = await fetch(page, { headers: { cookie } });
+  return { first: first.status, status: res.status, body: (await res.text()).slice(0, 300) };
+}
+
 try {
   await client.connect(transport);
   const { tools } = await client.listTools();
@@ -25,6 +36,7 @@ try {
   const created = await tool("sandbox_create", { allow: ["api.example.test=demo"] });
   say("sandbox_create", created);
   const lease = created.structured.lease;
+  say("sandbox_list", await tool("sandbox_list", {}));
   const progress = [];
   // The SDK handles a notification a moment after it arrives, and forgets a call's progress
   // handler as soon as its result arrives: output written at the very end of a command can
@@ -39,6 +51,28 @@ try {
   say("read_file", await tool("read_file", { lease, path: "src/hello.py" }));
   say("list_files", await tool("list_files", { lease, path: "src" }));
   say("run_written", await tool("run", { lease, argv: ["python3", "src/hello.py"] }));
+  const server = await tool("start_process", { lease, command: "echo serving; exec python3 -u -m http.server 8000 --bind 0.0.0.0 --directory /workspace" });
+  say("start_process", server);
+  const pid = server.structured.id;
+  let out = await tool("process_output", { lease, process: pid, wait_seconds: 10 });
+  say("process_output", out);
+  // Read on from where the last read stopped until the server says it listens.
+  let seen = out.structured.stdout;
+  for (let i = 0; i < 10 && !seen.includes("Serving HTTP"); i++) {
+    out = await tool("process_output", { lease, process: pid, stdout_offset: out.structured.stdout_offset, wait_seconds: 3 });
+    seen += out.structured.stdout;
+  }
+  say("process_listening", seen);
+  const exposed = await tool("expose_port", { lease, port: 8000 });
+  say("expose_port", exposed);
+  say("port_fetch", await fetchPort(exposed.structured.url));
+  say("kill_process", await tool("kill_process", { lease, process: pid }));
+  let ended;
+  for (let i = 0; i < 10; i++) {
+    ended = await tool("process_output", { lease, process: pid, stdout_offset: 8, wait_seconds: 3 });
+    if (!ended.structured.process.running) break;
+  }
+  say("process_ended", ended);
   say("bad_lease", await tool("run", { lease: "l-nope", command: "true" }));
   say("sandbox_release", await tool("sandbox_release", { lease }));
   // One left for the session's end to release.
