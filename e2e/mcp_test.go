@@ -64,10 +64,11 @@ type mcpResult struct {
 }
 
 // TestMCPWithTheTypeScriptSDK: an MCP client no one here wrote (the official TypeScript SDK)
-// drives `airlock mcp` over stdio and over streamable HTTP: it lists the tools, creates a
-// sandbox, runs commands (with progress), is refused a host and told why and what would allow
-// it, writes, reads and lists files, runs what it wrote, gets an error it can act on, and
-// releases; the session's end releases what it left.
+// drives `airlock mcp` over stdio and over streamable HTTP: it lists the tools, creates and
+// lists sandboxes, runs commands (with progress), is refused a host and told why and what would
+// allow it, writes, reads and lists files, runs what it wrote, runs a server in the background,
+// reads its output on from offsets, opens its exposed port as a reviewer would and kills it,
+// gets an error it can act on, and releases; the session's end releases what it left.
 func TestMCPWithTheTypeScriptSDK(t *testing.T) {
 	n := sharedNode(t)
 	script := mcpClientDir(t)
