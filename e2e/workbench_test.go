@@ -313,6 +313,42 @@ func TestWorkbench(t *testing.T) {
 			if out, _, _ := n.exec(t, a.ID, "cat", "/tmp/keep/f"); out != "k\n" {
 				t.Errorf("removing a symlink to a folder outside reached through it: %q", out)
 			}
+			// Links that lead out of the workspace: what goes through them is refused, checked in
+			// the sandbox where the links are (the path alone looks inside); the link itself is
+			// still an entry of the workspace, to describe or remove.
+			if _, errs, code := n.exec(t, a.ID, "sh", "-c", "ln -s /etc /workspace/etclink && ln -s /tmp /workspace/tmplink && echo f > /workspace/f"); code != 0 {
+				t.Fatalf("setup: %s", errs)
+			}
+			var sink bytes.Buffer
+			for _, c := range []struct {
+				name string
+				err  error
+			}{
+				{"a download through a link", func() error { _, err := cl.GetFile(ctx, a.ID, "etclink/passwd", &sink, false); return err }()},
+				{"an archive download through a link", func() error { _, err := cl.GetFile(ctx, a.ID, "etclink", &sink, true); return err }()},
+				{"an upload through a link", func() error {
+					_, err := cl.PutFile(ctx, a.ID, "tmplink/planted", strings.NewReader("x"), false)
+					return err
+				}()},
+				{"a listing through a link", func() error { _, err := cl.ListFiles(ctx, a.ID, "etclink", 1); return err }()},
+				{"a folder made through a link", cl.Mkdir(ctx, a.ID, "tmplink/made")},
+				{"a move through a link", cl.Move(ctx, a.ID, "f", "tmplink/moved", false)},
+				{"a stat through a link", func() error { _, err := cl.Stat(ctx, a.ID, "etclink/passwd"); return err }()},
+				{"a remove through a link", cl.Remove(ctx, a.ID, "etclink/hostname", false)},
+			} {
+				if c.err == nil || !strings.Contains(c.err.Error(), "through a symbolic link, outside the workspace") {
+					t.Errorf("%s: %v", c.name, c.err)
+				}
+			}
+			if out, _, _ := n.exec(t, a.ID, "sh", "-c", "ls /tmp/planted /tmp/made /tmp/moved 2>&1; cat /workspace/f"); strings.Contains(out, "/tmp/planted\n") || !strings.HasSuffix(out, "f\n") {
+				t.Errorf("something went through a link: %q", out)
+			}
+			if e, err := cl.Stat(ctx, a.ID, "etclink"); err != nil || e.Type != "symlink" || e.Link != "/etc" {
+				t.Errorf("the link itself: %+v %v", e, err)
+			}
+			if err := cl.Remove(ctx, a.ID, "etclink", false); err != nil {
+				t.Errorf("removing the link itself: %v", err)
+			}
 			want := []string{"file/list", "file/stat", "file/mkdir", "file/move", "file/remove"}
 			kinds := n.logKinds(t, a.ID, want...)
 			for _, k := range want {

@@ -51,7 +51,7 @@ func (m *Manager) ListFiles(ctx context.Context, tenant, id, p string, depth int
 		return nil, false, err
 	}
 	depth = min(max(depth, 1), 64)
-	script := `[ -d "$1" ] || { [ -e "$1" ] && echo "$1 is not a folder" >&2 && exit 2; exit ` + strconv.Itoa(exitNoSuchFile) + `; }; ` +
+	script := `airlock_full "$1"; [ -d "$1" ] || { [ -e "$1" ] && echo "$1 is not a folder" >&2 && exit 2; exit ` + strconv.Itoa(exitNoSuchFile) + `; }; ` +
 		`find "$1" -mindepth 1 -maxdepth "$2" -printf '` + entryFormat + `' | head -z -n "$3"`
 	out, err := m.fileScript(ctx, l, script, p, strconv.Itoa(depth), strconv.Itoa(6*(MaxListEntries+1)))
 	if err == nil {
@@ -70,7 +70,7 @@ func (m *Manager) Stat(ctx context.Context, tenant, id, p string) (Entry, error)
 	if err != nil {
 		return Entry{}, err
 	}
-	script := `[ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; find "$1" -maxdepth 0 -printf '` + entryFormat + `'`
+	script := `airlock_entry "$1"; [ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; find "$1" -maxdepth 0 -printf '` + entryFormat + `'`
 	out, err := m.fileScript(ctx, l, script, p)
 	var e Entry
 	if err == nil {
@@ -91,7 +91,7 @@ func (m *Manager) Mkdir(ctx context.Context, tenant, id, p string) error {
 	if err != nil {
 		return err
 	}
-	_, err = m.fileScript(ctx, l, `umask 077 && mkdir -p -- "$1"`, p)
+	_, err = m.fileScript(ctx, l, `airlock_full "$1"; umask 077 && mkdir -p -- "$1"`, p)
 	m.fileEvent(ctx, l, "mkdir", FileInfo{Path: p}, err)
 	return err
 }
@@ -103,7 +103,7 @@ func (m *Manager) Remove(ctx context.Context, tenant, id, p string, recursive bo
 	if err != nil {
 		return err
 	}
-	script := `[ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; ` +
+	script := `airlock_entry "$1"; [ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; ` +
 		`if [ "$2" = recursive ]; then rm -rf -- "$1"; elif [ -d "$1" ] && [ ! -L "$1" ]; then rmdir -- "$1"; else rm -f -- "$1"; fi`
 	mode := "one"
 	if recursive {
@@ -127,7 +127,7 @@ func (m *Manager) Move(ctx context.Context, tenant, id, from, to string, overwri
 		m.fileEvent(ctx, l, "move", FileInfo{Path: from, To: dest}, err)
 		return err
 	}
-	script := `[ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; ` +
+	script := `airlock_entry "$1"; airlock_entry "$2"; [ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; ` +
 		`if [ "$3" != overwrite ] && { [ -e "$2" ] || [ -L "$2" ]; }; then exit ` + strconv.Itoa(exitFileExists) + `; fi; ` +
 		`umask 077 && mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2"`
 	mode := "keep"
@@ -137,6 +137,20 @@ func (m *Manager) Move(ctx context.Context, tenant, id, from, to string, overwri
 	_, err = m.fileScript(ctx, l, script, from, dest, mode)
 	m.fileEvent(ctx, l, "move", FileInfo{Path: from, To: dest}, err)
 	return err
+}
+
+// confined prefixes script with the two checks every workspace operation makes inside the
+// sandbox, where symbolic links are what they are: airlock_full PATH (for what reads, writes or
+// lists through PATH: every link followed) and airlock_entry PATH (for what acts on the entry
+// itself, a link included: the links of its folder followed) each exit 46, saying where the
+// path leads, unless it stays in the workspace. The lexical check before (inWorkspace) is not
+// enough alone: /workspace/out is in the workspace, but not when it links to /etc.
+func confined(ws, script string) string {
+	return `ws='` + ws + `'
+airlock_full() { r=$(realpath -m -- "$1") && case "$r" in "$ws"|"$ws"/*) return 0;; esac; ` +
+		`echo "$1 leads to ${r:-a path that does not resolve} through a symbolic link, outside the workspace $ws" >&2; exit 46; }
+airlock_entry() { airlock_full "$(dirname -- "$1")"; }
+` + script
 }
 
 // workspacePath is leaseFile for the operations above: the lease and p inside its workspace,
@@ -185,7 +199,7 @@ func inWorkspace(ws, p string, root bool) (string, error) {
 // ErrBadRequest with what the script said.
 func (m *Manager) fileScript(ctx context.Context, l Lease, script string, args ...string) ([]byte, error) {
 	var out, stderr bytes.Buffer
-	cmd := append([]string{"sh", "-c", script, "airlock-files"}, args...)
+	cmd := append([]string{"sh", "-c", confined(m.templates[l.Template].Workdir, script), "airlock-files"}, args...)
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd, Timeout: time.Minute}, nil, &limitWriter{w: &out, n: 64 << 20}, &limitWriter{w: &stderr, n: 4096})
 	switch {
 	case err != nil:

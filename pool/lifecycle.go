@@ -98,12 +98,13 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	h := sha256.New()
 	cr := &countReader{r: io.TeeReader(r, h)}
 	var stderr strings.Builder
-	script := `umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`
+	script := `airlock_full "$1"; umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`
 	if archive {
 		// As the sandbox user: tar drops leading / and ../ from member names.
-		script = `umask 077 && mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"`
+		script = `airlock_full "$1"; umask 077 && mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"`
 	}
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"sh", "-c", script, "airlock-put", p}}, cr, io.Discard, &stderr)
+	ws := m.templates[l.Template].Workdir
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"sh", "-c", confined(ws, script), "airlock-put", p}}, cr, io.Discard, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: writing %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
 	}
@@ -122,10 +123,11 @@ func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(w, h)}
 	var stderr strings.Builder
-	cmd := []string{"cat", "--", p}
+	script := `airlock_full "$1"; exec cat -- "$1"`
 	if archive {
-		cmd = []string{"tar", "-c", "-C", p, "."}
+		script = `airlock_full "$1"; exec tar -c -C "$1" .`
 	}
+	cmd := []string{"sh", "-c", confined(m.templates[l.Template].Workdir, script), "airlock-get", p}
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd}, nil, cw, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: reading %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
@@ -146,14 +148,12 @@ func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bo
 	if archive {
 		test, what = "-d", "directory"
 	}
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"test", test, p}}, nil, io.Discard, io.Discard)
-	if err != nil {
-		return err
+	_, err = m.fileScript(ctx, l, `airlock_full "$1"; test `+test+` "$1" || { echo "$1 is not a `+what+` in the workspace" >&2; exit 2; }`, p)
+	if err != nil && !errors.Is(err, ErrNoSuchFile) {
+		// Refused before the download began, so recorded here.
+		m.fileEvent(ctx, l, transferEvent("download", archive), FileInfo{Path: p}, err)
 	}
-	if code != 0 {
-		return fmt.Errorf("%w: %s is not a %s in the workspace", ErrBadRequest, p, what)
-	}
-	return nil
+	return err
 }
 
 // fileEvent records a transfer, or its refusal: a request the pool would not carry out (a path
