@@ -257,3 +257,21 @@ func TestHTTPNeedsTheKey(t *testing.T) {
 		t.Errorf("another valid key without AnyKey: %v %v", r.StatusCode, err)
 	}
 }
+
+// TestReadFileKeepsOnlyWhatItReturns: read_file holds at most max_bytes of a file, and says it
+// cut the rest.
+func TestReadFileKeepsOnlyWhatItReturns(t *testing.T) {
+	_, srv := node(t)
+	cs := connect(t, mcpserver.New(mcpserver.Config{Addr: srv.URL, Key: "key-acme"}), nil)
+	defer cs.Close()
+	var sb mcpserver.SandboxOut
+	call(t, cs, "sandbox_create", map[string]any{"allow": []string{"a.example"}}, &sb)
+	// The fake runtime answers the download's command with three lines naming it.
+	var out mcpserver.ReadOut
+	if msg := call(t, cs, "read_file", map[string]any{"lease": sb.Lease, "path": "big.txt", "max_bytes": 10}, &out); msg != "" {
+		t.Fatal(msg)
+	}
+	if len(out.Content) != 10 || !out.Truncated || out.Size <= 10 {
+		t.Errorf("read_file with max_bytes 10: %+v", out)
+	}
+}

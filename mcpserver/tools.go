@@ -325,7 +325,22 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*
 	return nil, r, nil
 }
 
-// encode returns b as text in encoding: utf-8 (bytes that are not become U+FFFD) or base64.
+// headWriter keeps the first max bytes written to it and counts them all.
+type headWriter struct {
+	b   []byte
+	n   int
+	max int
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	h.n += len(p)
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// decodeContent returns the bytes content holds in encoding: utf-8 (the default) or base64.
 func decodeContent(content, encoding string) ([]byte, error) {
 	switch encoding {
 	case "", "utf-8":
@@ -356,15 +371,13 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in Read
 	if max <= 0 {
 		max = 1 << 20
 	}
-	var buf bytes.Buffer
-	if _, err := s.sessionOf(req).c.GetFile(ctx, in.Lease, in.Path, &buf, false); err != nil {
+	// Only the first max bytes are kept, however large the file (up to the workspace's size).
+	kept := &headWriter{max: max}
+	if _, err := s.sessionOf(req).c.GetFile(ctx, in.Lease, in.Path, kept, false); err != nil {
 		return nil, ReadOut{}, agentError(err)
 	}
-	out := ReadOut{Path: in.Path, Size: buf.Len(), Encoding: "utf-8"}
-	b := buf.Bytes()
-	if len(b) > max {
-		b, out.Truncated = b[:max], true
-	}
+	out := ReadOut{Path: in.Path, Size: kept.n, Encoding: "utf-8", Truncated: kept.n > len(kept.b)}
+	b := kept.b
 	if in.Encoding == "base64" {
 		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(b)
 	} else {
