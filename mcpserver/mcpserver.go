@@ -83,7 +83,7 @@ func (s *Server) RunStdio(ctx context.Context) error {
 
 // HTTPHandler serves MCP's streamable HTTP transport, each request authenticated with an API
 // key ("Authorization: Bearer KEY"); a session is bound to the key that opened it, and ends
-// after idle of inactivity.
+// on the client's DELETE or after idle without a request.
 func (s *Server) HTTPHandler(idle time.Duration) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{SessionTimeout: idle})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
