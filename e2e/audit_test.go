@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -106,6 +107,24 @@ func TestEveryDecisionRecorded(t *testing.T) {
 			out, _, _ := n.cli(t, "logs", "--lease", a.ID, "--decision", "deny")
 			if !strings.Contains(out, "scope-miss") || strings.Contains(out, " allow ") {
 				t.Errorf("logs --decision deny:\n%s", out)
+			}
+			// The same records as OCSF events, one class per kind.
+			out, errs, code := n.cli(t, "logs", "--lease", a.ID, "--format", "ocsf")
+			classes := map[float64]bool{}
+			for _, l := range lines(out) {
+				var ev struct {
+					ClassUID float64        `json:"class_uid"`
+					Unmapped map[string]any `json:"unmapped"`
+				}
+				if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Unmapped["lease"] != a.ID {
+					t.Errorf("logs --format ocsf printed %q (%v)", l, err)
+				}
+				classes[ev.ClassUID] = true
+			}
+			for _, c := range []float64{4002, 4003, 1001, 1007, 0} {
+				if !classes[c] {
+					t.Errorf("logs --format ocsf has no class %v (exit %d, %s): %v", c, code, errs, classes)
+				}
 			}
 		})
 	})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/export"
 	"github.com/airlock-dev/airlock/pool/client"
 )
 
@@ -25,8 +27,16 @@ func cmdLogs(args []string) int {
 	decision := fs.String("decision", "", "allow or deny")
 	since := fs.String("since", "", "only records newer than this duration (or RFC 3339 time)")
 	follow := fs.Bool("follow", false, "keep printing new records")
-	asJSON := fs.Bool("json", false, "print JSON lines")
+	asJSON := fs.Bool("json", false, "print JSON lines (--format json)")
+	format := fs.String("format", "text", "text, json (airlock's records), ocsf (OCSF 1.3 events) or ecs (Elastic Common Schema), one per line")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *asJSON {
+		*format = "json"
+	}
+	if !slices.Contains([]string{"text", "json", "ocsf", "ecs"}, *format) {
+		fmt.Fprintf(os.Stderr, "airlock logs: --format %q is not text, json, ocsf or ecs\n", *format)
 		return 2
 	}
 	if *decision != "" && *decision != "allow" && *decision != "deny" {
@@ -60,7 +70,7 @@ func cmdLogs(args []string) int {
 				continue
 			}
 			lastSeq = r.Seq
-			printRecord(os.Stdout, r, *asJSON)
+			printRecord(os.Stdout, r, *format)
 		}
 		if !*follow {
 			return 0
@@ -73,10 +83,18 @@ func cmdLogs(args []string) int {
 }
 
 // printRecord writes r as one line of text (every field through terminalSafe, so a recorded path
-// or name cannot move the cursor, recolour or forge lines on a reviewer's screen), or as JSON.
-func printRecord(w io.Writer, r audit.Record, asJSON bool) {
-	if asJSON {
+// or name cannot move the cursor, recolour or forge lines on a reviewer's screen), or as a JSON
+// line in format: airlock's record, an OCSF event or an ECS document (audit/export).
+func printRecord(w io.Writer, r audit.Record, format string) {
+	switch format {
+	case "json":
 		json.NewEncoder(w).Encode(r)
+		return
+	case "ocsf":
+		json.NewEncoder(w).Encode(export.OCSF(r))
+		return
+	case "ecs":
+		json.NewEncoder(w).Encode(export.ECS(r))
 		return
 	}
 	what := r.Host
