@@ -335,12 +335,21 @@ func TestWorkbench(t *testing.T) {
 				{"a move through a link", cl.Move(ctx, a.ID, "f", "tmplink/moved", false)},
 				{"a stat through a link", func() error { _, err := cl.Stat(ctx, a.ID, "etclink/passwd"); return err }()},
 				{"a remove through a link", cl.Remove(ctx, a.ID, "etclink/hostname", false)},
+				{"an archive unpacked where a link leads out", func() error {
+					f, err := os.Open(tarOf(t, map[string]string{"tmplink/unpacked": "x"}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					_, err = cl.PutFile(ctx, a.ID, "/workspace", f, true)
+					return err
+				}()},
 			} {
 				if c.err == nil || !strings.Contains(c.err.Error(), "through a symbolic link, outside the workspace") {
 					t.Errorf("%s: %v", c.name, c.err)
 				}
 			}
-			if out, _, _ := n.exec(t, a.ID, "sh", "-c", "ls /tmp/planted /tmp/made /tmp/moved 2>&1; cat /workspace/f"); strings.Contains(out, "/tmp/planted\n") || !strings.HasSuffix(out, "f\n") {
+			if out, _, _ := n.exec(t, a.ID, "sh", "-c", "ls /tmp/planted /tmp/made /tmp/moved /tmp/unpacked 2>&1; cat /workspace/f"); strings.Contains(out, "/tmp/planted\n") || strings.Contains(out, "/tmp/unpacked\n") || !strings.HasSuffix(out, "f\n") {
 				t.Errorf("something went through a link: %q", out)
 			}
 			if e, err := cl.Stat(ctx, a.ID, "etclink"); err != nil || e.Type != "symlink" || e.Link != "/etc" {

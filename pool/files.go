@@ -139,18 +139,20 @@ func (m *Manager) Move(ctx context.Context, tenant, id, from, to string, overwri
 	return err
 }
 
-// confined prefixes script with the two checks every workspace operation makes inside the
-// sandbox, where symbolic links are what they are: airlock_full PATH (for what reads, writes or
-// lists through PATH: every link followed) and airlock_entry PATH (for what acts on the entry
-// itself, a link included: the links of its folder followed) each exit 46, saying where the
-// path leads, unless it stays in the workspace. The lexical check before (inWorkspace) is not
-// enough alone: /workspace/out is in the workspace, but not when it links to /etc.
-func confined(ws, script string) string {
-	return `ws='` + ws + `'
+// confined is the command that runs script in the sandbox with args ($1...) after the two checks
+// every workspace operation makes there, where symbolic links are what they are: airlock_full
+// PATH (for what reads, writes or lists through PATH: every link followed) and airlock_entry
+// PATH (for what acts on the entry itself, a link included: the links of its folder followed)
+// each exit 46, saying where the path leads, unless it stays in the workspace ws (passed as $0,
+// never spliced into the script). The lexical check before (inWorkspace) is not enough alone:
+// /workspace/out is in the workspace, but not when it links to /etc.
+func confined(ws, script string, args ...string) []string {
+	prelude := `ws=$0
 airlock_full() { r=$(realpath -m -- "$1") && case "$r" in "$ws"|"$ws"/*) return 0;; esac; ` +
 		`echo "$1 leads to ${r:-a path that does not resolve} through a symbolic link, outside the workspace $ws" >&2; exit 46; }
 airlock_entry() { airlock_full "$(dirname -- "$1")"; }
-` + script
+`
+	return append([]string{"sh", "-c", prelude + script, ws}, args...)
 }
 
 // workspacePath is leaseFile for the operations above: the lease and p inside its workspace,
@@ -199,7 +201,7 @@ func inWorkspace(ws, p string, root bool) (string, error) {
 // ErrBadRequest with what the script said.
 func (m *Manager) fileScript(ctx context.Context, l Lease, script string, args ...string) ([]byte, error) {
 	var out, stderr bytes.Buffer
-	cmd := append([]string{"sh", "-c", confined(m.templates[l.Template].Workdir, script), "airlock-files"}, args...)
+	cmd := confined(m.templates[l.Template].Workdir, script, args...)
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd, Timeout: time.Minute}, nil, &limitWriter{w: &out, n: 64 << 20}, &limitWriter{w: &stderr, n: 4096})
 	switch {
 	case err != nil:

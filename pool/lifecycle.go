@@ -100,11 +100,15 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	var stderr strings.Builder
 	script := `airlock_full "$1"; umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`
 	if archive {
-		// As the sandbox user: tar drops leading / and ../ from member names.
-		script = `airlock_full "$1"; umask 077 && mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"`
+		// As the sandbox user: tar drops leading / and ../ from member names and will not
+		// unpack through a link the archive itself makes, but it follows links already there,
+		// so a target that holds one leading out of the workspace is refused.
+		script = `airlock_full "$1"; umask 077 && mkdir -p "$1" && ` +
+			`find "$1" -type l -exec sh -c 'for l; do r=$(realpath -m -- "$l"); case "$r" in "$0"|"$0"/*) ;; *) ` +
+			`echo "$l leads to $r through a symbolic link, outside the workspace $0: an archive is not unpacked where it could follow it" >&2; exit 46;; esac; done' "$ws" {} + ` +
+			`&& tar -x --no-same-owner --no-same-permissions -C "$1"`
 	}
-	ws := m.templates[l.Template].Workdir
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: []string{"sh", "-c", confined(ws, script), "airlock-put", p}}, cr, io.Discard, &stderr)
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(m.templates[l.Template].Workdir, script, p)}, cr, io.Discard, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: writing %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
 	}
@@ -127,7 +131,7 @@ func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer
 	if archive {
 		script = `airlock_full "$1"; exec tar -c -C "$1" .`
 	}
-	cmd := []string{"sh", "-c", confined(m.templates[l.Template].Workdir, script), "airlock-get", p}
+	cmd := confined(m.templates[l.Template].Workdir, script, p)
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd}, nil, cw, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: reading %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
