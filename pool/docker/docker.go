@@ -140,9 +140,11 @@ func CannotRun(runtimes map[string][]string, t pool.Template) error {
 	}
 	// gVisor runs on systrap when no --platform is given.
 	got := pool.Platforms[0]
-	for _, a := range args {
+	for i, a := range args {
 		if v, ok := strings.CutPrefix(a, "--platform="); ok {
 			got = v
+		} else if a == "--platform" && i+1 < len(args) {
+			got = args[i+1] // the same flag, its value as the next argument
 		}
 	}
 	if got != platform {

@@ -51,6 +51,10 @@ func TestCannotRunNamesTemplateAndRemedy(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "(the engine runtime runsc-kvm)") || !strings.Contains(err.Error(), `RUNSC_PLATFORMS="systrap ptrace kvm" make runsc`) {
 		t.Errorf("no runsc-kvm: %v", err)
 	}
+	// The platform given as two arguments is read as well as the one given as one.
+	if err := CannotRun(map[string][]string{"runsc": {"--platform", "ptrace"}}, pool.Template{Name: "g", Runtime: "runsc"}); err == nil {
+		t.Error("runsc registered with --platform ptrace (two arguments) passed for a systrap template")
+	}
 	// runsc registered without --platform runs on systrap.
 	if err := CannotRun(map[string][]string{"runsc": nil}, pool.Template{Name: "g", Runtime: "runsc"}); err != nil {
 		t.Errorf("runsc without --platform: %v", err)
