@@ -22,6 +22,16 @@ const (
 	KindExec  Kind = "exec"
 	KindLease Kind = "lease"
 	KindFile  Kind = "file"
+	// KindAudit is a record the trail writes about itself: a segment opened, a checkpoint
+	// signed, segments deleted by retention.
+	KindAudit Kind = "audit"
+)
+
+// Events of KindAudit records.
+const (
+	EventSegment    = "segment"    // the first record of every segment
+	EventCheckpoint = "checkpoint" // Note holds the signed checkpoint of the record before it
+	EventRetention  = "retention"  // every record up to Through was deleted; Reason says why
 )
 
 // Decision is allow or deny.
@@ -78,6 +88,10 @@ type Record struct {
 	Command  []string `json:"command,omitempty"`
 	ExitCode *int     `json:"exit_code,omitempty"`
 	Process  string   `json:"process,omitempty"` // a background process's id
+	// What a command read and wrote: sizes, hashes and the first bytes of each stream.
+	Stdin  *Stream `json:"stdin,omitempty"`
+	Stdout *Stream `json:"stdout,omitempty"`
+	Stderr *Stream `json:"stderr,omitempty"`
 
 	// File transfers and operations: Path above is the sandbox path; To is where a move put it.
 	SHA256 string `json:"sha256,omitempty"`
@@ -85,6 +99,14 @@ type Record struct {
 	To     string `json:"to,omitempty"`
 
 	DurationMS float64 `json:"duration_ms,omitempty"`
+
+	// The trail's own records (KindAudit): the segment a record opens; for retention, the last
+	// seq deleted and its hash (the prev of the first record kept); for a checkpoint, the signed
+	// note.
+	Segment string `json:"segment,omitempty"`
+	Through uint64 `json:"through,omitempty"`
+	Head    string `json:"head,omitempty"`
+	Note    string `json:"note,omitempty"`
 
 	// Raw holds, base64-encoded, the exact bytes of every text field that is not valid UTF-8
 	// (keyed by the field's JSON name, "command.N" for an argument). The field itself carries
@@ -96,6 +118,14 @@ type Record struct {
 	Seq  uint64 `json:"seq"`
 	Prev string `json:"prev,omitempty"`
 	Hash string `json:"hash,omitempty"`
+}
+
+// Stream describes one standard stream of a command: how many bytes passed, their SHA-256, and
+// the first of them (up to the node's audit.output_head, through the one redaction step).
+type Stream struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Head   string `json:"head,omitempty"`
 }
 
 // Sink accepts records. Write must not block on I/O for long: it either accepts the record for a

@@ -79,6 +79,9 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 		e.b = strconv.AppendInt(e.b, int64(*r.ExitCode), 10)
 	}
 	e.str("process", r.Process)
+	e.stream("stdin", r.Stdin)
+	e.stream("stdout", r.Stdout)
+	e.stream("stderr", r.Stderr)
 	e.str("sha256", r.SHA256)
 	e.num("size", r.Size)
 	e.str("to", r.To)
@@ -86,6 +89,13 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 		e.b = append(e.b, `,"duration_ms":`...)
 		e.b = strconv.AppendFloat(e.b, r.DurationMS, 'f', -1, 64)
 	}
+	e.str("segment", r.Segment)
+	if r.Through != 0 {
+		e.b = append(e.b, `,"through":`...)
+		e.b = strconv.AppendUint(e.b, r.Through, 10)
+	}
+	e.str("head", r.Head)
+	e.str("note", r.Note)
 	if len(e.raw) > 0 {
 		e.b = append(e.b, `,"raw":{`...)
 		for i, f := range e.raw {
@@ -106,6 +116,24 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.str("hash", r.Hash)
 	e.b = append(e.b, '}')
 	return e.b
+}
+
+// stream appends a Stream object unless v is nil.
+func (e *encoder) stream(name string, v *Stream) {
+	if v == nil {
+		return
+	}
+	e.b = append(e.b, ',', '"')
+	e.b = append(e.b, name...)
+	e.b = append(e.b, `":{"size":`...)
+	e.b = strconv.AppendInt(e.b, v.Size, 10)
+	e.b = append(e.b, `,"sha256":`...)
+	e.text(name+".sha256", v.SHA256)
+	if v.Head != "" {
+		e.b = append(e.b, `,"head":`...)
+		e.text(name+".head", v.Head)
+	}
+	e.b = append(e.b, '}')
 }
 
 // str appends a string field unless v is empty.
@@ -260,6 +288,22 @@ func (r *Record) setText(name, v string) bool {
 		f = &r.To
 	case "process":
 		f = &r.Process
+	case "stdin.head", "stdout.head", "stderr.head", "stdin.sha256", "stdout.sha256", "stderr.sha256":
+		st := map[string]*Stream{"stdin": r.Stdin, "stdout": r.Stdout, "stderr": r.Stderr}[name[:strings.IndexByte(name, '.')]]
+		if st == nil {
+			return false
+		}
+		if strings.HasSuffix(name, ".head") {
+			f = &st.Head
+		} else {
+			f = &st.SHA256
+		}
+	case "segment":
+		f = &r.Segment
+	case "head":
+		f = &r.Head
+	case "note":
+		f = &r.Note
 	case "prev":
 		f = &r.Prev
 	case "hash":

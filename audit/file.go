@@ -5,26 +5,64 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // FileConfig configures a FileSink.
 type FileConfig struct {
-	Path string
+	// Dir holds the trail's segments and their indexes.
+	Dir  string
+	Node string
 	// Queue bounds the records accepted but not yet written; zero means 4096. When it is full
 	// Write fails, so traffic is refused instead of piling up in memory.
 	Queue int
 	// FlushEvery bounds how long an accepted record may wait before it reaches the file (and
 	// so the records a crash of the process can lose); zero means 20ms.
 	FlushEvery time.Duration
+	// A segment is sealed (and a new one begun) when it reaches SegmentBytes (zero: 64 MiB; at
+	// most 4 GiB) or has been open for SegmentAge (zero: one hour).
+	SegmentBytes int64
+	SegmentAge   time.Duration
+	// Retention: sealed segments older than KeepFor are deleted, and the oldest sealed ones
+	// while the trail is larger than KeepBytes; zero keeps them. The segment being written is
+	// never deleted. Each deletion leaves a retention record, covered by a checkpoint.
+	KeepFor   time.Duration
+	KeepBytes int64
+	// Signer signs a checkpoint every CheckpointEvery (zero: 10s) while records arrive, when
+	// asked (Checkpoint), and at Close. Nil writes none.
+	Signer          note.Signer
+	CheckpointEvery time.Duration
+	// OnCheckpoint is given each checkpoint written, in order, from a goroutine of the sink's
+	// own (only the latest is kept while it is busy), so it can copy it off the node.
+	OnCheckpoint func(Checkpoint)
+
+	clock func() time.Time // tests: what now is (zero: time.Now)
 }
 
-// FileSink appends records as JSON lines, each carrying the hash of the one before it, so an
-// edited or deleted line breaks the chain (see Verify). Safe for concurrent use.
+const (
+	segmentExt = ".jsonl"
+	indexExt   = ".idx"
+)
+
+// segmentName names a segment by the seq of its first record, so names sort in chain order.
+func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, segmentExt) }
+
+// FileSink writes the trail: JSON lines, each carrying the hash of the one before it, so an
+// edited or deleted line breaks the chain, in segments of bounded size and age, each with an
+// index (see index). Safe for concurrent use.
 //
 // Writers append to a pending batch under a lock; the writer goroutine takes the whole batch at
 // once, so under load it wakes once per batch rather than once per record.
@@ -32,28 +70,59 @@ type FileConfig struct {
 // Crash bound: a record is written within FlushEvery of Write returning, so kill -9 loses at most
 // the records accepted in the last FlushEvery (and never more than Queue of them).
 type FileSink struct {
-	cfg     FileConfig
-	wake    chan struct{} // capacity 1: pending went from empty to not
-	done    chan struct{}
-	flushes chan chan error
+	cfg         FileConfig
+	wake        chan struct{} // capacity 1: pending went from empty to not
+	done        chan struct{}
+	flushes     chan chan error
+	checkpoints chan chan checkpointReply
+	published   chan Checkpoint // capacity 1: the latest checkpoint for OnCheckpoint
 
 	mu      sync.Mutex
 	pending []Record
 	err     error // sticky: once the file cannot be written, every Write fails
 	closed  bool
 
+	// xmu guards what queries read: the sealed segments and the active segment's index
+	// (appended by the writer, viewed by queries) and how much of it is flushed.
+	xmu     sync.RWMutex
+	sealed  []segmentSummary
+	active  *index
+	actName string
+	flushed int // records of the active segment on the file
+
 	// Owned by the writer goroutine.
-	f      *os.File
-	seq    uint64
-	prev   string
-	enc    encoder
-	buf    []byte
-	hashed []byte // scratch for the hash input
-	batch  []Record
+	f          *os.File
+	w          *bufio.Writer
+	size       int64 // bytes of the active segment
+	opened     time.Time
+	seq        uint64
+	prev       string
+	enc        encoder
+	buf        []byte
+	hashed     []byte // scratch for the hash input
+	batch      []Record
+	lastSigned uint64 // seq the last checkpoint signed
+	lastCkpt   time.Time
+	lastRetain time.Time
+	nextName   uint64 // a new segment is named no lower than this (after every one there is)
+
+	m metrics
 }
 
-// OpenFile opens (or creates) the trail at cfg.Path, continuing its hash chain, and starts the
-// writer. Close stops it.
+// metrics are read by the collectors (see Collectors) without a lock.
+type metrics struct {
+	written, refused, checkpoints atomic.Uint64
+	lastCheckpoint                atomic.Int64 // unix seconds
+	segments, bytes               atomic.Int64
+}
+
+type checkpointReply struct {
+	c   Checkpoint
+	err error
+}
+
+// OpenFile opens (or creates) the trail in cfg.Dir, continuing its hash chain in a new segment,
+// and starts the writer. Close stops it.
 func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if cfg.Queue == 0 {
 		cfg.Queue = 4096
@@ -61,45 +130,228 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 20 * time.Millisecond
 	}
-	t, err := readTail(cfg.Path)
+	if cfg.SegmentBytes <= 0 || cfg.SegmentBytes > 4<<30-maxLine {
+		cfg.SegmentBytes = min(max(cfg.SegmentBytes, 0), 4<<30-maxLine)
+		if cfg.SegmentBytes == 0 {
+			cfg.SegmentBytes = 64 << 20
+		}
+	}
+	if cfg.SegmentAge == 0 {
+		cfg.SegmentAge = time.Hour
+	}
+	if cfg.clock == nil {
+		cfg.clock = time.Now
+	}
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = 10 * time.Second
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	segs, err := listSegments(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(cfg.Path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	s := &FileSink{cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{}), flushes: make(chan chan error),
+		checkpoints: make(chan chan checkpointReply), published: make(chan Checkpoint, 1),
+		pending: make([]Record, 0, min(cfg.Queue, 1024))}
+	for _, name := range segs {
+		n, _ := strconv.ParseUint(strings.TrimSuffix(name, segmentExt), 10, 64)
+		s.nextName = n + 1
+		path := filepath.Join(cfg.Dir, name)
+		x, err := loadIndex(path, true)
+		if err != nil {
+			return nil, err
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		s.sealed = append(s.sealed, x.summaryOf(name, st.Size()))
+		s.m.bytes.Add(st.Size())
+	}
+	// The chain continues from the last record of the trail that verifies.
+	for i := len(s.sealed) - 1; i >= 0 && s.seq == 0; i-- {
+		if s.sealed[i].Records == 0 {
+			continue
+		}
+		r, err := readRecordAt(filepath.Join(cfg.Dir, s.sealed[i].Name), s.sealed[i].lastSpan)
+		if err != nil {
+			return nil, err
+		}
+		s.seq, s.prev = r.Seq, r.Hash
+	}
+	s.lastSigned = s.seq
+	if err := s.openSegment("the node started"); err != nil {
+		return nil, err
+	}
+	if cfg.OnCheckpoint != nil {
+		go func() {
+			for c := range s.published {
+				cfg.OnCheckpoint(c)
+			}
+		}()
+	}
+	go s.run()
+	return s, nil
+}
+
+// listSegments returns the names of the segments in dir, oldest first.
+func listSegments(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	if t.torn {
-		// The last write of an earlier run stopped mid-line: end that line, so the next record
-		// starts on its own. Verification reports the torn line by position.
-		if _, err := f.Write([]byte("\n")); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("audit: %w", err)
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if num, ok := strings.CutSuffix(n, segmentExt); ok && len(num) == 20 && !e.IsDir() {
+			if _, err := strconv.ParseUint(num, 10, 64); err == nil {
+				out = append(out, n)
+			}
 		}
 	}
-	seq, prev := t.seq, t.hash
-	s := &FileSink{cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{}), flushes: make(chan chan error),
-		pending: make([]Record, 0, min(cfg.Queue, 1024)), f: f, seq: seq, prev: prev}
-	go s.run()
-	return s, nil
+	slices.Sort(out)
+	return out, nil
+}
+
+// openSegment starts a new segment after the last record and writes its opening record.
+func (s *FileSink) openSegment(why string) error {
+	name := segmentName(max(s.seq+1, s.nextName))
+	s.nextName = max(s.seq+1, s.nextName) + 1
+	f, err := os.OpenFile(filepath.Join(s.cfg.Dir, name), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	s.f, s.w, s.size, s.opened = f, bufio.NewWriterSize(f, 64<<10), 0, time.Now()
+	s.xmu.Lock()
+	s.active, s.actName, s.flushed = newIndex(), name, 0
+	s.m.segments.Store(int64(len(s.sealed) + 1))
+	s.xmu.Unlock()
+	return s.appendOwn(Record{Kind: KindAudit, Event: EventSegment, Segment: name, Reason: why})
+}
+
+// seal ends the active segment: its bytes reach the disk, its index is written beside it, and a
+// new segment begins.
+func (s *FileSink) seal(why string) error {
+	if err := s.w.Flush(); err != nil {
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		return err
+	}
+	if err := s.f.Close(); err != nil {
+		return err
+	}
+	s.xmu.Lock()
+	x, name := s.active, s.actName
+	s.flushed = x.records()
+	s.xmu.Unlock()
+	if err := writeFileAtomic(indexPath(filepath.Join(s.cfg.Dir, name)), x.encode()); err != nil {
+		return err
+	}
+	sum := x.summaryOf(name, s.size)
+	if err := s.openSegment(why); err != nil {
+		return err
+	}
+	s.xmu.Lock()
+	s.sealed = append(s.sealed, sum)
+	s.m.segments.Store(int64(len(s.sealed) + 1))
+	s.xmu.Unlock()
+	return s.retain()
+}
+
+// retain deletes the sealed segments retention no longer keeps, oldest first, and records what
+// it deleted and why.
+func (s *FileSink) retain() error {
+	if s.cfg.KeepFor == 0 && s.cfg.KeepBytes == 0 {
+		return nil
+	}
+	s.xmu.RLock()
+	sealed := slices.Clone(s.sealed)
+	s.xmu.RUnlock()
+	total := s.size
+	for _, g := range sealed {
+		total += g.Bytes
+	}
+	now := s.cfg.clock()
+	n, why := 0, ""
+	for _, g := range sealed {
+		switch {
+		case s.cfg.KeepFor > 0 && !g.To.IsZero() && now.Sub(g.To) > s.cfg.KeepFor:
+			why = fmt.Sprintf("older than audit.keep_for (%s)", s.cfg.KeepFor)
+		case s.cfg.KeepBytes > 0 && total > s.cfg.KeepBytes:
+			why = fmt.Sprintf("the trail was over audit.keep_bytes (%d bytes)", s.cfg.KeepBytes)
+		default:
+			goto done
+		}
+		total -= g.Bytes
+		n++
+	}
+done:
+	if n == 0 {
+		return nil
+	}
+	gone := sealed[:n]
+	// The last record deleted: its hash is the prev of the first record kept.
+	var through uint64
+	var head string
+	for i := n - 1; i >= 0 && through == 0; i-- {
+		if gone[i].Records > 0 {
+			r, err := readRecordAt(filepath.Join(s.cfg.Dir, gone[i].Name), gone[i].lastSpan)
+			if err != nil {
+				return err
+			}
+			through, head = r.Seq, r.Hash
+		}
+	}
+	for _, g := range gone {
+		path := filepath.Join(s.cfg.Dir, g.Name)
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("audit: retention: %w", err)
+		}
+		os.Remove(indexPath(path))
+	}
+	s.xmu.Lock()
+	s.sealed = slices.Delete(s.sealed, 0, n)
+	s.m.segments.Store(int64(len(s.sealed) + 1))
+	s.xmu.Unlock()
+	for _, g := range gone {
+		s.m.bytes.Add(-g.Bytes)
+	}
+	names := gone[0].Name
+	if n > 1 {
+		names += " to " + gone[n-1].Name
+	}
+	rec := Record{Kind: KindAudit, Event: EventRetention, Through: through, Head: head,
+		Reason: fmt.Sprintf("deleted %d segment(s), %s (seq %d to %d): %s", n, names, gone[0].First, gone[n-1].Last, why)}
+	if err := s.appendOwn(rec); err != nil {
+		return err
+	}
+	// A deletion is signed at once: whoever reads the trail later can tell it from an attack.
+	_, err := s.checkpoint()
+	return err
 }
 
 // Write queues r.
 func (s *FileSink) Write(_ context.Context, r Record) error {
 	if r.Time.IsZero() {
-		r.Time = time.Now()
+		r.Time = s.cfg.clock()
 	}
 	s.mu.Lock()
 	switch {
 	case s.err != nil:
 		err := s.err
 		s.mu.Unlock()
+		s.m.refused.Add(1)
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	case s.closed:
 		s.mu.Unlock()
+		s.m.refused.Add(1)
 		return fmt.Errorf("%w: closed", ErrUnavailable)
 	case len(s.pending) >= s.cfg.Queue:
 		s.mu.Unlock()
+		s.m.refused.Add(1)
 		return fmt.Errorf("%w: queue full", ErrUnavailable)
 	}
 	s.pending = append(s.pending, r)
@@ -116,10 +368,17 @@ func (s *FileSink) Write(_ context.Context, r Record) error {
 
 func (s *FileSink) run() {
 	defer close(s.done)
-	w := bufio.NewWriterSize(s.f, 64<<10)
+	defer close(s.published)
 	tick := time.NewTicker(s.cfg.FlushEvery)
 	defer tick.Stop()
 	unflushed := false
+	flush := func() {
+		s.fail(s.w.Flush())
+		s.xmu.Lock()
+		s.flushed = s.active.records()
+		s.xmu.Unlock()
+		unflushed = false
+	}
 	// drain writes every pending record; it reports whether the sink is closed.
 	drain := func() bool {
 		s.mu.Lock()
@@ -127,8 +386,11 @@ func (s *FileSink) run() {
 		closed := s.closed
 		s.mu.Unlock()
 		for i := range s.batch {
-			s.fail(s.append(w, &s.batch[i]))
+			s.fail(s.append(&s.batch[i]))
 			s.batch[i] = Record{} // drop references to the strings it held
+			if s.size >= s.cfg.SegmentBytes {
+				s.fail(s.seal(fmt.Sprintf("the last segment reached audit.segment_bytes (%d bytes)", s.cfg.SegmentBytes)))
+			}
 		}
 		unflushed = unflushed || len(s.batch) > 0
 		return closed
@@ -137,21 +399,42 @@ func (s *FileSink) run() {
 		select {
 		case <-s.wake:
 			if drain() {
-				s.fail(w.Flush())
+				if s.seq > s.lastSigned {
+					_, err := s.checkpoint()
+					s.fail(err)
+				}
+				flush()
+				s.fail(s.f.Sync())
 				s.fail(s.f.Close())
 				return
 			}
-		case <-tick.C:
+		case now := <-tick.C:
 			if unflushed {
-				s.fail(w.Flush())
-				unflushed = false
+				flush()
+			}
+			if s.seq > s.lastSigned && now.Sub(s.lastCkpt) >= s.cfg.CheckpointEvery {
+				_, err := s.checkpoint()
+				s.fail(err)
+				flush()
+			}
+			if s.active.records() > 1 && now.Sub(s.opened) >= s.cfg.SegmentAge {
+				s.fail(s.seal(fmt.Sprintf("the last segment was open for audit.segment_age (%s)", s.cfg.SegmentAge)))
+				flush()
+			} else if s.cfg.KeepFor > 0 && now.Sub(s.lastRetain) >= time.Minute {
+				s.lastRetain = now
+				s.fail(s.retain())
+				flush()
 			}
 		case reply := <-s.flushes:
 			// Everything accepted before the request is pending now.
 			drain()
-			s.fail(w.Flush())
-			unflushed = false
+			flush()
 			reply <- s.Err()
+		case reply := <-s.checkpoints:
+			drain()
+			c, err := s.checkpoint()
+			flush()
+			reply <- checkpointReply{c, err}
 		}
 	}
 }
@@ -175,7 +458,89 @@ func (s *FileSink) Flush(ctx context.Context) error {
 	}
 }
 
-func (s *FileSink) append(w io.Writer, r *Record) error {
+// ErrNoSigner is Checkpoint's error on a trail opened without a key.
+var ErrNoSigner = errors.New("audit: this trail signs no checkpoints (it has no key)")
+
+// Checkpointer is met by sinks that sign checkpoints on request.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context) (Checkpoint, error)
+}
+
+// Checkpoint writes every record accepted before the call and signs a checkpoint over them (or
+// returns the last one, when nothing was written since). A pool calls it when a lease ends, so
+// everything the lease did is covered at once.
+func (s *FileSink) Checkpoint(ctx context.Context) (Checkpoint, error) {
+	if s.cfg.Signer == nil {
+		return Checkpoint{}, ErrNoSigner
+	}
+	reply := make(chan checkpointReply, 1)
+	select {
+	case s.checkpoints <- reply:
+	case <-s.done:
+		return Checkpoint{}, fmt.Errorf("%w: closed", ErrUnavailable)
+	case <-ctx.Done():
+		return Checkpoint{}, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.c, r.err
+	case <-ctx.Done():
+		return Checkpoint{}, ctx.Err()
+	}
+}
+
+// checkpoint signs the head of the chain and appends the checkpoint record.
+func (s *FileSink) checkpoint() (Checkpoint, error) {
+	if s.cfg.Signer == nil || s.seq == 0 {
+		return Checkpoint{}, nil
+	}
+	c, err := signCheckpoint(Checkpoint{Node: s.cfg.Node, Seq: s.seq, Head: s.prev, Time: s.cfg.clock()}, s.cfg.Signer)
+	if err != nil {
+		return c, err
+	}
+	if err := s.appendOwn(Record{Kind: KindAudit, Event: EventCheckpoint, Note: string(c.Note)}); err != nil {
+		return c, err
+	}
+	s.lastSigned, s.lastCkpt = s.seq, time.Now()
+	s.m.checkpoints.Add(1)
+	s.m.lastCheckpoint.Store(s.lastCkpt.Unix())
+	if s.cfg.OnCheckpoint != nil {
+		select {
+		case <-s.published: // replaced by the newer one
+		default:
+		}
+		s.published <- c
+	}
+	return c, nil
+}
+
+// appendOwn writes a record of the trail's own.
+func (s *FileSink) appendOwn(r Record) error {
+	r.Time, r.Node = s.cfg.clock(), s.cfg.Node
+	return s.append(&r)
+}
+
+// append writes r to the active segment and indexes it. Only the writer loop seals a full
+// segment, after a queued record: the trail's own records never start a new one, so sealing,
+// retention and checkpoints cannot call each other without end.
+func (s *FileSink) append(r *Record) error {
+	line := s.line(r)
+	if _, err := s.w.Write(line); err != nil {
+		return err
+	}
+	start := s.size
+	s.size += int64(len(line))
+	s.xmu.Lock()
+	s.active.add(r, start, s.size)
+	s.xmu.Unlock()
+	s.m.written.Add(1)
+	s.m.bytes.Add(int64(len(line)))
+	return nil
+}
+
+// line gives r the next seq and its link in the chain and returns its line of the trail (valid
+// until the next call).
+func (s *FileSink) line(r *Record) []byte {
 	s.seq++
 	r.Seq, r.Prev, r.Hash = s.seq, s.prev, ""
 	// The hash covers prev followed by the record encoded without it; the line is that same
@@ -190,8 +555,7 @@ func (s *FileSink) append(w io.Writer, r *Record) error {
 	line = append(line, h...)
 	line = append(line, "\"}\n"...)
 	s.buf = line
-	_, err := w.Write(line)
-	return err
+	return line
 }
 
 func (s *FileSink) fail(err error) {
@@ -205,7 +569,7 @@ func (s *FileSink) fail(err error) {
 	s.mu.Unlock()
 }
 
-// Close writes what is queued and closes the file.
+// Close writes what is queued, signs a last checkpoint, and closes the file.
 func (s *FileSink) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -241,4 +605,45 @@ func (s *FileSink) Err() error {
 		return fmt.Errorf("%w: queue full", ErrUnavailable)
 	}
 	return nil
+}
+
+// Dir is the directory the trail is written in.
+func (s *FileSink) Dir() string { return s.cfg.Dir }
+
+// readRecordAt reads and checks the record on the line that starts the byte span of a segment.
+func readRecordAt(path string, span [2]uint32) (Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, span[1]-span[0])
+	if _, err := f.ReadAt(buf, int64(span[0])); err != nil && err != io.EOF {
+		return Record{}, fmt.Errorf("audit: %s: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(buf), "\n")
+	r, _, err := checkLine([]byte(line), nil)
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: %s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Collectors are the trail's metrics: records written and refused, checkpoints signed and when
+// the last was, the segments kept and their bytes.
+func (s *FileSink) Collectors() []prometheus.Collector {
+	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	gauge := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{
+		counter("airlock_audit_records_total", "Records written to the audit trail.", &s.m.written),
+		counter("airlock_audit_refused_total", "Records the audit trail refused (queue full, closed or broken): the traffic they described was refused too.", &s.m.refused),
+		counter("airlock_audit_checkpoints_total", "Checkpoints signed over the audit trail.", &s.m.checkpoints),
+		gauge("airlock_audit_last_checkpoint_timestamp_seconds", "When the last checkpoint was signed (unix time).", &s.m.lastCheckpoint),
+		gauge("airlock_audit_segments", "Segments of the audit trail on disk.", &s.m.segments),
+		gauge("airlock_audit_bytes", "Bytes of the audit trail on disk.", &s.m.bytes),
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 )
 
@@ -23,22 +22,35 @@ const (
 // maxLine bounds one line of the trail when reading; a longer line is reported and skipped.
 const maxLine = 64 << 20
 
-// Problem is one line of a trail that failed verification.
+// Problem is one thing wrong with a trail: a record that fails its own check, a break in the
+// chain, a gap, a segment that is not this node's, a checkpoint that does not verify.
 type Problem struct {
-	Line   int    // 1-based line number in the file
-	Seq    uint64 // the sequence number the line claims, when it could be read
-	Reason string
+	Segment string `json:"segment,omitempty"` // the segment's file name, when the problem is in one
+	Line    int    `json:"line,omitempty"`    // 1-based line number in the segment, when known
+	Seq     uint64 `json:"seq,omitempty"`     // the sequence number concerned, when known
+	Reason  string `json:"reason"`
 }
 
 func (p Problem) String() string {
-	if p.Seq != 0 {
-		return fmt.Sprintf("line %d (seq %d): %s", p.Line, p.Seq, p.Reason)
+	var b strings.Builder
+	if p.Segment != "" {
+		b.WriteString(p.Segment)
+		if p.Line != 0 {
+			fmt.Fprintf(&b, " line %d", p.Line)
+		}
+		if p.Seq != 0 {
+			fmt.Fprintf(&b, " (seq %d)", p.Seq)
+		}
+		b.WriteString(": ")
+	} else if p.Seq != 0 {
+		fmt.Fprintf(&b, "seq %d: ", p.Seq)
 	}
-	return fmt.Sprintf("line %d: %s", p.Line, p.Reason)
+	b.WriteString(p.Reason)
+	return b.String()
 }
 
-// TrailError lists the lines of a trail that failed verification. Read returns it after reading
-// every line it could: a bad line never hides the good ones around it.
+// TrailError lists the records of a trail that failed their own check. ReadDir returns it after
+// reading every record it could: a bad line never hides the good ones around it.
 type TrailError struct {
 	Path     string
 	Problems []Problem
@@ -46,7 +58,7 @@ type TrailError struct {
 
 func (e *TrailError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "audit: %s: %d line(s) failed verification", e.Path, len(e.Problems))
+	fmt.Fprintf(&b, "audit: %s: %d record(s) failed verification", e.Path, len(e.Problems))
 	for i, p := range e.Problems {
 		if i == 5 {
 			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
@@ -84,85 +96,6 @@ func checkLine(line, scratch []byte) (Record, []byte, error) {
 		return r, scratch, err
 	}
 	return r, scratch, nil
-}
-
-// Read calls fn for each record of the trail at path that verifies, oldest first, checking the
-// hash chain as it goes. A line that does not verify (edited, torn by a crash, unreadable) or does
-// not link to the line before it (one deleted or reordered) is skipped and reported, by position,
-// in the *TrailError returned at the end; an error from fn stops the read and is returned as is.
-func Read(path string, fn func(Record) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return readTrail(f, path, fn)
-}
-
-// readTrail is Read over any reader; path names it in errors.
-func readTrail(src io.Reader, path string, fn func(Record) error) error {
-	br := bufio.NewReaderSize(src, 64<<10)
-	var (
-		err      error
-		problems []Problem
-		scratch  []byte
-		long     []byte
-		// lastGood is the hash of the last line that verified; claimed is the hash the line
-		// after it (if that one failed) says it has, so the chain can be picked up on either
-		// side of a bad line.
-		lastGood, claimed string
-		lastSeq           uint64
-		first             = true
-	)
-	for n := 1; ; n++ {
-		line, rerr := readLine(br, &long)
-		if rerr == io.EOF && line == nil {
-			break
-		}
-		if rerr != nil && rerr != io.EOF {
-			if errors.Is(rerr, errLineTooLong) {
-				problems = append(problems, Problem{Line: n, Reason: "longer than 64 MiB; skipped"})
-				claimed = ""
-				continue
-			}
-			return fmt.Errorf("audit: %s line %d: %w", path, n, rerr)
-		}
-		var r Record
-		r, scratch, err = checkLine(line, scratch)
-		if err != nil {
-			problems = append(problems, Problem{Line: n, Seq: r.Seq, Reason: err.Error()})
-			claimed, first = r.Hash, false
-			if rerr == io.EOF {
-				break
-			}
-			continue
-		}
-		// The record's own bytes verify; now its link. A broken link is reported where it is
-		// found and the record is still read: the line before it may be the one that was
-		// deleted or forged, and an unkeyed chain cannot tell which.
-		switch {
-		case first && r.Prev != "" && r.Seq == 1:
-			problems = append(problems, Problem{Line: n, Seq: r.Seq, Reason: "the first record names a predecessor"})
-		case !first && r.Prev != lastGood && (claimed == "" || r.Prev != claimed):
-			problems = append(problems, Problem{Line: n, Seq: r.Seq,
-				Reason: "chain broken (prev does not match the line before: one was deleted, reordered or inserted)"})
-		case !first && claimed == "" && r.Seq != lastSeq+1:
-			problems = append(problems, Problem{Line: n, Seq: r.Seq,
-				Reason: fmt.Sprintf("sequence jumps from %d to %d", lastSeq, r.Seq)})
-		}
-		lastGood, lastSeq, claimed = r.Hash, r.Seq, ""
-		if ferr := fn(r); ferr != nil {
-			return ferr
-		}
-		first = false
-		if rerr == io.EOF {
-			break
-		}
-	}
-	if len(problems) > 0 {
-		return &TrailError{Path: path, Problems: problems}
-	}
-	return nil
 }
 
 var errLineTooLong = errors.New("line too long")
@@ -211,78 +144,41 @@ func readLine(br *bufio.Reader, long *[]byte) ([]byte, error) {
 	}
 }
 
-// tail is where an existing trail's chain ends.
-type tail struct {
-	seq  uint64
-	hash string
-	torn bool // the file ends mid-line
-}
-
-// maxTailScan bounds how far back from the end readTail looks for a record that verifies.
-const maxTailScan = 64 << 20
-
-// readTail finds the last line of the trail at path whose hash covers its own bytes, reading
-// backwards from the end, so opening a trail costs the same however long it is and a damaged
-// line never stops the node from starting: the chain continues from the last good record, and
-// Read reports the damage. A missing file is an empty trail.
-func readTail(path string) (tail, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return tail{}, nil
-	}
-	if err != nil {
-		return tail{}, fmt.Errorf("audit: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return tail{}, fmt.Errorf("audit: %w", err)
-	}
-	size := st.Size()
-	if size == 0 {
-		return tail{}, nil
-	}
-	var t tail
-	last := make([]byte, 1)
-	if _, err := f.ReadAt(last, size-1); err != nil {
-		return tail{}, fmt.Errorf("audit: %w", err)
-	}
-	t.torn = last[0] != '\n'
-	const block = 64 << 10
-	var buf []byte // the bytes from pos to the end of the last unexamined line
-	pos := size
-	if !t.torn {
-		pos-- // the final newline
-	}
-	end := pos
-	var scratch []byte
-	for end > 0 && size-end <= maxTailScan {
-		// Find the start of the line that ends at end.
-		i := bytes.LastIndexByte(buf[:end-pos], '\n')
-		for i < 0 && pos > 0 {
-			n := min(int64(block), pos)
-			chunk := make([]byte, n)
-			if _, err := f.ReadAt(chunk, pos-n); err != nil {
-				return tail{}, fmt.Errorf("audit: %w", err)
-			}
-			pos -= n
-			buf = append(chunk, buf...)
-			i = bytes.LastIndexByte(buf[:end-pos], '\n')
-			if end-pos > maxLine {
-				break
-			}
+// scanLines calls fn for each line of a segment with its byte offset and the result of checking
+// it on its own (checkLine). A line longer than maxLine is passed as empty, with an error. The
+// last line may lack its newline (torn): torn is set on that call.
+func scanLines(src io.Reader, fn func(line []byte, off int64, r *Record, err error) error) error {
+	br := bufio.NewReaderSize(src, 64<<10)
+	var long, scratch []byte
+	var off int64
+	for {
+		line, rerr := readLine(br, &long)
+		if rerr == io.EOF && line == nil {
+			return nil
 		}
-		line := buf[i+1 : end-pos]
 		var r Record
-		if r, scratch, err = checkLine(line, scratch); err == nil {
-			t.seq, t.hash = r.Seq, r.Hash
-			return t, nil
+		var err error
+		switch {
+		case errors.Is(rerr, errLineTooLong):
+			err = errors.New("longer than 64 MiB")
+			line = nil
+		case rerr != nil && rerr != io.EOF:
+			return rerr
+		default:
+			r, scratch, err = checkLine(line, scratch)
+			if rerr == io.EOF {
+				err = errTorn // no newline: the write stopped there
+			}
 		}
-		if i < 0 {
-			break
+		if ferr := fn(line, off, &r, err); ferr != nil {
+			return ferr
 		}
-		end = pos + int64(i)
-		buf = buf[:i]
+		off += int64(len(line)) + 1
+		if rerr == io.EOF {
+			return nil
+		}
 	}
-	return t, nil
 }
+
+// errTorn marks a segment's last line when it has no newline: a write stopped mid-record.
+var errTorn = errors.New("the segment ends mid-record (the write was cut: a crash, or the file was truncated)")

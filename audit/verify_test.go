@@ -32,12 +32,14 @@ func hostile() Record {
 // The trail survives any bytes: a record holding them verifies, reads back byte for byte, and
 // does not break the records after it or the opening of the trail by the next run.
 func TestTrailSurvivesAnyBytes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	s, err := OpenFile(FileConfig{Path: path})
+	dir := t.TempDir()
+	s, err := OpenFile(FileConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Record{{Kind: KindHTTP, Path: "/before"}, hostile(), {Kind: KindHTTP, Path: "/after"}}
+	h := hostile()
+	h.Stdout = &Stream{Size: 3, SHA256: "abc", Head: "\xff\x1b[2Jout"}
+	want := []Record{{Kind: KindHTTP, Path: "/before"}, h, {Kind: KindHTTP, Path: "/after"}}
 	for _, r := range want {
 		if err := s.Write(context.Background(), r); err != nil {
 			t.Fatal(err)
@@ -47,7 +49,7 @@ func TestTrailSurvivesAnyBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The next run opens it and continues the chain.
-	s, err = OpenFile(FileConfig{Path: path})
+	s, err = OpenFile(FileConfig{Dir: dir})
 	if err != nil {
 		t.Fatalf("reopening a trail that holds invalid UTF-8: %v", err)
 	}
@@ -56,18 +58,12 @@ func TestTrailSurvivesAnyBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	var got []Record
-	if err := Read(path, func(r Record) error { got = append(got, r); return nil }); err != nil {
-		t.Fatalf("reading it back: %v", err)
-	}
+	got := userRecords(readAll(t, dir))
 	if len(got) != len(want) {
 		t.Fatalf("read %d records, want %d", len(got), len(want))
 	}
 	for i := range want {
 		g := got[i]
-		if g.Seq != uint64(i+1) {
-			t.Errorf("record %d has seq %d", i, g.Seq)
-		}
 		g.Seq, g.Prev, g.Hash, g.Raw = 0, "", "", nil
 		w := want[i]
 		if w.Time.IsZero() {
@@ -77,126 +73,26 @@ func TestTrailSurvivesAnyBytes(t *testing.T) {
 			t.Errorf("record %d did not read back byte for byte:\n got %#v\nwant %#v", i, g, w)
 		}
 	}
-	// The line itself is valid JSON on one line, whatever the record held.
-	b, _ := os.ReadFile(path)
+	// Each line is valid JSON on one line, whatever the record held.
+	segs, _ := listSegments(dir)
+	b, _ := os.ReadFile(filepath.Join(dir, segs[0]))
 	if n := bytes.Count(b, []byte("\n")); n != 4 {
-		t.Fatalf("trail has %d lines, want 4", n)
+		t.Fatalf("first segment has %d lines, want 4 (its opening record and three)", n)
 	}
 	if bytes.Contains(b, []byte{0x1b}) || bytes.Contains(b, []byte{0xff}) {
 		t.Fatal("raw escape or invalid bytes were written into the trail's text")
 	}
-}
-
-// An edited line is reported by its position and the records around it are still read.
-func TestEditedLineReportedOthersRead(t *testing.T) {
-	path := writeTrail(t, 5)
-	b, _ := os.ReadFile(path)
-	lines := strings.SplitAfter(string(b), "\n")
-	lines[2] = strings.Replace(lines[2], `"decision":"deny"`, `"decision":"allow"`, 1)
-	os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600)
-
-	var seqs []uint64
-	err := Read(path, func(r Record) error { seqs = append(seqs, r.Seq); return nil })
-	var te *TrailError
-	if !errors.As(err, &te) || len(te.Problems) != 1 || te.Problems[0].Line != 3 || !strings.Contains(te.Problems[0].Reason, "edited") {
-		t.Fatalf("an edited line 3 was reported as %v", err)
-	}
-	if !reflect.DeepEqual(seqs, []uint64{1, 2, 4, 5}) {
-		t.Fatalf("records read around the edited one: %v, want 1 2 4 5", seqs)
-	}
-	// The node still starts on it, and what it writes next links to the last good record.
-	s, err := OpenFile(FileConfig{Path: path})
-	if err != nil {
-		t.Fatalf("a trail with an edited line stopped the sink from opening: %v", err)
-	}
-	s.Write(context.Background(), Record{Kind: KindLease, Event: "bind"})
-	s.Close()
-	seqs = nil
-	err = Read(path, func(r Record) error { seqs = append(seqs, r.Seq); return nil })
-	if !errors.As(err, &te) || len(te.Problems) != 1 || !reflect.DeepEqual(seqs, []uint64{1, 2, 4, 5, 6}) {
-		t.Fatalf("after a new write: %v, records %v", err, seqs)
+	if rep, err := Verify(dir, VerifyOptions{}); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v\n%s", err, rep)
 	}
 }
 
-// A deleted line breaks the chain where it was; the records are still read.
-func TestDeletedLineReported(t *testing.T) {
-	path := writeTrail(t, 4)
-	b, _ := os.ReadFile(path)
-	lines := strings.SplitAfter(string(b), "\n")
-	os.WriteFile(path, []byte(lines[0]+lines[2]+lines[3]), 0o600)
-	n := 0
-	err := Read(path, func(Record) error { n++; return nil })
-	var te *TrailError
-	if !errors.As(err, &te) || te.Problems[0].Line != 2 || !strings.Contains(te.Problems[0].Reason, "chain broken") || n != 3 {
-		t.Fatalf("deleted line: %v, %d records read", err, n)
-	}
-}
-
-// A write cut short by a crash leaves a torn last line: the next run starts, ends that line,
-// continues the chain from the last complete record, and Read reports only the torn line.
-func TestTornTailDoesNotStopStart(t *testing.T) {
-	path := writeTrail(t, 3)
-	b, _ := os.ReadFile(path)
-	os.WriteFile(path, b[:len(b)-20], 0o600)
-	s, err := OpenFile(FileConfig{Path: path})
-	if err != nil {
-		t.Fatalf("torn trail stopped the sink from opening: %v", err)
-	}
-	s.Write(context.Background(), Record{Kind: KindLease, Event: "after-crash"})
-	s.Close()
-	var got []Record
-	err = Read(path, func(r Record) error { got = append(got, r); return nil })
-	var te *TrailError
-	if !errors.As(err, &te) || len(te.Problems) != 1 || te.Problems[0].Line != 3 {
-		t.Fatalf("torn line reported as %v", err)
-	}
-	if len(got) != 3 || got[2].Event != "after-crash" || got[2].Seq != 3 {
-		t.Fatalf("records after the torn line: %+v", got)
-	}
-}
-
-// Garbage in place of the whole trail still opens: the chain starts afresh, and Read says why.
-func TestGarbageTrailStillOpens(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	os.WriteFile(path, []byte("not json\n\x00\xff{\"hash\":1}\n"), 0o600)
-	s, err := OpenFile(FileConfig{Path: path})
-	if err != nil {
-		t.Fatalf("garbage trail stopped the sink from opening: %v", err)
-	}
-	s.Write(context.Background(), Record{Kind: KindLease, Event: "bind"})
-	s.Close()
-	n := 0
-	err = Read(path, func(Record) error { n++; return nil })
-	var te *TrailError
-	if !errors.As(err, &te) || len(te.Problems) != 2 || n != 1 {
-		t.Fatalf("garbage trail read as %v with %d records", err, n)
-	}
-}
-
-// A line longer than the reader's buffer is read whole.
-func TestLongLine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	s, _ := OpenFile(FileConfig{Path: path})
-	big := strings.Repeat("\x01\xff", 300<<10) // escapes grow it past 3 MB on the line
-	s.Write(context.Background(), Record{Kind: KindExec, Command: []string{"echo", big}})
-	s.Write(context.Background(), Record{Kind: KindLease, Event: "next"})
-	s.Close()
-	var got []Record
-	if err := Read(path, func(r Record) error { got = append(got, r); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].Command[1] != big {
-		t.Fatalf("long line did not read back (%d records)", len(got))
-	}
-	if tl, err := readTail(path); err != nil || tl.seq != 2 {
-		t.Fatalf("tail of a trail with a long line: %+v %v", tl, err)
-	}
-}
-
-func writeTrail(t *testing.T, n int) string {
+// writeTrail writes n records in one segment (after its opening record) and returns the
+// directory and the segment's path.
+func writeTrail(t *testing.T, n int) (string, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	s, err := OpenFile(FileConfig{Path: path})
+	dir := t.TempDir()
+	s, err := OpenFile(FileConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,17 +102,119 @@ func writeTrail(t *testing.T, n int) string {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	segs, _ := listSegments(dir)
+	return dir, filepath.Join(dir, segs[0])
 }
 
-// FuzzTrailRoundTrip: whatever bytes the fields hold, the line verifies and reads back exactly.
+func seqsOf(t *testing.T, dir string) ([]uint64, error) {
+	var seqs []uint64
+	err := ReadDir(dir, func(r Record) error { seqs = append(seqs, r.Seq); return nil })
+	return seqs, err
+}
+
+// An edited line is reported and the records around it are still read; the node still starts on
+// it, and what it writes next links to the last good record.
+func TestEditedLineReportedOthersRead(t *testing.T) {
+	dir, path := writeTrail(t, 5)
+	b, _ := os.ReadFile(path)
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[3] = strings.Replace(lines[3], `"decision":"deny"`, `"decision":"allow"`, 1)
+	os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600)
+
+	seqs, err := seqsOf(t, dir)
+	var te *TrailError
+	if !errors.As(err, &te) || len(te.Problems) != 1 || te.Problems[0].Seq != 4 || !strings.Contains(te.Problems[0].Reason, "edited") {
+		t.Fatalf("an edited seq 4 was reported as %v", err)
+	}
+	if !reflect.DeepEqual(seqs, []uint64{1, 2, 3, 5, 6}) {
+		t.Fatalf("records read around the edited one: %v, want 1 2 3 5 6", seqs)
+	}
+	s, err := OpenFile(FileConfig{Dir: dir})
+	if err != nil {
+		t.Fatalf("a trail with an edited line stopped the sink from opening: %v", err)
+	}
+	s.Write(context.Background(), Record{Kind: KindLease, Event: "bind"})
+	s.Close()
+	rep, _ := Verify(dir, VerifyOptions{})
+	if len(rep.Problems) != 1 || rep.Problems[0].Line != 4 || rep.RecordsValid != rep.Records-1 {
+		t.Fatalf("after a new run:\n%s", rep)
+	}
+}
+
+// A write cut short by a crash leaves a torn last line: the next run starts, continues the chain
+// from the last complete record, and only the torn line is reported.
+func TestTornTailDoesNotStopStart(t *testing.T) {
+	dir, path := writeTrail(t, 3)
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, b[:len(b)-20], 0o600)
+	s, err := OpenFile(FileConfig{Dir: dir})
+	if err != nil {
+		t.Fatalf("torn trail stopped the sink from opening: %v", err)
+	}
+	s.Write(context.Background(), Record{Kind: KindLease, Event: "after-crash"})
+	s.Close()
+	rep, _ := Verify(dir, VerifyOptions{})
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Reason, "ends mid-record") {
+		t.Fatalf("torn line reported as:\n%s", rep)
+	}
+	got := readAllLoose(dir)
+	if last := got[len(got)-1]; last.Event != "after-crash" || last.Seq != 5 {
+		t.Fatalf("the record after the torn line: %+v", last)
+	}
+}
+
+// readAllLoose reads what verifies and ignores the problems.
+func readAllLoose(dir string) []Record {
+	var out []Record
+	ReadDir(dir, func(r Record) error { out = append(out, r); return nil })
+	return out
+}
+
+// Garbage in place of a whole segment still opens: the chain starts afresh, and Verify says why.
+func TestGarbageTrailStillOpens(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, segmentName(1)), []byte("not json\n\x00\xff{\"hash\":1}\n"), 0o600)
+	s, err := OpenFile(FileConfig{Dir: dir})
+	if err != nil {
+		t.Fatalf("garbage trail stopped the sink from opening: %v", err)
+	}
+	s.Write(context.Background(), Record{Kind: KindLease, Event: "bind"})
+	s.Close()
+	if got := userRecords(readAllLoose(dir)); len(got) != 1 {
+		t.Fatalf("%d records read", len(got))
+	}
+	rep, _ := Verify(dir, VerifyOptions{})
+	if len(rep.Problems) < 2 {
+		t.Fatalf("garbage segment verified as:\n%s", rep)
+	}
+}
+
+// A line longer than the reader's buffer is read whole, by a query as by Verify.
+func TestLongLine(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := OpenFile(FileConfig{Dir: dir})
+	big := strings.Repeat("\x01\xff", 300<<10) // escapes grow it past 3 MB on the line
+	s.Write(context.Background(), Record{Kind: KindExec, Command: []string{"echo", big}})
+	s.Write(context.Background(), Record{Kind: KindLease, Event: "next"})
+	s.Close()
+	got := userRecords(readAll(t, dir))
+	if len(got) != 2 || got[0].Command[1] != big {
+		t.Fatalf("long line did not read back (%d records)", len(got))
+	}
+	if rep, _ := Verify(dir, VerifyOptions{}); !rep.OK() {
+		t.Fatalf("verify:\n%s", rep)
+	}
+}
+
+// FuzzTrailRoundTrip: whatever bytes the fields hold, the line verifies, links, and reads back
+// exactly.
 func FuzzTrailRoundTrip(f *testing.F) {
 	f.Add("/%ff", "\xff", "a.example.", "\x1b[31m", int64(3))
 	f.Add("", "", "", "", int64(0))
 	f.Add("\u2028\"\\", "\xc3", "\xed\xa0\x80", "\x00", int64(-1))
 	f.Fuzz(func(t *testing.T, path, reason, qname, arg string, n int64) {
 		want := Record{Kind: KindHTTP, Path: path, Reason: reason, QName: qname, Command: []string{arg, path},
-			BytesUp: n, Method: arg, Host: qname}
+			BytesUp: n, Method: arg, Host: qname, Stdout: &Stream{Size: n, SHA256: arg, Head: reason}}
 		if arg == "" {
 			want.Command = nil
 		}
@@ -224,12 +222,21 @@ func FuzzTrailRoundTrip(f *testing.F) {
 		var buf bytes.Buffer
 		for range 2 {
 			r := want
-			if err := s.append(&buf, &r); err != nil {
-				t.Fatal(err)
-			}
+			buf.Write(s.line(&r))
 		}
 		var got []Record
-		if err := readTrail(&buf, "fuzz", func(r Record) error { got = append(got, r); return nil }); err != nil {
+		prev := ""
+		if err := scanLines(&buf, func(_ []byte, _ int64, r *Record, err error) error {
+			if err != nil {
+				return err
+			}
+			if r.Prev != prev {
+				return errors.New("chain broken")
+			}
+			prev = r.Hash
+			got = append(got, *r)
+			return nil
+		}); err != nil {
 			t.Fatalf("a record of %q did not verify: %v", []string{path, reason, qname, arg}, err)
 		}
 		if len(got) != 2 {

@@ -211,8 +211,18 @@ type Tunnel struct {
 
 // Audit is the audit trail.
 type Audit struct {
-	Path       string        `yaml:"path"` // empty: audit.jsonl in the state dir
+	Dir        string        `yaml:"dir"` // empty: audit/ in the state dir
 	FlushEvery time.Duration `yaml:"flush_every"`
+	// Segments are sealed at SegmentBytes or after SegmentAge; sealed ones are deleted when
+	// older than KeepFor or while the trail is larger than KeepBytes (zero: never).
+	SegmentBytes int64         `yaml:"segment_bytes"`
+	SegmentAge   time.Duration `yaml:"segment_age"`
+	KeepFor      time.Duration `yaml:"keep_for"`
+	KeepBytes    int64         `yaml:"keep_bytes"`
+	// Key is the node's checkpoint signing key (created when missing; its public half is
+	// written beside it as Key+".pub"). Empty: audit-key in the state dir.
+	Key             string        `yaml:"key"`
+	CheckpointEvery time.Duration `yaml:"checkpoint_every"`
 }
 
 // Tokens are the task token issuers this node trusts.
@@ -267,7 +277,8 @@ func Default() Config {
 		Gateway:    Gateway{Port: 3128, TransparentPort: 3129},
 		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
-		Audit: Audit{FlushEvery: 20 * time.Millisecond},
+		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
+			CheckpointEvery: 10 * time.Second},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -492,6 +503,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Resolver.Port < 1 || c.Resolver.Port > 65535 {
 		bad("resolver.port", "must be 1-65535")
+	}
+	if c.Audit.SegmentBytes < 64<<10 || c.Audit.SegmentBytes > 1<<30 {
+		bad("audit.segment_bytes", "must be 64 KiB to 1 GiB (%d)", c.Audit.SegmentBytes)
+	}
+	if c.Audit.SegmentAge < time.Second || c.Audit.CheckpointEvery < 100*time.Millisecond || c.Audit.FlushEvery <= 0 {
+		bad("audit", "segment_age must be >= 1s, checkpoint_every >= 100ms and flush_every > 0")
+	}
+	if c.Audit.KeepFor < 0 || c.Audit.KeepBytes < 0 {
+		bad("audit", "keep_for and keep_bytes must be >= 0 (0 keeps everything)")
+	}
+	if c.Audit.KeepBytes > 0 && c.Audit.KeepBytes < 2*c.Audit.SegmentBytes {
+		bad("audit.keep_bytes", "must be at least twice audit.segment_bytes, or retention would delete every sealed segment at once")
 	}
 	for i, u := range c.Resolver.Upstreams {
 		if _, err := netip.ParseAddrPort(u); err != nil {

@@ -14,7 +14,7 @@ import (
 // from src whose answer is already cached.
 func cachedBench(b *testing.B) (h *fullHarness, sink *audit.FileSink, req *dns.Msg, src netip.Addr) {
 	h = newFullHarness(b, nil)
-	sink, err := audit.OpenFile(audit.FileConfig{Path: b.TempDir() + "/audit.jsonl", Queue: 1 << 16})
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: b.TempDir(), Queue: 1 << 16})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -469,7 +469,7 @@ func (n *nodeProc) exec(t *testing.T, id string, cmd ...string) (string, string,
 func (n *nodeProc) trail(t *testing.T) []audit.Record {
 	t.Helper()
 	var out []audit.Record
-	if err := audit.Read(n.client.Audit, func(r audit.Record) error { out = append(out, r); return nil }); err != nil {
+	if err := audit.ReadDir(n.client.Audit, func(r audit.Record) error { out = append(out, r); return nil }); err != nil {
 		t.Fatalf("audit trail: %v", err)
 	}
 	return out
@@ -592,9 +592,17 @@ func (n *nodeProc) checkClean(t *testing.T) {
 // secretsWritten names each place, of the node's output, its audit trail and metrics, where one
 // of the secret values appears.
 func (n *nodeProc) secretsWritten(metrics string, values ...string) []string {
-	trail, err := os.ReadFile(n.client.Audit)
-	if err != nil {
-		return []string{fmt.Sprintf("audit trail unreadable: %v", err)}
+	var trail []byte
+	segs, _ := filepath.Glob(filepath.Join(n.client.Audit, "*.jsonl"))
+	for _, seg := range segs {
+		b, err := os.ReadFile(seg)
+		if err != nil {
+			return []string{fmt.Sprintf("audit trail unreadable: %v", err)}
+		}
+		trail = append(trail, b...)
+	}
+	if len(segs) == 0 {
+		return []string{"audit trail: no segments in " + n.client.Audit}
 	}
 	var found []string
 	for _, v := range values {

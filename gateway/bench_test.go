@@ -18,7 +18,7 @@ import (
 func benchHarness(b *testing.B, credential bool) (*harness, *http.Client) {
 	b.Helper()
 	h := newHarness(b)
-	sink, err := audit.OpenFile(audit.FileConfig{Path: b.TempDir() + "/audit.jsonl", Queue: 1 << 16})
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: b.TempDir(), Queue: 1 << 16})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,9 @@ type ClientFile struct {
 	Ready
 	VaultAddr  string `json:"vault_addr,omitempty"`
 	VaultToken string `json:"vault_token,omitempty"` // dev server root token; dev only
+	// RedisURL is where the node keeps its state, and its latest audit checkpoint (under the
+	// deployment's keys), which `airlock audit verify` compares the trail's tail with.
+	RedisURL string `json:"redis_url,omitempty"`
 }
 
 // WriteClientFile writes f to dir/client.json, readable by its owner only.

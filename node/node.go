@@ -35,12 +35,15 @@ type Deps struct {
 
 // Ready describes a running node, for what `airlock up` prints and the client file.
 type Ready struct {
-	API      string `json:"api"`
-	Gateway  string `json:"gateway"`
-	Resolver string `json:"resolver"`
-	Network  string `json:"network"`
-	CA       string `json:"ca"`
-	Audit    string `json:"audit"`
+	Node       string `json:"node"`
+	Deployment string `json:"deployment"`
+	API        string `json:"api"`
+	Gateway    string `json:"gateway"`
+	Resolver   string `json:"resolver"`
+	Network    string `json:"network"`
+	CA         string `json:"ca"`
+	Audit      string `json:"audit"`     // the trail's directory
+	AuditKey   string `json:"audit_key"` // the public key its checkpoints verify with
 	// Warm reports, without a call to the API, whether every template's pool holds its
 	// min_warm sandboxes, and if not which one lags.
 	Warm func(context.Context) (bool, string) `json:"-"`
@@ -60,7 +63,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	defer closeStore()
-	sink, auditPath, closeAudit, err := openAudit(cfg)
+	sink, closeAudit, err := openAudit(cfg, store, log)
 	if err != nil {
 		return err
 	}
@@ -83,6 +86,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	}
 	reg := newRegistry()
 	reg.MustRegister(creds.vault.Collectors()...)
+	reg.MustRegister(sink.Collectors()...)
 	// The pool decides on every use of a task token (a lease, a token swap, a client outside the
 	// pool at the gateway), under the catalog the gateway has at that moment.
 	var gw *gatewayPart
@@ -105,7 +109,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	defer res.close()
 	poolErr, stopPool := runPool(ctx, mgr, reg)
 	defer stopPool()
-	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, auditPath, reg, log)
+	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, reg, log)
 	if err != nil {
 		return err
 	}
@@ -116,8 +120,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	if ready != nil {
-		ready(Ready{API: apiURL, Warm: mgr.Warm, Gateway: gw.addr, Resolver: res.addr, Network: cfg.Network.Name,
-			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: auditPath})
+		ready(Ready{Node: cfg.Node, Deployment: cfg.Deployment, API: apiURL, Warm: mgr.Warm, Gateway: gw.addr, Resolver: res.addr, Network: cfg.Network.Name,
+			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: sink.Dir(), AuditKey: AuditKeyPath(cfg) + ".pub"})
 	}
 	select {
 	case <-ctx.Done():

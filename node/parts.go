@@ -67,17 +67,51 @@ func openStore(ctx context.Context, url, deployment string) (*redisstore.Store, 
 	return redisstore.New(rdb, deployment+":"), func() { rdb.Close() }, nil
 }
 
-// openAudit opens the audit trail (audit.path, else audit.jsonl in the state dir).
-func openAudit(cfg config.Config) (*audit.FileSink, string, func(), error) {
-	path := cfg.Audit.Path
-	if path == "" {
-		path = filepath.Join(cfg.StateDir, "audit.jsonl")
-	}
-	sink, err := audit.OpenFile(audit.FileConfig{Path: path, FlushEvery: cfg.Audit.FlushEvery})
+// CheckpointJournal is the Redis hash holding each node's latest signed audit checkpoint, by
+// node name: the copy off the node that `airlock audit verify` compares the trail's tail with.
+const CheckpointJournal = "audit-checkpoints"
+
+// openAudit opens the audit trail (audit.dir, else audit/ in the state dir) with the node's
+// checkpoint key, copying each checkpoint to Redis.
+func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*audit.FileSink, func(), error) {
+	signer, _, err := audit.LoadSigner(AuditKeyPath(cfg), cfg.Node)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, err
 	}
-	return sink, path, func() { sink.Close() }, nil
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "audit.jsonl")); err == nil {
+		log.Warn("audit.jsonl in the state dir is a trail of an earlier version, left as it was: the trail is now segments in " + AuditDir(cfg))
+	}
+	journal := store.Journal(CheckpointJournal)
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: AuditDir(cfg), Node: cfg.Node, FlushEvery: cfg.Audit.FlushEvery,
+		SegmentBytes: cfg.Audit.SegmentBytes, SegmentAge: cfg.Audit.SegmentAge, KeepFor: cfg.Audit.KeepFor, KeepBytes: cfg.Audit.KeepBytes,
+		Signer: signer, CheckpointEvery: cfg.Audit.CheckpointEvery,
+		OnCheckpoint: func(c audit.Checkpoint) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := journal.Put(ctx, cfg.Node, c.Note); err != nil {
+				log.Warn("audit checkpoint not copied to redis (the next one will be)", "seq", c.Seq, "err", err)
+			}
+		}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sink, func() { sink.Close() }, nil
+}
+
+// AuditDir is where the node writes its trail.
+func AuditDir(cfg config.Config) string {
+	if cfg.Audit.Dir != "" {
+		return cfg.Audit.Dir
+	}
+	return filepath.Join(cfg.StateDir, "audit")
+}
+
+// AuditKeyPath is the node's checkpoint key; its public half is beside it, with ".pub".
+func AuditKeyPath(cfg config.Config) string {
+	if cfg.Audit.Key != "" {
+		return cfg.Audit.Key
+	}
+	return filepath.Join(cfg.StateDir, "audit-key")
 }
 
 // startBindings starts the cache of this node's lease bindings that the gateway and the
@@ -345,7 +379,7 @@ func runPool(ctx context.Context, mgr *pool.Manager, reg prometheus.Registerer) 
 
 // startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
 func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener, mgr *pool.Manager, store *redisstore.Store,
-	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, auditPath string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
 	nodeAuth, peers, err := nodeTrust(ctx, cfg, store, authority)
 	if err != nil {
 		ln.Close()
@@ -354,7 +388,7 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
 		MaxPortsPerLease: cfg.API.MaxPortsPerLease,
-		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, AuditPath: auditPath, AuditFlush: sink.Flush,
+		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, Audit: sink,
 		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil
@@ -500,4 +534,14 @@ func pinnedNames(ups []config.PrivateUpstream, via netip.Addr) map[string]netip.
 		}
 	}
 	return names
+}
+
+// LatestCheckpoint reads the node's latest audit checkpoint from Redis (nil when it has none).
+func LatestCheckpoint(ctx context.Context, redisURL, deployment, nodeName string) ([]byte, error) {
+	store, closeStore, err := openStore(ctx, redisURL, deployment)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStore()
+	return store.Journal(CheckpointJournal).Get(ctx, nodeName)
 }

@@ -862,6 +862,12 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 		problems = append(problems, "destroying the sandbox failed: "+err.Error())
 	}
 	m.event(ctx, l, event, strings.Join(problems, "; "))
+	// Everything the lease did is signed as soon as it ends, so its receipt is covered at once.
+	if cp, ok := m.cfg.Audit.(audit.Checkpointer); ok {
+		if _, cerr := cp.Checkpoint(ctx); cerr != nil && !errors.Is(cerr, audit.ErrNoSigner) {
+			m.log.Error("audit checkpoint at lease end", "lease", l.ID, "err", cerr)
+		}
+	}
 	m.kick(l.Template)
 	return err
 }

@@ -36,7 +36,7 @@ command -v dig >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -
 
 bg upstream "$tools/dnsbench" upstream -listen 127.0.0.1:15354
 sleep 0.3
-bg airlock "$tools/dnsbench" resolver -listen 127.0.0.1:15353 -upstream 127.0.0.1:15354 -audit "$work/airlock-audit.jsonl"
+bg airlock "$tools/dnsbench" resolver -listen 127.0.0.1:15353 -upstream 127.0.0.1:15354 -audit "$work/airlock-audit"
 cat >"$work/Corefile" <<CONF
 .:15355 {
     bind 127.0.0.1
@@ -113,7 +113,7 @@ summary=$(
 	echo "- airlock / CoreDNS qps: $(echo "scale=2; $(col airlock 2) / $(col coredns 2)" | bc -l)x"
 	echo "- airlock / Unbound qps: $(echo "scale=2; $(col airlock 2) / $(col unbound 2)" | bc -l)x"
 	echo "- airlock / dnsmasq qps: $(echo "scale=2; $(col airlock 2) / $(col dnsmasq 2)" | bc -l)x"
-	echo "- audit records written by airlock: $(wc -l <"$work/airlock-audit.jsonl")"
+	echo "- audit records written by airlock: $(cat "$work"/airlock-audit/*.jsonl | wc -l)"
 )
 echo "$report"
 echo "$summary"

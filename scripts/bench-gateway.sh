@@ -27,7 +27,7 @@ waitport() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/
 
 bg upstream "$tools/gatewaybench" upstream -http 127.0.0.1:18081 -https 127.0.0.1:18443 -cert "$work"
 waitport 18081; waitport 18443
-bg gateway "$tools/gatewaybench" gateway -listen 127.0.0.1:18080 -http-upstream 127.0.0.1:18081 -https-upstream 127.0.0.1:18443 -cert "$work" -audit "$work/audit.jsonl"
+bg gateway "$tools/gatewaybench" gateway -listen 127.0.0.1:18080 -http-upstream 127.0.0.1:18081 -https-upstream 127.0.0.1:18443 -cert "$work" -audit "$work/audit"
 bg smokescreen "$tools/smokescreen" --listen-ip 127.0.0.1 --listen-port 18083 --allow-range 127.0.0.0/8
 mkdir -p "$work/squid" && chmod 777 "$work/squid"
 cat >"$work/squid.conf" <<CONF

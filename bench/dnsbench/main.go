@@ -58,7 +58,7 @@ func runResolver(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("resolver", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:15353", "listen address")
 	upstream := fs.String("upstream", "127.0.0.1:15354", "upstream resolver")
-	auditPath := fs.String("audit", "", "audit trail file (required: the benchmark runs with query logging on)")
+	auditPath := fs.String("audit", "", "audit trail directory (required: the benchmark runs with query logging on)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here")
 	workers := fs.Int("workers", 0, "UDP workers (0: the resolver's default)")
 	fs.Parse(args)
@@ -70,7 +70,7 @@ func runResolver(ctx context.Context, args []string) error {
 	if *auditPath == "" {
 		return errors.New("-audit is required")
 	}
-	sink, err := audit.OpenFile(audit.FileConfig{Path: *auditPath, Queue: 1 << 16})
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: *auditPath, Node: "bench", Queue: 1 << 16})
 	if err != nil {
 		return err
 	}

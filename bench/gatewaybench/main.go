@@ -81,7 +81,7 @@ func runGateway(ctx context.Context, args []string) error {
 	httpUp := fs.String("http-upstream", "127.0.0.1:18081", "plain upstream")
 	httpsUp := fs.String("https-upstream", "127.0.0.1:18443", "TLS upstream")
 	dir := fs.String("cert", "", "directory of the benchmark CA")
-	auditPath := fs.String("audit", "", "audit trail file (required: the benchmark runs with audit on)")
+	auditPath := fs.String("audit", "", "audit trail directory (required: the benchmark runs with audit on)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here")
 	fs.Parse(args)
 	stopProfile, err := benchcmd.Profile(*cpuProfile)
@@ -96,7 +96,7 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	sink, err := audit.OpenFile(audit.FileConfig{Path: *auditPath, Queue: 1 << 16})
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: *auditPath, Node: "bench", Queue: 1 << 16})
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func main() {
 	defer figs.ratios()
 	dir, _ := os.MkdirTemp("", "poolbench")
 	defer os.RemoveAll(dir)
-	sink, err := audit.OpenFile(audit.FileConfig{Path: dir + "/audit.jsonl"})
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: dir + "/audit"})
 	if err != nil {
 		log.Fatal(err)
 	}

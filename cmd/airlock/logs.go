@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,15 +16,24 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/export"
+	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 )
 
-// cmdLogs prints the tenant's audit records.
+// cmdLogs prints the tenant's audit records, filtered on the node, page by page.
 func cmdLogs(args []string) int {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
-	lease := fs.String("lease", "", "only this lease")
-	decision := fs.String("decision", "", "allow or deny")
-	since := fs.String("since", "", "only records newer than this duration (or RFC 3339 time)")
+	var q client.AuditQuery
+	fs.StringVar(&q.Lease, "lease", "", "only this lease")
+	fs.StringVar(&q.Task, "task", "", "only this task")
+	fs.StringVar(&q.Kind, "kind", "", "only this kind: http, dns, exec, lease, file or audit")
+	fs.StringVar(&q.Decision, "decision", "", "allow or deny")
+	fs.StringVar(&q.Rule, "rule", "", "only decisions of this rule")
+	fs.StringVar(&q.Host, "host", "", "only this host (requests and DNS questions)")
+	fs.BoolVar(&q.Flagged, "flagged", false, "only records flagged for review (tunnel-shaped DNS)")
+	fs.StringVar(&q.Since, "since", "", "only records from this time (RFC 3339) or duration ago")
+	fs.StringVar(&q.Until, "until", "", "only records up to this time (RFC 3339) or duration ago")
+	limit := fs.Int("limit", 0, "print at most this many records (0: all)")
 	follow := fs.Bool("follow", false, "keep printing new records")
 	asJSON := fs.Bool("json", false, "print JSON lines (--format json)")
 	format := fs.String("format", "text", "text, json (airlock's records), ocsf (OCSF 1.3 events) or ecs (Elastic Common Schema), one per line")
@@ -39,7 +47,7 @@ func cmdLogs(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock logs: --format %q is not text, json, ocsf or ecs\n", *format)
 		return 2
 	}
-	if *decision != "" && *decision != "allow" && *decision != "deny" {
+	if decision := q.Decision; decision != "" && decision != "allow" && decision != "deny" {
 		fmt.Fprintln(os.Stderr, "airlock logs: --decision is allow or deny")
 		return 2
 	}
@@ -47,37 +55,36 @@ func cmdLogs(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	q := client.AuditQuery{Lease: *lease, Decision: *decision, Since: *since}
-	var lastSeq uint64
-	warned := ""
+	printed, warned := 0, 0
 	for {
-		recs, err := c.Audit(context.Background(), q)
-		var problems *client.TrailProblems
-		if errors.As(err, &problems) {
-			// The records that verify are still shown; say once what did not.
-			if problems.Summary != warned {
-				fmt.Fprintln(os.Stderr, "airlock: warning: the node's audit trail has lines that failed verification and are not shown:",
-					terminalSafe(problems.Summary))
-				warned = problems.Summary
-			}
-			err = nil
+		if *limit > 0 {
+			q.Limit = min(*limit-printed, api.MaxAuditPage)
 		}
+		page, err := c.AuditPage(context.Background(), q)
 		if err != nil {
 			return fail(err)
 		}
-		for _, r := range recs {
-			if r.Seq <= lastSeq {
-				continue
-			}
-			lastSeq = r.Seq
+		if len(page.Problems) > warned {
+			// The records that verify are still shown; say once what did not.
+			fmt.Fprintln(os.Stderr, "airlock: warning: the node's audit trail has records that failed verification and are not shown:",
+				terminalSafe((&client.TrailProblems{Problems: page.Problems}).Error()))
+			warned = len(page.Problems)
+		}
+		for _, r := range page.Records {
 			printRecord(os.Stdout, r, *format)
 		}
-		if !*follow {
+		printed += len(page.Records)
+		q.After = page.Next
+		switch {
+		case *limit > 0 && printed >= *limit:
+			return 0
+		case page.More:
+			continue
+		case !*follow:
 			return 0
 		}
-		if len(recs) > 0 {
-			q.Since = recs[len(recs)-1].Time.Format(time.RFC3339Nano)
-		}
+		// Following: the cursor picks up exactly after the last record printed.
+		q.Since = ""
 		time.Sleep(time.Second)
 	}
 }

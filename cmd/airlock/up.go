@@ -73,7 +73,7 @@ func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger
 
 	return node.Run(ctx, cfg, deps, log, func(r node.Ready) {
 		err := node.WriteClientFile(cfg.StateDir, node.ClientFile{Addr: r.API, Token: stack.APIKey, Ready: r,
-			VaultAddr: deps.VaultAddr, VaultToken: devOnly(deps.VaultToken, stack.DevVault)})
+			VaultAddr: deps.VaultAddr, VaultToken: devOnly(deps.VaultToken, stack.DevVault), RedisURL: deps.RedisURL})
 		if err != nil {
 			log.Error("writing client file", "err", err)
 		}

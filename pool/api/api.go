@@ -14,12 +14,10 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/ratelimit"
 	"github.com/airlock-dev/airlock/rule"
@@ -61,10 +59,8 @@ type Config struct {
 	PortHost         string
 	MaxPortsPerLease int
 	PortSweep        time.Duration
-	// AuditPath is the node's audit trail, served (per tenant) by GET /v1/audit; AuditFlush,
-	// when set, is called first so the answer includes every record accepted so far.
-	AuditPath  string
-	AuditFlush func(context.Context) error
+	// Audit is the node's audit trail, served (per tenant) by GET /v1/audit; nil serves none.
+	Audit AuditTrail
 	// NodeAuth signs the calls this node forwards to the node holding a lease, and checks the
 	// ones other nodes forward here. Nil (or no secret): nothing is forwarded, and a routing
 	// header is never believed.
@@ -390,82 +386,6 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 
 // isTar reports whether a files request moves a tar archive of a directory (?archive=tar).
 func isTar(r *http.Request) bool { return r.URL.Query().Get("archive") == "tar" }
-
-// audit serves the tenant's own audit records, oldest first, filtered by lease, decision and age.
-func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.AuditPath == "" {
-		writeError(w, http.StatusNotFound, "not_found", "this node keeps no audit trail")
-		return
-	}
-	q := r.URL.Query()
-	tenant, lease, decision := tenantOf(r), q.Get("lease"), q.Get("decision")
-	var since time.Time
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			d, derr := time.ParseDuration(v)
-			if derr != nil {
-				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("since %q is neither a time nor a duration", v))
-				return
-			}
-			t = time.Now().Add(-d)
-		}
-		since = t
-	}
-	if s.cfg.AuditFlush != nil {
-		if err := s.cfg.AuditFlush(r.Context()); err != nil {
-			writeError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
-			return
-		}
-	}
-	limit := 10000
-	out := []audit.Record{}
-	err := audit.Read(s.cfg.AuditPath, func(rec audit.Record) error {
-		if rec.Tenant != tenant || (lease != "" && rec.Lease != lease) ||
-			(decision != "" && string(rec.Decision) != decision) || rec.Time.Before(since) {
-			return nil
-		}
-		out = append(out, rec)
-		if len(out) > limit {
-			out = out[1:]
-		}
-		return nil
-	})
-	var trail *audit.TrailError
-	switch {
-	case errors.As(err, &trail):
-		// Lines that fail verification are left out and reported by position; every record
-		// that verifies is still served.
-		w.Header().Set(AuditProblemsHeader, problemSummary(trail))
-	case err != nil && !errors.Is(err, os.ErrNotExist):
-		writeError(w, http.StatusInternalServerError, "audit_unreadable", err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// AuditProblemsHeader, on an answer of GET /v1/audit, says that some lines of the node's trail
-// failed verification and where: "N line(s) failed verification: line L (seq S): reason; ...".
-// The records on those lines are not in the answer.
-const AuditProblemsHeader = "X-Airlock-Audit-Problems"
-
-func problemSummary(e *audit.TrailError) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d line(s) failed verification", len(e.Problems))
-	for i, p := range e.Problems {
-		if i == 10 {
-			b.WriteString("; ...")
-			break
-		}
-		sep := "; "
-		if i == 0 {
-			sep = ": "
-		}
-		b.WriteString(sep)
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
 
 // ExecRequest is the body of POST /v1/leases/{id}/exec.
 type ExecRequest struct {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -308,36 +309,85 @@ func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer, arch
 	return got, nil
 }
 
-// AuditQuery filters audit records.
+// AuditQuery filters audit records; every field set must match. Since and Until are RFC 3339
+// times or durations back from now; After is a page's cursor (AuditPage.Next); Limit bounds a
+// page (zero: the node's default, 1000).
 type AuditQuery struct {
-	Lease    string
-	Decision string
-	Since    string // RFC 3339 time or a duration back from now
+	Lease, Task, Kind, Decision, Rule, Host, Event string
+	Flagged                                        bool
+	Since, Until                                   string
+	After                                          uint64
+	Limit                                          int
 }
 
-// Audit returns the tenant's audit records matching q.
-func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error) {
+func (q AuditQuery) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"lease": q.Lease, "decision": q.Decision, "since": q.Since} {
+	for k, s := range map[string]string{"lease": q.Lease, "task": q.Task, "kind": q.Kind, "decision": q.Decision,
+		"rule": q.Rule, "host": q.Host, "event": q.Event, "since": q.Since, "until": q.Until} {
 		if s != "" {
 			v.Set(k, s)
 		}
 	}
-	var out []audit.Record
-	resp, err := c.do(ctx, http.MethodGet, "/v1/audit?"+v.Encode(), nil, &out)
-	if err == nil {
-		if p := resp.Header.Get(api.AuditProblemsHeader); p != "" {
-			return out, &TrailProblems{Summary: p}
-		}
+	if q.Flagged {
+		v.Set("flagged", "true")
 	}
-	return out, err
+	if q.After != 0 {
+		v.Set("after", strconv.FormatUint(q.After, 10))
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
 }
 
-// TrailProblems is returned by Audit, together with the records, when the node reports lines of
-// its trail that failed verification (and that the records therefore leave out).
-type TrailProblems struct{ Summary string }
+// AuditPage returns one page of the tenant's audit records matching q, oldest first.
+func (c *Client) AuditPage(ctx context.Context, q AuditQuery) (api.AuditPage, error) {
+	var page api.AuditPage
+	_, err := c.do(ctx, http.MethodGet, "/v1/audit?"+q.values().Encode(), nil, &page)
+	return page, err
+}
 
-func (e *TrailProblems) Error() string { return "audit trail: " + e.Summary }
+// Audit returns every one of the tenant's audit records matching q, following the pages. When
+// the node reports records of its trail that failed their own check (and so are left out), the
+// records come back with a *TrailProblems.
+func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error) {
+	var out []audit.Record
+	var problems []audit.Problem
+	for {
+		page, err := c.AuditPage(ctx, q)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, page.Records...)
+		problems = page.Problems
+		if !page.More {
+			break
+		}
+		q.After = page.Next
+	}
+	if len(problems) > 0 {
+		return out, &TrailProblems{Problems: problems}
+	}
+	return out, nil
+}
+
+// TrailProblems is returned by Audit, together with the records, when the node reports records of
+// its trail that failed their own check (and that the records therefore leave out).
+type TrailProblems struct{ Problems []audit.Problem }
+
+func (e *TrailProblems) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "audit trail: %d record(s) failed verification", len(e.Problems))
+	for i, p := range e.Problems {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
+			break
+		}
+		b.WriteString("; ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
 
 // raw sends body as is, with extra headers, and returns the response for the caller to read.
 func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, hdr http.Header) (*http.Response, error) {

@@ -483,6 +483,15 @@ func (j *Journal) Put(ctx context.Context, id string, value []byte) error {
 	return j.rdb.HSet(ctx, j.key, id, value).Err()
 }
 
+// Get returns the value under id, or nil when there is none.
+func (j *Journal) Get(ctx context.Context, id string) ([]byte, error) {
+	v, err := j.rdb.HGet(ctx, j.key, id).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
 // Delete removes id.
 func (j *Journal) Delete(ctx context.Context, id string) error {
 	return j.rdb.HDel(ctx, j.key, id).Err()

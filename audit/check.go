@@ -1,0 +1,403 @@
+package audit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+)
+
+// VerifyOptions say what Verify checks the trail against.
+type VerifyOptions struct {
+	// Verifier is the node's public checkpoint key. Without it checkpoints are counted, not
+	// checked, and the report says so.
+	Verifier note.Verifier
+	// Latest is the node's latest checkpoint as kept off the trail (in Redis): a trail that
+	// ends before it, or disagrees with it, was cut or rewritten.
+	Latest []byte
+	// Since limits the check to the segments holding records from then on.
+	Since time.Time
+	// Lease limits the check to the segments holding the lease's records.
+	Lease string
+}
+
+// Report is what Verify found.
+type Report struct {
+	Dir                           string
+	Node                          string
+	Segments, SegmentsValid       int
+	Records, RecordsValid         int
+	Checkpoints, CheckpointsValid int
+	LeaseRecords                  int // records of VerifyOptions.Lease among those checked
+	// From and To are the first and last seq checked; the chain is intact between them when
+	// Problems is empty.
+	From, To uint64
+	// FromTime and ToTime are the times of the first and last record checked.
+	FromTime, ToTime time.Time
+	// Covered is the seq of the last record a valid checkpoint signs.
+	Covered uint64
+	// Deleted says which records retention deleted, from its signed records.
+	Deleted  []string
+	Problems []Problem
+	// Unchecked is set when no verifier key was given.
+	Unchecked bool
+}
+
+// OK reports whether nothing was found wrong.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// String is the summary `airlock audit verify` prints, modelled on CloudTrail's validate-logs.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Trail %s (node %s)\n", r.Dir, orNone(r.Node))
+	if r.Records > 0 {
+		fmt.Fprintf(&b, "Results for seq %d to %d (%s to %s):\n", r.From, r.To,
+			r.FromTime.UTC().Format(time.RFC3339), r.ToTime.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(&b, "%d/%d segments valid\n", r.SegmentsValid, r.Segments)
+	fmt.Fprintf(&b, "%d/%d records valid\n", r.RecordsValid, r.Records)
+	if r.Unchecked {
+		fmt.Fprintf(&b, "%d checkpoints NOT checked (no public key given: --key)\n", r.Checkpoints)
+	} else {
+		fmt.Fprintf(&b, "%d/%d checkpoints valid\n", r.CheckpointsValid, r.Checkpoints)
+	}
+	for _, d := range r.Deleted {
+		fmt.Fprintf(&b, "Deleted by retention (signed record): %s\n", d)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "INVALID: %s\n", p)
+	}
+	switch {
+	case r.Records == 0:
+		b.WriteString("No records to check\n")
+	case r.OK():
+		fmt.Fprintf(&b, "Chain intact from seq %d to %d\n", r.From, r.To)
+		if r.Covered < r.To && !r.Unchecked {
+			fmt.Fprintf(&b, "Records after seq %d are not yet covered by a checkpoint\n", r.Covered)
+		}
+	default:
+		fmt.Fprintf(&b, "Chain NOT intact: first problem at %s\n", r.Problems[0])
+	}
+	return b.String()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// gap is a run of seqs missing from the chain, explained at the end by a retention record or
+// reported.
+type gap struct {
+	problem   int // its place in Report.Problems, taken out again when retention explains it
+	seg       string
+	line      int
+	from, to  uint64
+	prev      string // the hash the record after the gap names as its prev
+	atSegment bool   // the gap is at a segment's start: a whole segment is missing
+}
+
+// Verify checks the trail in dir: every record's own hash, the chain across segments, every
+// checkpoint against the key, the segments' opening records and node, retention's records, the
+// indexes against the records, and the tail against the latest checkpoint kept elsewhere. Every
+// problem is reported for what it is, in order, and the check goes on after each.
+func Verify(dir string, opt VerifyOptions) (*Report, error) {
+	names, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Dir: dir, Unchecked: opt.Verifier == nil}
+	if opt.Verifier != nil {
+		rep.Node, _ = strings.CutPrefix(opt.Verifier.Name(), "airlock-")
+	}
+	names, err = selectSegments(dir, names, opt)
+	if err != nil {
+		return nil, err
+	}
+	v := &verifier{rep: rep, opt: opt, hashes: map[uint64]string{}}
+	var latest *Checkpoint
+	if len(opt.Latest) > 0 && opt.Verifier != nil {
+		c, err := OpenCheckpoint(opt.Latest, opt.Verifier)
+		if err != nil {
+			rep.Problems = append(rep.Problems, Problem{Reason: "the latest checkpoint given (from Redis): " + err.Error()})
+		} else {
+			latest = &c
+		}
+	}
+	if latest != nil {
+		v.watch = latest.Seq
+	}
+	for _, name := range names {
+		if err := v.segment(filepath.Join(dir, name), name); err != nil {
+			return nil, err
+		}
+	}
+	v.resolveGaps()
+	// Problems in the order of the trail (gaps are resolved at the end).
+	slices.SortStableFunc(rep.Problems, func(a, b Problem) int {
+		if c := strings.Compare(a.Segment, b.Segment); c != 0 {
+			return c
+		}
+		return lineKey(a) - lineKey(b)
+	})
+	if latest != nil {
+		switch h, ok := v.hashes[latest.Seq]; {
+		case latest.Seq > rep.To:
+			rep.Problems = append(rep.Problems, Problem{Seq: rep.To,
+				Reason: fmt.Sprintf("truncated tail: the trail ends at seq %d, but the node's latest checkpoint (from Redis, %s) covers seq %d",
+					rep.To, latest.Time.UTC().Format(time.RFC3339), latest.Seq)})
+		case ok && h != latest.Head:
+			rep.Problems = append(rep.Problems, Problem{Seq: latest.Seq,
+				Reason: "rewritten: the record at the seq of the node's latest checkpoint (from Redis) is not the one it signed"})
+		}
+	}
+	return rep, nil
+}
+
+// lineKey orders a segment's problems by line, the ones about the whole segment last.
+func lineKey(p Problem) int {
+	if p.Line == 0 {
+		return 1 << 62
+	}
+	return p.Line
+}
+
+// selectSegments keeps the segments Since and Lease ask for (all of them when neither is set).
+func selectSegments(dir string, names []string, opt VerifyOptions) ([]string, error) {
+	if opt.Since.IsZero() && opt.Lease == "" {
+		return names, nil
+	}
+	var out []string
+	for _, name := range names {
+		x, err := loadIndex(filepath.Join(dir, name), false)
+		if err != nil {
+			return nil, err
+		}
+		_, to := x.timeSpan()
+		if !opt.Since.IsZero() && to.Before(opt.Since) && x.records() > 0 {
+			continue
+		}
+		if opt.Lease != "" && len(x.posting(fieldLease, opt.Lease)) == 0 {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+type verifier struct {
+	rep *Report
+	opt VerifyOptions
+	// The last record that verified, and the hash the line after it claimed when that line
+	// failed its own check (so the chain is picked up on either side of an edited line).
+	prevSeq        uint64
+	prevHash       string
+	claimed        string
+	started        bool
+	gaps           []gap
+	retained       []Record
+	hashes         map[uint64]string // only the seq watched
+	watch          uint64
+	segmentProblem bool
+}
+
+func (v *verifier) problem(seg string, line int, seq uint64, format string, args ...any) {
+	v.rep.Problems = append(v.rep.Problems, Problem{Segment: seg, Line: line, Seq: seq, Reason: fmt.Sprintf(format, args...)})
+	v.segmentProblem = true
+}
+
+// segment checks one segment.
+func (v *verifier) segment(path, name string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	v.rep.Segments++
+	v.segmentProblem = false
+	rebuilt := newIndex()
+	lineNo := 0
+	err = scanLines(f, func(line []byte, off int64, r *Record, lerr error) error {
+		lineNo++
+		v.rep.Records++
+		rebuilt.scanned(lineNo, line, off, r, lerr)
+		if lerr != nil {
+			v.problem(name, lineNo, r.Seq, "%s", describeLineError(lerr))
+			if r.Hash != "" {
+				v.claimed = r.Hash
+			}
+			return nil
+		}
+		opening := lineNo == 1 && r.Kind == KindAudit && r.Event == EventSegment && r.Segment == name
+		ok := true
+		if lineNo == 1 {
+			ok = v.opening(name, r)
+		}
+		ok = v.link(name, lineNo, r, opening) && ok
+		if r.Kind == KindAudit {
+			switch r.Event {
+			case EventCheckpoint:
+				ok = v.checkpoint(name, lineNo, r) && ok
+			case EventRetention:
+				v.retained = append(v.retained, *r)
+			}
+		}
+		if ok {
+			v.rep.RecordsValid++
+		}
+		if v.opt.Lease != "" && r.Lease == v.opt.Lease {
+			v.rep.LeaseRecords++
+		}
+		if r.Seq == v.watch {
+			v.hashes[r.Seq] = r.Hash
+		}
+		if v.rep.From == 0 {
+			v.rep.From, v.rep.FromTime = r.Seq, r.Time
+		}
+		v.rep.To, v.rep.ToTime = r.Seq, r.Time
+		v.prevSeq, v.prevHash, v.claimed, v.started = r.Seq, r.Hash, "", true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", path, err)
+	}
+	// A sealed segment's index must be the one its records give: an index edited to hide
+	// records from queries is caught here.
+	if data, err := os.ReadFile(indexPath(path)); err == nil && !bytes.Equal(data, rebuilt.encode()) {
+		v.problem(name, 0, 0, "its index does not match its records (edited, or from another trail); queries could miss records: delete %s and it is rebuilt",
+			filepath.Base(indexPath(path)))
+	}
+	if !v.segmentProblem {
+		v.rep.SegmentsValid++
+	}
+	return nil
+}
+
+func describeLineError(err error) string {
+	if errors.Is(err, errTorn) {
+		return err.Error()
+	}
+	return "record fails its own check: " + err.Error()
+}
+
+// link checks that r follows the record before it; it reports whether it does. A gap is kept
+// for resolveGaps (retention may explain it); the record after a gap is itself valid.
+func (v *verifier) link(name string, line int, r *Record, opening bool) bool {
+	filtered := !v.opt.Since.IsZero() || v.opt.Lease != ""
+	switch {
+	case !v.started:
+		// The trail (or the part checked) starts later than seq 1: retention must say why,
+		// unless the check was asked to start there.
+		if (r.Seq != 1 || r.Prev != "") && !filtered {
+			v.gap(gap{seg: name, line: line, from: 1, to: r.Seq - 1, prev: r.Prev, atSegment: true})
+		}
+	case v.claimed != "" && r.Prev == v.claimed:
+		// It links to the line before, which failed its own check and is reported already.
+	case r.Seq == v.prevSeq+1 && r.Prev == v.prevHash:
+	case r.Seq > v.prevSeq+1:
+		if !(opening && filtered) { // segments between may just not have been selected
+			v.gap(gap{seg: name, line: line, from: v.prevSeq + 1, to: r.Seq - 1, prev: r.Prev, atSegment: opening})
+		}
+	case r.Seq <= v.prevSeq:
+		v.problem(name, line, r.Seq, "seq %d comes again after seq %d (a record replayed or reordered)", r.Seq, v.prevSeq)
+		return false
+	default:
+		v.problem(name, line, r.Seq, "chain broken: its prev is not the hash of seq %d (a record was replaced or inserted before it)", v.prevSeq)
+		return false
+	}
+	return true
+}
+
+// opening checks a segment's first record: the trail's own, naming the segment and this node.
+func (v *verifier) opening(name string, r *Record) bool {
+	if r.Kind != KindAudit || r.Event != EventSegment || r.Segment != name {
+		v.problem(name, 1, r.Seq, "the segment does not begin with its own opening record (it was cut at the front, renamed or assembled by hand)")
+		return false
+	}
+	if v.rep.Node == "" {
+		v.rep.Node = r.Node
+	}
+	if r.Node != v.rep.Node {
+		v.problem(name, 1, r.Seq, "the segment is from node %q, not %q (another node's segment put in this trail)", r.Node, v.rep.Node)
+		return false
+	}
+	return true
+}
+
+// checkpoint checks a checkpoint record against the key and the record it signs (the one before).
+func (v *verifier) checkpoint(name string, line int, r *Record) bool {
+	v.rep.Checkpoints++
+	if v.opt.Verifier == nil {
+		return true
+	}
+	c, err := OpenCheckpoint([]byte(r.Note), v.opt.Verifier)
+	switch {
+	case err != nil:
+		v.problem(name, line, r.Seq, "checkpoint %s", err)
+		return false
+	case c.Seq != v.prevSeq:
+		v.problem(name, line, r.Seq, "checkpoint signs seq %d, which is not the record before it (seq %d): the records between were deleted", c.Seq, v.prevSeq)
+		return false
+	case c.Head != v.prevHash:
+		v.problem(name, line, r.Seq, "checkpoint signs seq %d with another head than the record before it (the records it covers were changed)", c.Seq)
+		return false
+	case c.Node != v.rep.Node:
+		v.problem(name, line, r.Seq, "checkpoint is for node %q", c.Node)
+		return false
+	}
+	v.rep.CheckpointsValid++
+	v.rep.Covered = c.Seq
+	return true
+}
+
+// gap reports a run of missing seqs where it is found; resolveGaps takes the report back if a
+// retention record explains it. A gap does not make the segment it is found in invalid: what is
+// missing is elsewhere.
+func (v *verifier) gap(g gap) {
+	span := fmt.Sprintf("seq %d to %d", g.from, g.to)
+	if g.from == g.to {
+		span = fmt.Sprintf("seq %d", g.from)
+	}
+	var why string
+	switch {
+	case g.atSegment && g.from == 1:
+		why = fmt.Sprintf("the trail starts at seq %d: %s missing and no retention record explains it (segments deleted by hand)", g.to+1, span)
+	case g.atSegment:
+		why = fmt.Sprintf("segment missing: %s not in the trail and no retention record explains it", span)
+	default:
+		why = fmt.Sprintf("records missing: %s deleted from the segment", span)
+	}
+	g.problem = len(v.rep.Problems)
+	v.rep.Problems = append(v.rep.Problems, Problem{Segment: g.seg, Line: g.line, Seq: g.to + 1, Reason: why})
+	v.gaps = append(v.gaps, g)
+}
+
+// resolveGaps takes back the report of each gap a retention record explains: one that says every
+// record up to the gap's end was deleted, and names the hash the record after it links to.
+func (v *verifier) resolveGaps() {
+	drop := map[int]bool{}
+	for _, g := range v.gaps {
+		for _, r := range v.retained {
+			if r.Through == g.to && r.Head == g.prev {
+				drop[g.problem] = true
+				v.rep.Deleted = append(v.rep.Deleted, fmt.Sprintf("seq %d to %d: %s", g.from, g.to, r.Reason))
+				break
+			}
+		}
+	}
+	kept := v.rep.Problems[:0]
+	for i, p := range v.rep.Problems {
+		if !drop[i] {
+			kept = append(kept, p)
+		}
+	}
+	v.rep.Problems = kept
+}

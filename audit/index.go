@@ -1,0 +1,489 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"time"
+)
+
+// The fields a segment's index keeps postings for: a query naming one of them reads only the
+// records that have its value. Every other filter (time, flagged, seq) is applied to what the
+// indexed ones leave, and every filter is checked again on the decoded record: the index only
+// narrows what is read, it never decides what is served.
+const (
+	fieldLease = iota
+	fieldTask
+	fieldTenant
+	fieldHost
+	fieldKind
+	fieldDecision
+	fieldRule
+	fieldEvent
+	fieldFlagged
+	nFields
+)
+
+var fieldNames = [nFields]string{"lease", "task", "tenant", "host", "kind", "decision", "rule", "event", "flagged"}
+
+// fieldValues returns r's value of each indexed field ("" for none).
+func fieldValues(r *Record) [nFields]string {
+	host := r.Host
+	if host == "" && r.Kind == KindDNS {
+		host = r.QName
+	}
+	host = normalHost(host)
+	flagged := ""
+	if r.Flagged {
+		flagged = "true"
+	}
+	return [nFields]string{r.Lease, r.Task, r.Tenant, host, string(r.Kind), string(r.Decision), string(r.Rule), r.Event, flagged}
+}
+
+// blockSize is how many records share one entry of the time index.
+const blockSize = 512
+
+// index is what a segment's index holds: for record i of the segment, its seq and the byte
+// offset where its line starts (Offsets has one more entry: where the last line ends; a record's
+// line is the first line of the span up to the next offset); the time range of each block of blockSize records; and for each indexed
+// field, the records holding each value, in order.
+//
+// The writer appends to the active segment's index as records are written; a query takes a view
+// (see view) under the segment's lock and reads it without one, which is safe because appends
+// never change what a view already holds.
+type index struct {
+	Seqs     []uint64
+	Offsets  []uint32
+	Blocks   []timeRange // per block of blockSize records
+	Postings [nFields]map[string]*[]uint32
+	Node     string // the node named by the segment's opening record
+	// Counts, filled by decodeIndex, is how many records hold each value of each field.
+	Counts [nFields]map[string]int
+	// hot is, per field, the value of the last record added and its postings: consecutive
+	// records mostly share their tenant, kind, decision and lease, and the writer then skips the
+	// map.
+	hot [nFields]hotPosting
+	// Bad lists the lines left out because they failed their own check (only in an index
+	// rebuilt from a damaged segment: the writer writes none), so every answer can say so.
+	Bad []Problem
+}
+
+type hotPosting struct {
+	v string
+	p *[]uint32
+}
+
+type timeRange struct{ Min, Max int64 } // unix nanoseconds
+
+func newIndex() *index {
+	x := &index{Offsets: []uint32{0}}
+	for i := range x.Postings {
+		x.Postings[i] = map[string]*[]uint32{}
+	}
+	return x
+}
+
+// posting returns the records holding value v of field f.
+func (x *index) posting(f int, v string) []uint32 {
+	if p := x.Postings[f][v]; p != nil {
+		return *p
+	}
+	return nil
+}
+
+// records is how many records the index covers.
+func (x *index) records() int { return len(x.Seqs) }
+
+// first and last are the seqs of the first and last record (0 for none).
+func (x *index) first() uint64 {
+	if len(x.Seqs) == 0 {
+		return 0
+	}
+	return x.Seqs[0]
+}
+
+func (x *index) last() uint64 {
+	if len(x.Seqs) == 0 {
+		return 0
+	}
+	return x.Seqs[len(x.Seqs)-1]
+}
+
+// timeSpan is the earliest and latest record time.
+func (x *index) timeSpan() (time.Time, time.Time) {
+	if len(x.Blocks) == 0 {
+		return time.Time{}, time.Time{}
+	}
+	lo, hi := x.Blocks[0].Min, x.Blocks[0].Max
+	for _, b := range x.Blocks[1:] {
+		lo, hi = min(lo, b.Min), max(hi, b.Max)
+	}
+	return time.Unix(0, lo), time.Unix(0, hi)
+}
+
+// add indexes r, whose line runs from byte start to byte end (after its newline) of the segment.
+func (x *index) add(r *Record, start, end int64) {
+	i := uint32(x.records())
+	if last := len(x.Offsets) - 1; x.Offsets[last] != uint32(start) {
+		// A line that did not verify lies between (only when an index is rebuilt). The writer
+		// never gets here, so a view never sees an entry change.
+		x.Offsets[last] = uint32(start)
+	}
+	x.Offsets = append(x.Offsets, uint32(end))
+	x.Seqs = append(x.Seqs, r.Seq)
+	t := r.Time.UnixNano()
+	if int(i)%blockSize == 0 {
+		x.Blocks = append(x.Blocks, timeRange{t, t})
+	} else {
+		b := &x.Blocks[len(x.Blocks)-1]
+		b.Min, b.Max = min(b.Min, t), max(b.Max, t)
+	}
+	vals := fieldValues(r)
+	for f, v := range vals {
+		if v == "" {
+			continue
+		}
+		h := &x.hot[f]
+		if h.p == nil || h.v != v {
+			p := x.Postings[f][v]
+			if p == nil {
+				p = new([]uint32)
+				x.Postings[f][v] = p
+			}
+			h.v, h.p = v, p
+		}
+		*h.p = append(*h.p, i)
+	}
+	if r.Kind == KindAudit && r.Event == EventSegment && x.Node == "" {
+		x.Node = r.Node
+	}
+}
+
+// view copies the slice headers of x, so the copy can be read while the writer appends to x.
+// Postings are copied only for the fields and values asked for.
+func (x *index) view(want [nFields]string) *index {
+	// The last block's range still widens as records arrive: the view takes a copy.
+	v := &index{Seqs: x.Seqs, Offsets: x.Offsets, Blocks: slices.Clone(x.Blocks), Node: x.Node}
+	for f, val := range want {
+		if val != "" {
+			v.Postings[f] = map[string]*[]uint32{val: {}}
+			if p := x.Postings[f][val]; p != nil {
+				*v.Postings[f][val] = *p
+			}
+		}
+	}
+	return v
+}
+
+// The index file: "AIDX2\n", then the body, then the SHA-256 of everything before it. The body is
+// uvarints and length-prefixed strings: node, record count, the seqs and the offsets as deltas,
+// the blocks, then per field the number of values and, for each value in sorted order, the value
+// and its postings as deltas. The encoding is deterministic, so verification can rebuild a
+// segment's index from its records and compare bytes.
+const indexMagic = "AIDX2\n"
+
+func (x *index) encode() []byte {
+	b := []byte(indexMagic)
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
+	s(x.Node)
+	u(uint64(x.records()))
+	prev := uint64(0)
+	for _, q := range x.Seqs {
+		u(q - prev)
+		prev = q
+	}
+	u(uint64(x.Offsets[0]))
+	for i := 1; i < len(x.Offsets); i++ {
+		u(uint64(x.Offsets[i] - x.Offsets[i-1]))
+	}
+	u(uint64(len(x.Blocks)))
+	for _, bl := range x.Blocks {
+		b = binary.AppendVarint(b, bl.Min)
+		u(uint64(bl.Max - bl.Min))
+	}
+	for f := range x.Postings {
+		m := x.Postings[f]
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		u(uint64(len(keys)))
+		var enc []byte
+		for _, k := range keys {
+			s(k)
+			p := *m[k]
+			u(uint64(len(p)))
+			enc = enc[:0]
+			prev := uint32(0)
+			for _, o := range p {
+				enc = binary.AppendUvarint(enc, uint64(o-prev))
+				prev = o
+			}
+			u(uint64(len(enc)))
+			b = append(b, enc...)
+		}
+	}
+	u(uint64(len(x.Bad)))
+	for _, p := range x.Bad {
+		u(uint64(p.Line))
+		u(p.Seq)
+		s(p.Reason)
+	}
+	sum := sha256.Sum256(b)
+	return append(b, sum[:]...)
+}
+
+var errIndex = errors.New("index unreadable")
+
+// decodeIndex reads an index file's bytes. Postings are decoded only for the fields where want
+// names a value (all of them when all is set): the others are skipped by their length, which is
+// what keeps opening one segment's index for a one-lease query cheap. Counts has, for every
+// field, each value and how many records hold it.
+func decodeIndex(data []byte, want [nFields]string, all bool) (*index, error) {
+	if len(data) < len(indexMagic)+sha256.Size || !bytes.HasPrefix(data, []byte(indexMagic)) {
+		return nil, errIndex
+	}
+	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+		return nil, fmt.Errorf("%w: checksum does not match", errIndex)
+	}
+	d := decoder{b: body[len(indexMagic):]}
+	x := &index{Node: d.s()}
+	n := d.u()
+	if n > uint64(len(d.b)) {
+		return nil, errIndex
+	}
+	x.Seqs = make([]uint64, n)
+	prev := uint64(0)
+	for i := range x.Seqs {
+		prev += d.u()
+		x.Seqs[i] = prev
+	}
+	x.Offsets = make([]uint32, n+1)
+	x.Offsets[0] = uint32(d.u())
+	for i := uint64(1); i <= n; i++ {
+		x.Offsets[i] = x.Offsets[i-1] + uint32(d.u())
+	}
+	nb := d.u()
+	if nb > uint64(len(d.b)) {
+		return nil, errIndex
+	}
+	x.Blocks = make([]timeRange, nb)
+	for i := range x.Blocks {
+		lo := d.v()
+		x.Blocks[i] = timeRange{lo, lo + int64(d.u())}
+	}
+	for f := range x.Postings {
+		x.Postings[f] = map[string]*[]uint32{}
+		x.Counts[f] = map[string]int{}
+		nk := d.u()
+		for range nk {
+			if d.err != nil {
+				break
+			}
+			k, np, nbytes := d.s(), d.u(), d.u()
+			if np > n || nbytes > uint64(len(d.b)) {
+				return nil, errIndex
+			}
+			x.Counts[f][k] = int(np)
+			if !all && want[f] != k {
+				d.b = d.b[nbytes:]
+				continue
+			}
+			p := make([]uint32, np)
+			pd := decoder{b: d.b[:nbytes]}
+			prev := uint64(0)
+			for j := range p {
+				prev += pd.u()
+				p[j] = uint32(prev)
+			}
+			if pd.err != nil || len(pd.b) != 0 {
+				return nil, errIndex
+			}
+			d.b = d.b[nbytes:]
+			x.Postings[f][k] = &p
+		}
+	}
+	nbad := d.u()
+	if nbad > n+uint64(len(d.b)) {
+		return nil, errIndex
+	}
+	for range nbad {
+		x.Bad = append(x.Bad, Problem{Line: int(d.u()), Seq: d.u(), Reason: d.s()})
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errIndex
+	}
+	return x, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) u() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err, d.b = errIndex, nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) v() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err, d.b = errIndex, nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) s() string {
+	n := d.u()
+	if n > uint64(len(d.b)) {
+		d.err, d.b = errIndex, nil
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// segmentSummary is what the trail keeps in memory for each sealed segment: its ranges, and how
+// many records hold each value of each indexed field, so a query skips every segment that cannot
+// hold what it asks for without opening its index.
+type segmentSummary struct {
+	Name        string
+	First, Last uint64
+	From, To    time.Time
+	Records     int
+	Bytes       int64
+	Node        string
+	Counts      [nFields]map[string]int
+	Bad         []Problem
+	lastSpan    [2]uint32 // the byte span of the last record's line
+}
+
+func (x *index) summaryOf(name string, size int64) segmentSummary {
+	from, to := x.timeSpan()
+	g := segmentSummary{Name: name, First: x.first(), Last: x.last(), From: from, To: to, Records: x.records(), Bytes: size, Node: x.Node}
+	for _, p := range x.Bad {
+		p.Segment = name
+		g.Bad = append(g.Bad, p)
+	}
+	for f := range g.Counts {
+		if x.Counts[f] != nil {
+			g.Counts[f] = x.Counts[f]
+			continue
+		}
+		g.Counts[f] = make(map[string]int, len(x.Postings[f]))
+		for v, p := range x.Postings[f] {
+			g.Counts[f][v] = len(*p)
+		}
+	}
+	if n := x.records(); n > 0 {
+		g.lastSpan = [2]uint32{x.Offsets[n-1], x.Offsets[n]}
+	}
+	return g
+}
+
+// buildIndex reads the segment at path and indexes every line whose own hash verifies (a line
+// that does not is left out of the index and so out of query answers; verification reports it).
+func buildIndex(path string) (*index, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	x := newIndex()
+	var end int64
+	line := 0
+	err = scanLines(f, func(b []byte, off int64, r *Record, lerr error) error {
+		line++
+		end = x.scanned(line, b, off, r, lerr)
+		return nil
+	})
+	return x, end, err
+}
+
+// scanned indexes the line-th line of a segment as read back by scanLines, and returns where it
+// ends. A line that does not verify, or does not come after the last one indexed (replayed,
+// reordered), is left out and listed in Bad; verification says more.
+func (x *index) scanned(line int, b []byte, off int64, r *Record, lerr error) int64 {
+	end := off + int64(len(b)) + 1
+	switch {
+	case lerr != nil:
+		x.Bad = append(x.Bad, Problem{Line: line, Seq: r.Seq, Reason: describeLineError(lerr)})
+	case r.Seq <= x.last():
+		x.Bad = append(x.Bad, Problem{Line: line, Seq: r.Seq, Reason: "out of sequence (replayed or reordered)"})
+	default:
+		x.add(r, off, end)
+	}
+	return end
+}
+
+// indexPath is the index file of the segment at path.
+func indexPath(segment string) string { return segment[:len(segment)-len(segmentExt)] + indexExt }
+
+// loadIndex reads the index of the sealed segment at path, rebuilding it when it is missing or
+// unreadable (and writing the rebuilt one when write is set).
+func loadIndex(path string, write bool) (*index, error) {
+	data, err := os.ReadFile(indexPath(path))
+	if err == nil {
+		if x, derr := decodeIndex(data, [nFields]string{}, true); derr == nil {
+			return x, nil
+		}
+	}
+	x, _, err := buildIndex(path)
+	if err != nil {
+		return nil, err
+	}
+	if write {
+		if werr := writeFileAtomic(indexPath(path), x.encode()); werr != nil {
+			return nil, werr
+		}
+	}
+	return x, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file and a rename, so a reader never
+// sees half of it.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// intersect returns the values in both sorted lists.
+func intersect(a, b []uint32) []uint32 {
+	out := make([]uint32, 0, min(len(a), len(b)))
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] < b[j]:
+			i++
+		case a[i] > b[j]:
+			j++
+		default:
+			out = append(out, a[i])
+			i++
+			j++
+		}
+	}
+	return out
+}

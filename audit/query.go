@@ -1,0 +1,318 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Query selects records. Every field set must match (an empty one matches anything); Tenant is
+// set by whoever serves a tenant, never taken from the tenant's own request.
+type Query struct {
+	Lease, Task, Tenant, Host, Kind, Decision, Rule, Event string
+	Flagged                                                bool
+	// Since and Until bound the record's time (inclusive; zero: unbounded).
+	Since, Until time.Time
+	// After is the cursor: only records with a greater seq. A page's Next is the next page's
+	// After.
+	After uint64
+	// Limit bounds the records returned (zero: no bound).
+	Limit int
+}
+
+// Result says where an answer stopped.
+type Result struct {
+	// Next is the seq of the last record returned (the cursor for the next page), or the
+	// query's After when none was.
+	Next uint64
+	// More is set when the answer stopped at Limit: a next page may hold more.
+	More bool
+	// Problems are records the index pointed to that failed their own check (edited, torn);
+	// they are left out of the answer.
+	Problems []Problem
+}
+
+// indexed returns the query's value of each indexed field.
+func (q Query) indexed() [nFields]string {
+	var want [nFields]string
+	want[fieldLease], want[fieldTask], want[fieldTenant] = q.Lease, q.Task, q.Tenant
+	want[fieldHost] = normalHost(q.Host)
+	want[fieldKind], want[fieldDecision], want[fieldRule], want[fieldEvent] = q.Kind, q.Decision, q.Rule, q.Event
+	if q.Flagged {
+		want[fieldFlagged] = "true"
+	}
+	return want
+}
+
+// Matches reports whether r is one the query selects. It is the one test of that: the index only
+// narrows which records are read, and every record read is tested here.
+func (q Query) Matches(r *Record) bool {
+	want, have := q.indexed(), fieldValues(r)
+	for f := range want {
+		if want[f] != "" && want[f] != have[f] {
+			return false
+		}
+	}
+	t := r.Time
+	return r.Seq > q.After && (q.Since.IsZero() || !t.Before(q.Since)) && (q.Until.IsZero() || !t.After(q.Until))
+}
+
+// normalHost is the form hosts are indexed and compared in: lower case, without a final dot, so a
+// DNS question for "Pkg.Example." and a request to "pkg.example" are the same host.
+func normalHost(h string) string {
+	h = strings.TrimSuffix(h, ".")
+	for i := 0; i < len(h); i++ {
+		if 'A' <= h[i] && h[i] <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
+}
+
+// segView is one segment as a query sees it: a sealed one by its summary (its index is read
+// from disk if the summary says it may hold matches), the active one by a view of its index.
+type segView struct {
+	path string
+	sum  segmentSummary
+	live *index // the active segment's index, or nil
+	n    int    // records of live that are on the file
+}
+
+// errStop ends a scan early without being an error.
+var errStop = errors.New("stop")
+
+// query answers q over segs, oldest first, calling fn for each record that matches.
+func query(ctx context.Context, segs []segView, q Query, fn func(Record) error) (Result, error) {
+	res := Result{Next: q.After}
+	for _, sv := range segs {
+		res.Problems = append(res.Problems, sv.sum.Bad...)
+	}
+	want := q.indexed()
+	sent := 0
+	var buf []byte
+	for _, sv := range segs {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		x, err := sv.candidates(q, want)
+		if err != nil {
+			return res, err
+		}
+		if x == nil {
+			continue
+		}
+		f, err := os.Open(sv.path)
+		if err != nil {
+			return res, fmt.Errorf("audit: %w", err)
+		}
+		err = x.each(q, want, func(o int) error {
+			start, end := x.Offsets[o], x.Offsets[o+1]
+			if end < start || end-start > maxLine {
+				res.Problems = append(res.Problems, Problem{Segment: filepath.Base(sv.path), Seq: x.Seqs[o], Reason: "the index gives it no readable span"})
+				return nil
+			}
+			if need := int(end - start); cap(buf) < need {
+				buf = make([]byte, need)
+			} else {
+				buf = buf[:need]
+			}
+			n, rerr := f.ReadAt(buf, int64(start))
+			if rerr != nil && rerr != io.EOF {
+				return fmt.Errorf("audit: %s: %w", sv.path, rerr)
+			}
+			line := buf[:n]
+			if i := indexByte(line, '\n'); i >= 0 {
+				line = line[:i]
+			}
+			r, _, lerr := checkLine(line, nil)
+			if lerr != nil {
+				res.Problems = append(res.Problems, Problem{Segment: filepath.Base(sv.path), Seq: x.Seqs[o], Reason: lerr.Error()})
+				return nil
+			}
+			if !q.Matches(&r) {
+				return nil
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+			res.Next = r.Seq
+			if sent++; q.Limit > 0 && sent >= q.Limit {
+				res.More = true
+				return errStop
+			}
+			return nil
+		})
+		f.Close()
+		if errors.Is(err, errStop) {
+			return res, nil
+		}
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, v := range b {
+		if v == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// candidates returns the index to read for q, or nil when the segment cannot hold a match.
+func (sv segView) candidates(q Query, want [nFields]string) (*index, error) {
+	if sv.live != nil {
+		x := sv.live
+		if sv.n == 0 || x.Seqs[sv.n-1] <= q.After {
+			return nil, nil
+		}
+		return x, nil
+	}
+	g := sv.sum
+	if g.Records == 0 || g.Last <= q.After || (!q.Since.IsZero() && g.To.Before(q.Since)) || (!q.Until.IsZero() && g.From.After(q.Until)) {
+		return nil, nil
+	}
+	for f, v := range want {
+		if v != "" && g.Counts[f][v] == 0 {
+			return nil, nil
+		}
+	}
+	data, err := os.ReadFile(indexPath(sv.path))
+	if err != nil {
+		return nil, fmt.Errorf("audit: the index of %s: %w", g.Name, err)
+	}
+	x, err := decodeIndex(data, want, false)
+	if err != nil {
+		return nil, fmt.Errorf("audit: the index of %s: %w", g.Name, err)
+	}
+	return x, nil
+}
+
+// each calls fn with the ordinal of every record of x the index says may match q, in order.
+func (x *index) each(q Query, want [nFields]string, fn func(int) error) error {
+	n := x.records()
+	var list []uint32
+	narrowed := false
+	for f, v := range want {
+		if v == "" {
+			continue
+		}
+		p := x.posting(f, v)
+		if !narrowed {
+			list, narrowed = p, true
+		} else {
+			list = intersect(list, p)
+		}
+	}
+	// Records at or before the cursor are skipped by a search, not a scan.
+	from := sort.Search(n, func(i int) bool { return x.Seqs[i] > q.After })
+	since, until := int64(-1<<63), int64(1<<63-1)
+	if !q.Since.IsZero() {
+		since = q.Since.UnixNano()
+	}
+	if !q.Until.IsZero() {
+		until = q.Until.UnixNano()
+	}
+	inTime := func(o int) bool {
+		b := x.Blocks[o/blockSize]
+		return b.Max >= since && b.Min <= until
+	}
+	if narrowed {
+		start := sort.Search(len(list), func(i int) bool { return int(list[i]) >= from })
+		for _, o := range list[start:] {
+			if int(o) >= n {
+				break
+			}
+			if inTime(int(o)) {
+				if err := fn(int(o)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for o := from; o < n; o++ {
+		if !inTime(o) {
+			o = (o/blockSize+1)*blockSize - 1 // the rest of the block is outside the range too
+			continue
+		}
+		if err := fn(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Query answers q over the trail as written so far (call Flush first to include every record
+// accepted), calling fn for each match, oldest first.
+func (s *FileSink) Query(ctx context.Context, q Query, fn func(Record) error) (Result, error) {
+	want := q.indexed()
+	s.xmu.RLock()
+	segs := make([]segView, 0, len(s.sealed)+1)
+	for _, g := range s.sealed {
+		segs = append(segs, segView{path: filepath.Join(s.cfg.Dir, g.Name), sum: g})
+	}
+	live := segView{path: filepath.Join(s.cfg.Dir, s.actName), live: s.active.view(want), n: s.flushed}
+	s.xmu.RUnlock()
+	live.live.Seqs, live.live.Offsets = live.live.Seqs[:live.n], live.live.Offsets[:live.n+1]
+	segs = append(segs, live)
+	return query(ctx, segs, q, fn)
+}
+
+// Trail is a trail directory opened for reading: by `airlock audit verify`, by tools and tests,
+// on a node or off it. It never writes to the directory.
+type Trail struct {
+	dir  string
+	segs []segView
+}
+
+// OpenTrail reads the indexes of the trail in dir (building in memory those it lacks, such as
+// the segment a running node is writing).
+func OpenTrail(dir string) (*Trail, error) {
+	names, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	t := &Trail{dir: dir}
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		x, err := loadIndex(path, false)
+		if err != nil {
+			return nil, err
+		}
+		sv := segView{path: path, sum: x.summaryOf(name, 0)}
+		if _, err := os.Stat(indexPath(path)); err != nil {
+			sv.live, sv.n = x, x.records() // no index on disk: query the one built here
+		}
+		t.segs = append(t.segs, sv)
+	}
+	return t, nil
+}
+
+// Query answers q over the trail.
+func (t *Trail) Query(ctx context.Context, q Query, fn func(Record) error) (Result, error) {
+	return query(ctx, t.segs, q, fn)
+}
+
+// ReadDir calls fn for every record of the trail in dir that verifies on its own, oldest first.
+// It is Query with no filter, for tools and tests; Verify checks the chain.
+func ReadDir(dir string, fn func(Record) error) error {
+	t, err := OpenTrail(dir)
+	if err != nil {
+		return err
+	}
+	res, err := t.Query(context.Background(), Query{}, fn)
+	if err == nil && len(res.Problems) > 0 {
+		return &TrailError{Path: dir, Problems: res.Problems}
+	}
+	return err
+}

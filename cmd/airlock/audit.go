@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/node"
+)
+
+const auditUsage = `airlock audit verify [--dir DIR] [--key PUB] [--since D|TIME] [--lease ID] [--latest FILE] [--json]
+  checks the audit trail with the node's public key only: every record, the chain across
+  segments, the signed checkpoints, retention's records, the indexes, and the tail against the
+  latest checkpoint kept in Redis (or --latest); exits 0 when all is intact, 1 when not
+`
+
+// cmdAudit runs audit's subcommands.
+func cmdAudit(args []string) int {
+	if len(args) == 0 || args[0] != "verify" {
+		fmt.Fprint(os.Stderr, auditUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	dir := fs.String("dir", "", "the trail's directory (default: the local node's)")
+	key := fs.String("key", "", "the node's public checkpoint key, or a file holding it (default: the local node's audit-key.pub)")
+	since := fs.String("since", "", "check only the segments holding records from this time (RFC 3339) or duration ago")
+	lease := fs.String("lease", "", "check only the segments holding this lease's records")
+	latest := fs.String("latest", "", "a file holding the node's latest signed checkpoint (default: read from the node's Redis)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "airlock audit verify: unexpected argument %q\n%s", fs.Arg(0), auditUsage)
+		return 2
+	}
+	local, localErr := node.ReadClientFile(stateDir())
+	if *dir == "" {
+		*dir = local.Audit
+		if *dir == "" {
+			*dir = filepath.Join(stateDir(), "audit")
+		}
+	}
+	opt := audit.VerifyOptions{Lease: *lease}
+	if *since != "" {
+		t, err := parseSince(*since)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "airlock audit verify:", err)
+			return 2
+		}
+		opt.Since = t
+	}
+	if *key == "" {
+		*key = local.AuditKey
+		if *key == "" {
+			*key = filepath.Join(stateDir(), "audit-key.pub")
+		}
+	}
+	vkey := *key
+	if b, err := os.ReadFile(*key); err == nil {
+		vkey = string(b)
+	} else if !strings.Contains(*key, "+") {
+		return fail(fmt.Errorf("--key %s: neither a key nor a readable file (%v)", *key, err))
+	}
+	v, err := audit.NewVerifier(vkey)
+	if err != nil {
+		return fail(err)
+	}
+	opt.Verifier = v
+	latestFrom := ""
+	switch {
+	case *latest != "":
+		b, err := os.ReadFile(*latest)
+		if err != nil {
+			return fail(err)
+		}
+		opt.Latest, latestFrom = b, *latest
+	case localErr == nil && local.RedisURL != "" && local.Node != "":
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		b, err := node.LatestCheckpoint(ctx, local.RedisURL, local.Deployment, local.Node)
+		cancel()
+		if err != nil {
+			latestFrom = "not compared (Redis: " + err.Error() + ")"
+		} else {
+			opt.Latest, latestFrom = b, "Redis"
+		}
+	default:
+		latestFrom = "not compared (no --latest, and no local node to ask)"
+	}
+	rep, err := audit.Verify(*dir, opt)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		e := json.NewEncoder(os.Stdout)
+		e.SetIndent("", "  ")
+		e.Encode(rep)
+	} else {
+		fmt.Print(terminalSafe(strings.TrimSuffix(rep.String(), "\n")) + "\n")
+		fmt.Printf("Latest checkpoint: %s\n", latestFrom)
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+// parseSince reads an RFC 3339 time or a duration back from now.
+func parseSince(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("--since %q is neither an RFC 3339 time nor a duration", v)
+	}
+	return time.Now().Add(-d), nil
+}
