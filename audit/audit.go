@@ -83,6 +83,12 @@ type Record struct {
 	// Flagged marks a decision a security reviewer should look at (a tunnel-shaped query).
 	Flagged bool `json:"flagged,omitempty"`
 
+	// Lease events: the sandbox's template and engine runtime, and the scopes the task token
+	// grants (at bind and at each token swap).
+	Template string   `json:"template,omitempty"`
+	Runtime  string   `json:"runtime,omitempty"`
+	Scopes   []string `json:"scopes,omitempty"`
+
 	// Exec and lease events
 	Event    string   `json:"event,omitempty"`
 	Command  []string `json:"command,omitempty"`

@@ -61,19 +61,11 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	if r.Flagged {
 		e.b = append(e.b, `,"flagged":true`...)
 	}
+	e.str("template", r.Template)
+	e.str("runtime", r.Runtime)
+	e.list("scopes", r.Scopes)
 	e.str("event", r.Event)
-	if len(r.Command) > 0 {
-		e.b = append(e.b, `,"command":[`...)
-		for i, c := range r.Command {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			if !e.appendString(c) {
-				e.raw = append(e.raw, rawField{"command." + strconv.Itoa(i), c})
-			}
-		}
-		e.b = append(e.b, ']')
-	}
+	e.list("command", r.Command)
 	if r.ExitCode != nil {
 		e.b = append(e.b, `,"exit_code":`...)
 		e.b = strconv.AppendInt(e.b, int64(*r.ExitCode), 10)
@@ -116,6 +108,26 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.str("hash", r.Hash)
 	e.b = append(e.b, '}')
 	return e.b
+}
+
+// list appends a list of strings unless it is empty; an element that is not valid UTF-8 is kept
+// in raw as "name.N".
+func (e *encoder) list(name string, v []string) {
+	if len(v) == 0 {
+		return
+	}
+	e.b = append(e.b, ',', '"')
+	e.b = append(e.b, name...)
+	e.b = append(e.b, `":[`...)
+	for i, c := range v {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		if !e.appendString(c) {
+			e.raw = append(e.raw, rawField{name + "." + strconv.Itoa(i), c})
+		}
+	}
+	e.b = append(e.b, ']')
 }
 
 // stream appends a Stream object unless v is nil.
@@ -298,6 +310,10 @@ func (r *Record) setText(name, v string) bool {
 		} else {
 			f = &st.SHA256
 		}
+	case "template":
+		f = &r.Template
+	case "runtime":
+		f = &r.Runtime
 	case "segment":
 		f = &r.Segment
 	case "head":
@@ -309,21 +325,32 @@ func (r *Record) setText(name, v string) bool {
 	case "hash":
 		f = &r.Hash
 	default:
-		i, ok := commandIndex(name)
-		if !ok || i >= len(r.Command) {
+		list, i, ok := r.listElem(name)
+		if !ok {
 			return false
 		}
-		f = &r.Command[i]
+		f = &list[i]
 	}
 	*f = v
 	return true
 }
 
-func commandIndex(name string) (int, bool) {
-	rest, ok := strings.CutPrefix(name, "command.")
+// listElem finds the element a raw name "command.N" or "scopes.N" stands for.
+func (r *Record) listElem(name string) ([]string, int, bool) {
+	field, rest, ok := strings.Cut(name, ".")
 	if !ok {
-		return 0, false
+		return nil, 0, false
 	}
 	i, err := strconv.Atoi(rest)
-	return i, err == nil && i >= 0
+	var list []string
+	switch field {
+	case "command":
+		list = r.Command
+	case "scopes":
+		list = r.Scopes
+	}
+	if err != nil || i < 0 || i >= len(list) {
+		return nil, 0, false
+	}
+	return list, i, true
 }

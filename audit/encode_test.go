@@ -16,7 +16,10 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			Decision: Allow, Rule: "scope", Method: "GET", Host: "a.example", Port: 443, Path: "/x", Status: 200,
 			BytesUp: 1, BytesDown: 2, DurationMS: 0.123, Seq: 7, Prev: "ab"},
 		{Kind: KindDNS, QName: "a.\"b\\c\n\t\x01\x7f.", QType: "A", Answers: 2, Flagged: true, Reason: "valid utf8 \u2028 é <&>"},
-		{Kind: KindExec, Command: []string{"sh", "-c", "echo \"hi\""}, ExitCode: &code, SHA256: "00", Size: 9, Hash: "h"},
+		{Kind: KindExec, Command: []string{"sh", "-c", "echo \"hi\""}, ExitCode: &code, SHA256: "00", Size: 9, Hash: "h",
+			Stdin: &Stream{SHA256: "e3"}, Stdout: &Stream{Size: 3, SHA256: "ab", Head: "hi\n"}},
+		{Kind: KindLease, Event: "bind", Template: "default", Runtime: "runsc", Scopes: []string{"a.example:443"}},
+		{Kind: KindAudit, Event: EventRetention, Segment: "s", Through: 9, Head: "h", Note: "n\n"},
 	}
 	for i, r := range recs {
 		want, err := json.Marshal(r)

@@ -223,6 +223,9 @@ type Audit struct {
 	// written beside it as Key+".pub"). Empty: audit-key in the state dir.
 	Key             string        `yaml:"key"`
 	CheckpointEvery time.Duration `yaml:"checkpoint_every"`
+	// OutputHead is how many bytes of each command's stdout and stderr its exec record keeps,
+	// redacted of the lease's credentials (0: none; sizes and SHA-256 are always recorded).
+	OutputHead int `yaml:"output_head"`
 }
 
 // Tokens are the task token issuers this node trusts.
@@ -278,7 +281,7 @@ func Default() Config {
 		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
-			CheckpointEvery: 10 * time.Second},
+			CheckpointEvery: 10 * time.Second, OutputHead: 1024},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -509,6 +512,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Audit.SegmentAge < time.Second || c.Audit.CheckpointEvery < 100*time.Millisecond || c.Audit.FlushEvery <= 0 {
 		bad("audit", "segment_age must be >= 1s, checkpoint_every >= 100ms and flush_every > 0")
+	}
+	if c.Audit.OutputHead < 0 || c.Audit.OutputHead > 64<<10 {
+		bad("audit.output_head", "must be 0 to 65536 bytes")
 	}
 	if c.Audit.KeepFor < 0 || c.Audit.KeepBytes < 0 {
 		bad("audit", "keep_for and keep_bytes must be >= 0 (0 keeps everything)")

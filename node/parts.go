@@ -259,7 +259,8 @@ func newPool(cfg config.Config, backend pool.Backend, store *redisstore.Store, c
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(catalog(), t) },
 		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: cfg.Pool.KeepOnStop, Release: creds.vault.Release, Revoke: creds.vault.Revoke, Logger: log,
-		API: apiURL,
+		API: apiURL, OutputHead: cfg.Audit.OutputHead,
+		Redact: func(lease, text string) string { return broker.Redact(text, creds.vault.Values(lease)...) },
 	})
 }
 

@@ -60,7 +60,7 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	if r := m.revoke(ctx, m.cfg.Revoke, l); r != "" {
 		reason += "; " + r
 	}
-	m.event(ctx, l, "token-swap", reason)
+	m.grantEvent(ctx, l, "token-swap", reason, task)
 	return l, nil
 }
 
@@ -97,6 +97,20 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	}
 	h := sha256.New()
 	cr := &countReader{r: io.TeeReader(r, h)}
+	var stdin io.Reader = cr
+	var pw *io.PipeWriter
+	members := make(chan []FileInfo, 1)
+	if archive {
+		// The archive's files are read as they pass, so the end of the lease tells them from
+		// what its commands wrote.
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
+		stdin = io.TeeReader(cr, pw)
+		go func() {
+			files, _, _ := tarFiles(pr, p, MaxGivenFiles)
+			members <- files
+		}()
+	}
 	var stderr strings.Builder
 	script := `airlock_full "$1"; umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`
 	if archive {
@@ -108,12 +122,20 @@ func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 			`echo "$l leads to $r through a symbolic link, outside the workspace $0: an archive is not unpacked where it could follow it" >&2; exit 46;; esac; done' "$ws" {} + ` +
 			`&& tar -x --no-same-owner --no-same-permissions -C "$1"`
 	}
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(m.templates[l.Template].Workdir, script, p)}, cr, io.Discard, &stderr)
+	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(m.templates[l.Template].Workdir, script, p)}, stdin, io.Discard, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("%w: writing %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
 	}
 	info := FileInfo{Path: p, Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))}
 	m.fileEvent(ctx, l, event, info, err)
+	if archive {
+		pw.Close()
+		if files := <-members; err == nil {
+			m.given(l.ID, files...)
+		}
+	} else if err == nil {
+		m.given(l.ID, info)
+	}
 	return info, err
 }
 

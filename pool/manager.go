@@ -57,6 +57,12 @@ type Config struct {
 	// at start (Reconcile) instead of clearing everything (Cleanup): a production node restarts
 	// without ending its leases.
 	KeepOnStop bool
+	// OutputHead is how many bytes of each command's stdout and stderr its exec record keeps
+	// (zero: none; sizes and hashes are always recorded). Redact, when set, is the one
+	// redaction step each head passes first: every credential value the node holds for the
+	// lease is replaced.
+	OutputHead int
+	Redact     func(lease, text string) string
 	Logger     *slog.Logger
 }
 
@@ -77,7 +83,8 @@ type Manager struct {
 	refreshing atomic.Bool
 	metrics    *Metrics // nil until NewMetrics
 	procMu     sync.Mutex
-	procs      map[string]*leaseProcesses // per lease id: its background processes
+	procs      map[string]*leaseProcesses     // per lease id: its background processes
+	uploads    map[string]map[string]FileInfo // per lease id: the files the tenant put there, by path
 }
 
 // templateImage is what the runtime last said of a template's image: its id, or why none can
@@ -100,7 +107,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
 		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, images: map[string]templateImage{},
-		procs: map[string]*leaseProcesses{}}
+		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{}}
 	for _, t := range cfg.Templates {
 		if errs := t.Validate(); len(errs) > 0 {
 			return nil, fmt.Errorf("template %q: %w", t.Name, errors.Join(errs...))
@@ -578,7 +585,7 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 		return Lease{}, err
 	}
 	m.bindLocal(b)
-	m.event(ctx, l, "bind", l.Start)
+	m.grantEvent(ctx, l, "bind", l.Start, task)
 	m.metrics.observeLease(time.Since(now))
 	return l, nil
 }
@@ -852,6 +859,7 @@ func (m *Manager) end(ctx context.Context, l Lease, event string) error {
 		return err
 	}
 	m.endProcesses(l.ID)
+	m.recordWorkspace(ctx, l)
 	var problems []string
 	if r := m.revoke(ctx, m.cfg.Release, l); r != "" {
 		problems = append(problems, r)
@@ -913,13 +921,18 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, req ExecRequest, 
 		return -1, fmt.Errorf("%w: lease %s has expired", ErrLeaseNotFound, id)
 	}
 	start := time.Now()
-	out, errOut := &countWriter{w: stdout}, &countWriter{w: stderr}
+	tp := m.newTaps(stdin != nil)
+	if stdin != nil {
+		stdin = io.TeeReader(stdin, tp.in)
+	}
+	out, errOut := &countWriter{w: io.MultiWriter(stdout, tp.out)}, &countWriter{w: io.MultiWriter(stderr, tp.err)}
 	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, req, stdin, out, errOut)
 	rec := audit.Record{
 		Kind: audit.KindExec, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
 		Sandbox: l.Sandbox.ID, Command: req.Cmd, ExitCode: &code, BytesDown: out.n + errOut.n,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	}
+	tp.fill(m, l.ID, &rec)
 	if err != nil {
 		rec.Reason = err.Error()
 	}
@@ -927,6 +940,22 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, req ExecRequest, 
 		m.log.Error("audit write failed", "err", aerr)
 	}
 	return code, err
+}
+
+// grantEvent records a lease event that grants the task's scopes (bind, token swap), with the
+// sandbox's template and runtime.
+func (m *Manager) grantEvent(ctx context.Context, l Lease, event, reason string, task token.Task) {
+	rec := audit.Record{
+		Kind: audit.KindLease, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID,
+		Task: l.Task, Sandbox: l.Sandbox.ID, Source: l.Sandbox.Addr.String(), Reason: reason,
+		Template: l.Template, Runtime: m.templates[l.Template].EngineRuntime(),
+	}
+	for _, sc := range task.Scopes {
+		rec.Scopes = append(rec.Scopes, sc.String())
+	}
+	if err := m.cfg.Audit.Write(ctx, rec); err != nil {
+		m.log.Error("audit write failed", "err", err)
+	}
 }
 
 func (m *Manager) event(ctx context.Context, l Lease, event, reason string) {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -193,11 +194,12 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 	m.forgetEnded(lp)
 	m.procMu.Unlock()
 
-	m.processEvent(ctx, l, p, "process-start", nil, "", 0)
+	m.processEvent(ctx, l, p, "process-start", "")
 	go func() {
 		defer cancel()
 		start := time.Now()
-		code, err := m.cfg.Runtime.Exec(pctx, l.Sandbox, req, nil, p.stdout, p.stderr)
+		tp := m.newTaps(false)
+		code, err := m.cfg.Runtime.Exec(pctx, l.Sandbox, req, nil, io.MultiWriter(p.stdout, tp.out), io.MultiWriter(p.stderr, tp.err))
 		now := time.Now().UTC()
 		m.procMu.Lock()
 		p.info.Running, p.info.Ended = false, &now
@@ -215,11 +217,14 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 		if err != nil {
 			reason = err.Error()
 		}
-		rec := &code
-		if err != nil {
-			rec = nil
-		}
-		m.processEvent(context.WithoutCancel(ctx), l, p, "process-exit", rec, reason, time.Since(start))
+		took := time.Since(start)
+		m.processRecord(context.WithoutCancel(ctx), l, p, "process-exit", reason, func(info ProcessInfo, rec *audit.Record) {
+			if err == nil {
+				rec.ExitCode = &code
+			}
+			rec.BytesDown, rec.DurationMS = info.StdoutBytes+info.StderrBytes, float64(took.Microseconds())/1000
+			tp.fill(m, l.ID, rec)
+		})
 	}()
 	return m.snapshot(p), nil
 }
@@ -322,7 +327,7 @@ func (m *Manager) SignalProcess(ctx context.Context, tenant, id, pid, sig string
 		return fmt.Errorf("%w: process %s has ended", ErrBadRequest, pid)
 	}
 	err = m.cfg.Runtime.Signal(ctx, l.Sandbox, p.marker, sig)
-	m.processEvent(ctx, l, p, "process-signal", nil, sig, 0)
+	m.processEvent(ctx, l, p, "process-signal", sig)
 	return err
 }
 
@@ -380,15 +385,19 @@ func (m *Manager) snapshotLocked(p *process) ProcessInfo {
 
 // processEvent records a background process starting, being signalled or ending, as an exec
 // record of the lease.
-func (m *Manager) processEvent(ctx context.Context, l Lease, p *process, event string, code *int, reason string, took time.Duration) {
+func (m *Manager) processEvent(ctx context.Context, l Lease, p *process, event, reason string) {
+	m.processRecord(ctx, l, p, event, reason, nil)
+}
+
+// processRecord is processEvent with the record filled further by fill (nil: not).
+func (m *Manager) processRecord(ctx context.Context, l Lease, p *process, event, reason string, fill func(info ProcessInfo, rec *audit.Record)) {
 	info := m.snapshot(p)
 	rec := audit.Record{
 		Kind: audit.KindExec, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
-		Sandbox: l.Sandbox.ID, Command: info.Cmd, ExitCode: code, Reason: reason, Process: info.ID,
+		Sandbox: l.Sandbox.ID, Command: info.Cmd, Reason: reason, Process: info.ID,
 	}
-	if event == "process-exit" {
-		rec.BytesDown = info.StdoutBytes + info.StderrBytes
-		rec.DurationMS = float64(took.Microseconds()) / 1000
+	if fill != nil {
+		fill(info, &rec)
 	}
 	if err := m.cfg.Audit.Write(ctx, rec); err != nil {
 		m.log.Error("audit write failed", "err", err)

@@ -170,3 +170,31 @@ func (b *Broker) refreshKV(ctx context.Context) {
 		ent.mu.Unlock()
 	}
 }
+
+// Values returns every credential value the broker holds that lease's requests may have carried:
+// the shared values it has read and what it minted for the lease. The pool redacts a lease's
+// recorded command output of them (the same step as broker.Redact), in case a credential came
+// back to the sandbox in a response and the sandbox printed it.
+func (b *Broker) Values(lease string) []string {
+	b.mu.Lock()
+	ents := make([]*kvEntry, 0, len(b.cache))
+	for _, e := range b.cache {
+		ents = append(ents, e)
+	}
+	m := b.leases[lease]
+	b.mu.Unlock()
+	var out []string
+	for _, e := range ents {
+		e.mu.Lock()
+		out = append(out, e.secret.Values()...)
+		e.mu.Unlock()
+	}
+	if m != nil {
+		m.mu.Lock()
+		for _, t := range m.tokens {
+			out = append(out, t.secret.Values()...)
+		}
+		m.mu.Unlock()
+	}
+	return out
+}
