@@ -63,7 +63,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	defer closeStore()
-	sink, closeAudit, err := openAudit(cfg, store, log)
+	sink, signer, closeAudit, err := openAudit(cfg, store, log)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	defer res.close()
 	poolErr, stopPool := runPool(ctx, mgr, reg)
 	defer stopPool()
-	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, reg, log)
+	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, signer, reg, log)
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/receipt"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
@@ -73,10 +75,10 @@ const CheckpointJournal = "audit-checkpoints"
 
 // openAudit opens the audit trail (audit.dir, else audit/ in the state dir) with the node's
 // checkpoint key, copying each checkpoint to Redis.
-func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*audit.FileSink, func(), error) {
+func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*audit.FileSink, note.Signer, func(), error) {
 	signer, _, err := audit.LoadSigner(AuditKeyPath(cfg), cfg.Node)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "audit.jsonl")); err == nil {
 		log.Warn("audit.jsonl in the state dir is a trail of an earlier version, left as it was: the trail is now segments in " + AuditDir(cfg))
@@ -93,9 +95,9 @@ func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*a
 			}
 		}})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return sink, func() { sink.Close() }, nil
+	return sink, signer, func() { sink.Close() }, nil
 }
 
 // AuditDir is where the node writes its trail.
@@ -380,7 +382,7 @@ func runPool(ctx context.Context, mgr *pool.Manager, reg prometheus.Registerer) 
 
 // startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
 func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener, mgr *pool.Manager, store *redisstore.Store,
-	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, signer note.Signer, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
 	nodeAuth, peers, err := nodeTrust(ctx, cfg, store, authority)
 	if err != nil {
 		ln.Close()
@@ -390,6 +392,9 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
 		MaxPortsPerLease: cfg.API.MaxPortsPerLease,
 		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, Audit: sink,
+		Receipt: func(ctx context.Context, tenant, lease string) ([]byte, error) {
+			return receipt.Make(ctx, sink, signer, tenant, lease)
+		},
 		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil

@@ -56,19 +56,7 @@ func cmdAudit(args []string) int {
 		}
 		opt.Since = t
 	}
-	if *key == "" {
-		*key = local.AuditKey
-		if *key == "" {
-			*key = filepath.Join(stateDir(), "audit-key.pub")
-		}
-	}
-	vkey := *key
-	if b, err := os.ReadFile(*key); err == nil {
-		vkey = string(b)
-	} else if !strings.Contains(*key, "+") {
-		return fail(fmt.Errorf("--key %s: neither a key nor a readable file (%v)", *key, err))
-	}
-	v, err := audit.NewVerifier(vkey)
+	v, err := verifierKey(*key)
 	if err != nil {
 		return fail(err)
 	}

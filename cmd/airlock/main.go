@@ -33,6 +33,7 @@ func init() {
 		{"release", "airlock release [--json] LEASE\n  destroys the sandbox and everything in it\n", cmdRelease, nil},
 		{"logs", "airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json | --format text|json|ocsf|ecs]\n  your audit records; ocsf and ecs print them in the schemas SIEMs take\n", cmdLogs, nil},
 		{"audit", auditUsage, cmdAudit, []string{"verify"}},
+		{"receipt", receiptUsage, cmdReceipt, nil},
 		{"explain", "airlock explain (--token JWT | --lease LEASE) [--method M] [--json] URL\n  the gateway's decision for a request, its rule and reason, and the scope that would allow it;\n  exits 0 when allowed, 1 when refused\n", cmdExplain, nil},
 		{"port", "airlock port [--json] LEASE PORT\n  a URL, on a listener of its own, that reaches that port of the sandbox until release\n", cmdPort, nil},
 		{"verify", "airlock verify [--template T] [--token JWT] [--json]\n  leases a sandbox and checks the invariants from inside it\n", cmdVerify, nil},

@@ -61,6 +61,9 @@ type Config struct {
 	PortSweep        time.Duration
 	// Audit is the node's audit trail, served (per tenant) by GET /v1/audit; nil serves none.
 	Audit AuditTrail
+	// Receipt makes the signed receipt of a tenant's lease from this node's trail, served by
+	// GET /v1/leases/{id}/receipt; nil serves none.
+	Receipt func(ctx context.Context, tenant, lease string) ([]byte, error)
 	// NodeAuth signs the calls this node forwards to the node holding a lease, and checks the
 	// ones other nodes forward here. Nil (or no secret): nothing is forwarded, and a routing
 	// header is never believed.
@@ -108,6 +111,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/wait", s.auth(s.owned(s.waitProcess)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/signal", s.auth(s.owned(s.signalProcess)))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
+	s.mux.HandleFunc("GET /v1/leases/{id}/receipt", s.auth(s.receipt))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })

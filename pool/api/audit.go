@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/receipt"
 )
 
 // AuditTrail is what the API needs of the node's trail.
@@ -141,4 +143,25 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	}{res.Next, res.More, res.Problems})
 	w.Write([]byte("],"))
 	w.Write(tail[1:])
+}
+
+// receipt serves the signed receipt of one of the tenant's leases, live or ended, as the signed
+// note it is (text/plain): the node's trail holds the records, so the lease need not exist any
+// more.
+func (s *Server) receipt(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Receipt == nil {
+		writeError(w, http.StatusNotFound, "not_found", "this node makes no receipts (it keeps no signed audit trail)")
+		return
+	}
+	msg, err := s.cfg.Receipt(r.Context(), tenantOf(r), r.PathValue("id"))
+	switch {
+	case errors.Is(err, receipt.ErrNoRecords):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write(msg)
 }

@@ -371,6 +371,17 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error
 	return out, nil
 }
 
+// Receipt returns the signed receipt of one of the tenant's leases (a signed note; see
+// audit/receipt.Open), live or ended, from the node's trail.
+func (c *Client) Receipt(ctx context.Context, lease string) ([]byte, error) {
+	resp, err := c.raw(ctx, http.MethodGet, "/v1/leases/"+url.PathEscape(lease)+"/receipt", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+}
+
 // TrailProblems is returned by Audit, together with the records, when the node reports records of
 // its trail that failed their own check (and that the records therefore leave out).
 type TrailProblems struct{ Problems []audit.Problem }
