@@ -354,3 +354,9 @@ func (r *Record) listElem(name string) ([]string, int, bool) {
 	}
 	return list, i, true
 }
+
+// Line returns r as the trail writes it (without the newline): for a record read from the trail,
+// exactly the bytes its hash covers, so whoever receives it can check the chain.
+func Line(r *Record) []byte {
+	return (&encoder{}).appendJSON(nil, r)
+}

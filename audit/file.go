@@ -607,6 +607,19 @@ func (s *FileSink) Err() error {
 	return nil
 }
 
+// Written is the seq of the last record on the file (what a query sees).
+func (s *FileSink) Written() uint64 {
+	s.xmu.RLock()
+	defer s.xmu.RUnlock()
+	if s.flushed > 0 {
+		return s.active.Seqs[s.flushed-1]
+	}
+	if n := len(s.sealed); n > 0 {
+		return s.sealed[n-1].Last
+	}
+	return 0
+}
+
 // Dir is the directory the trail is written in.
 func (s *FileSink) Dir() string { return s.cfg.Dir }
 

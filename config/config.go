@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/airlock-dev/airlock/audit/ship"
 	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/pool"
@@ -226,6 +227,8 @@ type Audit struct {
 	// OutputHead is how many bytes of each command's stdout and stderr its exec record keeps,
 	// redacted of the lease's credentials (0: none; sizes and SHA-256 are always recorded).
 	OutputHead int `yaml:"output_head"`
+	// Sinks push every record, after the local write, to syslog receivers and HTTP endpoints.
+	Sinks []ship.Config `yaml:"sinks"`
 }
 
 // Tokens are the task token issuers this node trusts.
@@ -512,6 +515,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Audit.SegmentAge < time.Second || c.Audit.CheckpointEvery < 100*time.Millisecond || c.Audit.FlushEvery <= 0 {
 		bad("audit", "segment_age must be >= 1s, checkpoint_every >= 100ms and flush_every > 0")
+	}
+	sinks := map[string]bool{}
+	for i, sk := range c.Audit.Sinks {
+		if err := sk.Validate(); err != nil {
+			bad(fmt.Sprintf("audit.sinks[%d]", i), "%v", err)
+		}
+		if sinks[sk.Name] {
+			bad(fmt.Sprintf("audit.sinks[%d].name", i), "%q is used twice", sk.Name)
+		}
+		sinks[sk.Name] = true
 	}
 	if c.Audit.OutputHead < 0 || c.Audit.OutputHead > 64<<10 {
 		bad("audit.output_head", "must be 0 to 65536 bytes")

@@ -87,6 +87,12 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	reg := newRegistry()
 	reg.MustRegister(creds.vault.Collectors()...)
 	reg.MustRegister(sink.Collectors()...)
+	stopShippers, err := startShippers(ctx, cfg, sink, reg, log)
+	if err != nil {
+		apiLn.Close()
+		return err
+	}
+	defer stopShippers()
 	// The pool decides on every use of a task token (a lease, a token swap, a client outside the
 	// pool at the gateway), under the catalog the gateway has at that moment.
 	var gw *gatewayPart

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
+	"github.com/airlock-dev/airlock/audit/ship"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
@@ -98,6 +100,24 @@ func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*a
 		return nil, nil, nil, err
 	}
 	return sink, signer, func() { sink.Close() }, nil
+}
+
+// startShippers starts a shipper per configured audit sink; the returned function stops them.
+func startShippers(ctx context.Context, cfg config.Config, sink *audit.FileSink, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, sc := range cfg.Audit.Sinks {
+		sh, err := ship.New(sc, sink, cfg.StateDir, cfg.Node, log)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		reg.MustRegister(sh.Collectors()...)
+		wg.Add(1)
+		go func() { defer wg.Done(); sh.Run(ctx) }()
+	}
+	return func() { cancel(); wg.Wait() }, nil
 }
 
 // AuditDir is where the node writes its trail.

@@ -36,6 +36,8 @@ var fileActivity = map[string]int{
 	"remove": 4, // Delete
 	"move":   5, // Rename
 	"stat":   7, // Get Attributes
+	// What the lease left in its workspace, read when it ended.
+	"workspace-created": 1, "workspace-modified": 3, "workspace-deleted": 4,
 }
 
 // OCSF returns r as an OCSF event.
@@ -193,10 +195,22 @@ func airlockFields(r audit.Record) map[string]any {
 	for k, v := range map[string]string{"tenant": r.Tenant, "task": r.Task, "lease": r.Lease, "sandbox": r.Sandbox,
 		"node": r.Node, "rule": r.Rule.String(), "decision": string(r.Decision), "credential": r.Credential,
 		"upstream": r.Upstream, "dest": r.Dest, "mirror": r.Mirror, "event": r.Event, "process": r.Process,
-		"to": r.To, "prev": r.Prev, "hash": r.Hash} {
+		"to": r.To, "prev": r.Prev, "hash": r.Hash, "template": r.Template, "runtime": r.Runtime, "segment": r.Segment,
+		"head": r.Head, "note": r.Note} {
 		if v != "" {
 			out[k] = v
 		}
+	}
+	for k, v := range map[string]*audit.Stream{"stdin": r.Stdin, "stdout": r.Stdout, "stderr": r.Stderr} {
+		if v != nil {
+			out[k] = v
+		}
+	}
+	if len(r.Scopes) > 0 {
+		out["scopes"] = r.Scopes
+	}
+	if r.Through != 0 {
+		out["through"] = r.Through
 	}
 	if r.Flagged {
 		out["flagged"] = true
