@@ -1,3 +1,4 @@
-// Package audit defines the audit record every decision produces and the sinks that keep it: an
-// append-only, hash-chained JSON-lines file written through a bounded queue.
+// Package audit defines the audit record every decision produces and the trail that keeps it:
+// hash-chained JSON lines in segments with indexes, written through a bounded queue, with signed
+// checkpoints, retention, queries and a verifier that needs only the public key.
 package audit

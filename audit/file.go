@@ -114,6 +114,7 @@ type metrics struct {
 	written, refused, checkpoints atomic.Uint64
 	lastCheckpoint                atomic.Int64 // unix seconds
 	segments, bytes               atomic.Int64
+	leases                        leaseCounts
 }
 
 type checkpointReply struct {
@@ -535,6 +536,7 @@ func (s *FileSink) append(r *Record) error {
 	s.xmu.Unlock()
 	s.m.written.Add(1)
 	s.m.bytes.Add(int64(len(line)))
+	s.m.leases.observe(r)
 	return nil
 }
 
@@ -658,5 +660,6 @@ func (s *FileSink) Collectors() []prometheus.Collector {
 		gauge("airlock_audit_last_checkpoint_timestamp_seconds", "When the last checkpoint was signed (unix time).", &s.m.lastCheckpoint),
 		gauge("airlock_audit_segments", "Segments of the audit trail on disk.", &s.m.segments),
 		gauge("airlock_audit_bytes", "Bytes of the audit trail on disk.", &s.m.bytes),
+		&s.m.leases,
 	}
 }

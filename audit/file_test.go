@@ -322,3 +322,26 @@ func TestCheckpointOnRequestAndPublished(t *testing.T) {
 		t.Fatalf("a checkpoint opened with another key: %v", err)
 	}
 }
+
+// Denials and flags are counted per live lease, and a lease's series ends with it.
+func TestLeaseCounts(t *testing.T) {
+	s, err := OpenFile(FileConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for range 3 {
+		s.Write(ctx, Record{Kind: KindHTTP, Tenant: "acme", Lease: "l1", Decision: Deny})
+	}
+	s.Write(ctx, Record{Kind: KindDNS, Tenant: "acme", Lease: "l1", Decision: Deny, Flagged: true})
+	s.Write(ctx, Record{Kind: KindHTTP, Tenant: "acme", Lease: "l2", Decision: Allow})
+	s.Write(ctx, Record{Kind: KindHTTP, Tenant: "acme", Lease: "l3", Decision: Deny})
+	s.Write(ctx, Record{Kind: KindLease, Tenant: "acme", Lease: "l3", Event: "release"})
+	s.Flush(ctx)
+	s.m.leases.mu.Lock()
+	defer s.m.leases.mu.Unlock()
+	if v := s.m.leases.m[leaseKey{"acme", "l1"}]; v == nil || v[0] != 4 || v[1] != 1 || len(s.m.leases.m) != 1 {
+		t.Fatalf("counts %v", s.m.leases.m)
+	}
+}

@@ -2,7 +2,8 @@
 # Installs and starts what airlock and its tests need on a Debian machine, idempotently: the Docker
 # engine (Debian's docker.io; engine.sh starts dockerd, in a session of its own, when none
 # answers), redis-server, debootstrap and iptables; Node.js and npm (the e2e MCP client runs on
-# the official TypeScript SDK) and python3 with pytest (the Python client's tests). Runs as root;
+# the official TypeScript SDK), python3 with pytest (the Python client's tests), rsyslog (with
+# TLS) as the syslog sink's receiver and prometheus for promtool. Runs as root;
 # on a machine that already has everything it returns in a moment.
 set -euo pipefail
 
@@ -17,6 +18,9 @@ command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3 python3-pytest)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)  # dynamic database credential tests
+command -v rsyslogd >/dev/null || need+=(rsyslog)                           # the syslog sink's e2e receiver
+ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need+=(rsyslog-gnutls) # ... over TLS
+command -v promtool >/dev/null || need+=(prometheus)                         # checks and tests the alert rules
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive

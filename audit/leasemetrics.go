@@ -1,0 +1,83 @@
+package audit
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxLeaseSeries bounds the leases counted by name; denials of leases beyond it are counted
+// under lease "other".
+const maxLeaseSeries = 10000
+
+// leaseCounts counts, for each live lease, the denials and flagged records the trail wrote: what
+// an alert on one lease's denial spike needs. The writer feeds it from every record it writes,
+// so no part of the request path does any more work for it; a lease's series goes when the
+// record of its end is written, which keeps the series as few as the leases running.
+type leaseCounts struct {
+	mu sync.Mutex
+	m  map[leaseKey]*[2]uint64 // denials, flagged
+}
+
+type leaseKey struct{ tenant, lease string }
+
+var (
+	leaseDenialsDesc = prometheus.NewDesc("airlock_audit_lease_denials_total",
+		"Denials recorded for each live lease (the series ends with the lease).", []string{"tenant", "lease"}, nil)
+	leaseFlaggedDesc = prometheus.NewDesc("airlock_audit_lease_flagged_total",
+		"Records flagged for review (tunnel-shaped DNS) for each live lease.", []string{"tenant", "lease"}, nil)
+)
+
+// observe counts r.
+func (c *leaseCounts) observe(r *Record) {
+	if r.Lease == "" {
+		return
+	}
+	ended := r.Kind == KindLease && (r.Event == "release" || r.Event == "expiry" || r.Event == "reap")
+	if !ended && r.Decision != Deny && !r.Flagged {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := leaseKey{r.Tenant, r.Lease}
+	if ended {
+		delete(c.m, k)
+		return
+	}
+	if c.m == nil {
+		c.m = map[leaseKey]*[2]uint64{}
+	}
+	v := c.m[k]
+	if v == nil {
+		if len(c.m) >= maxLeaseSeries {
+			k.lease = "other"
+			if v = c.m[k]; v == nil {
+				v = new([2]uint64)
+				c.m[k] = v
+			}
+		} else {
+			v = new([2]uint64)
+			c.m[k] = v
+		}
+	}
+	if r.Decision == Deny {
+		v[0]++
+	}
+	if r.Flagged {
+		v[1]++
+	}
+}
+
+func (c *leaseCounts) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leaseDenialsDesc
+	ch <- leaseFlaggedDesc
+}
+
+func (c *leaseCounts) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range c.m {
+		ch <- prometheus.MustNewConstMetric(leaseDenialsDesc, prometheus.CounterValue, float64(v[0]), k.tenant, k.lease)
+		ch <- prometheus.MustNewConstMetric(leaseFlaggedDesc, prometheus.CounterValue, float64(v[1]), k.tenant, k.lease)
+	}
+}
