@@ -90,7 +90,9 @@ func cmdAudit(args []string) int {
 		e.SetIndent("", "  ")
 		e.Encode(rep)
 	} else {
-		fmt.Print(terminalSafe(strings.TrimSuffix(rep.String(), "\n")) + "\n")
+		for _, l := range strings.Split(strings.TrimSuffix(rep.String(), "\n"), "\n") {
+			fmt.Println(terminalSafe(l)) // segment names and reasons come from files anyone could edit
+		}
 		fmt.Printf("Latest checkpoint: %s\n", latestFrom)
 	}
 	if !rep.OK() {
