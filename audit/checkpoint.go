@@ -1,7 +1,9 @@
 package audit
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -132,10 +134,35 @@ func LoadSigner(path, node string) (note.Signer, string, error) {
 			path, s.Name(), KeyName(node))
 	}
 	pub, err := os.ReadFile(path + ".pub")
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
+		// The public half is derived again from the private one and written back.
+		vkey, derr := verifierKeyOf(strings.TrimSpace(string(data)))
+		if derr != nil {
+			return nil, "", fmt.Errorf("audit: checkpoint key %s: %v", path, derr)
+		}
+		if err := writeFileAtomic(path+".pub", []byte(vkey+"\n")); err != nil {
+			return nil, "", err
+		}
+		pub = []byte(vkey)
+	} else if err != nil {
 		return nil, "", fmt.Errorf("audit: the checkpoint key's public half: %w", err)
 	}
 	return s, strings.TrimSpace(string(pub)), nil
+}
+
+// verifierKeyOf derives the verifier key of a note signer key
+// ("PRIVATE+KEY+<name>+<hash>+<base64 of 0x01 and the Ed25519 seed>").
+func verifierKeyOf(skey string) (string, error) {
+	parts := strings.Split(skey, "+")
+	if len(parts) != 5 {
+		return "", errors.New("not a signer key")
+	}
+	raw, err := base64.StdEncoding.DecodeString(parts[4])
+	if err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 1 {
+		return "", errors.New("not an Ed25519 signer key")
+	}
+	pub := ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey)
+	return note.NewEd25519VerifierKey(parts[2], pub)
 }
 
 // NewVerifier reads a verifier key ("airlock-<node>+<hash>+<key>", as written beside the node's

@@ -183,7 +183,7 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 		s.seq, s.prev = r.Seq, r.Hash
 	}
 	s.lastSigned = s.seq
-	if err := s.openSegment("the node started"); err != nil {
+	if err := s.openSegment("the node started", nil); err != nil {
 		return nil, err
 	}
 	if cfg.OnCheckpoint != nil {
@@ -216,8 +216,10 @@ func listSegments(dir string) ([]string, error) {
 	return out, nil
 }
 
-// openSegment starts a new segment after the last record and writes its opening record.
-func (s *FileSink) openSegment(why string) error {
+// openSegment starts a new segment after the last record and writes its opening record. sealed,
+// when set, is the segment just sealed: it joins the sealed list in the same step the new one
+// becomes active, so a query never sees its records twice or not at all.
+func (s *FileSink) openSegment(why string, sealed *segmentSummary) error {
 	name := segmentName(max(s.seq+1, s.nextName))
 	s.nextName = max(s.seq+1, s.nextName) + 1
 	f, err := os.OpenFile(filepath.Join(s.cfg.Dir, name), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
@@ -226,6 +228,9 @@ func (s *FileSink) openSegment(why string) error {
 	}
 	s.f, s.w, s.size, s.opened = f, bufio.NewWriterSize(f, 64<<10), 0, time.Now()
 	s.xmu.Lock()
+	if sealed != nil {
+		s.sealed = append(s.sealed, *sealed)
+	}
 	s.active, s.actName, s.flushed = newIndex(), name, 0
 	s.m.segments.Store(int64(len(s.sealed) + 1))
 	s.xmu.Unlock()
@@ -252,13 +257,9 @@ func (s *FileSink) seal(why string) error {
 		return err
 	}
 	sum := x.summaryOf(name, s.size)
-	if err := s.openSegment(why); err != nil {
+	if err := s.openSegment(why, &sum); err != nil {
 		return err
 	}
-	s.xmu.Lock()
-	s.sealed = append(s.sealed, sum)
-	s.m.segments.Store(int64(len(s.sealed) + 1))
-	s.xmu.Unlock()
 	return s.retain()
 }
 
@@ -278,18 +279,18 @@ func (s *FileSink) retain() error {
 	now := s.cfg.clock()
 	n, why := 0, ""
 	for _, g := range sealed {
-		switch {
-		case s.cfg.KeepFor > 0 && !g.To.IsZero() && now.Sub(g.To) > s.cfg.KeepFor:
+		old := s.cfg.KeepFor > 0 && !g.To.IsZero() && now.Sub(g.To) > s.cfg.KeepFor
+		big := s.cfg.KeepBytes > 0 && total > s.cfg.KeepBytes
+		if !old && !big {
+			break // segments are in age order: the next is newer still
+		}
+		why = fmt.Sprintf("the trail was over audit.keep_bytes (%d bytes)", s.cfg.KeepBytes)
+		if old {
 			why = fmt.Sprintf("older than audit.keep_for (%s)", s.cfg.KeepFor)
-		case s.cfg.KeepBytes > 0 && total > s.cfg.KeepBytes:
-			why = fmt.Sprintf("the trail was over audit.keep_bytes (%d bytes)", s.cfg.KeepBytes)
-		default:
-			goto done
 		}
 		total -= g.Bytes
 		n++
 	}
-done:
 	if n == 0 {
 		return nil
 	}

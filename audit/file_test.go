@@ -345,3 +345,25 @@ func TestLeaseCounts(t *testing.T) {
 		t.Fatalf("counts %v", s.m.leases.m)
 	}
 }
+
+// The checkpoint key is made once and kept; its public half is derived again when it is lost; a
+// key made for another node is refused.
+func TestLoadSigner(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit-key")
+	s1, pub1, err := LoadSigner(path, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path + ".pub")
+	s2, pub2, err := LoadSigner(path, "n1")
+	if err != nil || pub2 != pub1 || s2.KeyHash() != s1.KeyHash() {
+		t.Fatalf("reloading: %v, %q vs %q", err, pub2, pub1)
+	}
+	v, err := NewVerifier(pub2)
+	if err != nil || v.KeyHash() != s1.KeyHash() {
+		t.Fatalf("the derived public key: %v", err)
+	}
+	if _, _, err := LoadSigner(path, "n2"); err == nil || !strings.Contains(err.Error(), "give each node its own key") {
+		t.Fatalf("another node's key: %v", err)
+	}
+}

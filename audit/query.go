@@ -101,6 +101,9 @@ func query(ctx context.Context, segs []segView, q Query, fn func(Record) error) 
 			return res, err
 		}
 		x, err := sv.candidates(q, want)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted by retention since the query began
+		}
 		if err != nil {
 			return res, err
 		}
@@ -108,6 +111,9 @@ func query(ctx context.Context, segs []segView, q Query, fn func(Record) error) 
 			continue
 		}
 		f, err := os.Open(sv.path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return res, fmt.Errorf("audit: %w", err)
 		}

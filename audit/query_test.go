@@ -122,4 +122,23 @@ func TestDecodeIndexRefusesGarbage(t *testing.T) {
 			t.Fatalf("an index cut to %d bytes decoded", n)
 		}
 	}
+	// A forged index with its checksum made right: what a query would index by out of range.
+	forged := func(edit func(*index)) error {
+		y := newIndex()
+		for i := range 10 {
+			y.add(&Record{Seq: uint64(i + 1), Lease: "l", Time: time.Now()}, int64(i*10), int64(i*10+10))
+		}
+		edit(y)
+		_, err := decodeIndex(y.encode(), [nFields]string{}, true)
+		return err
+	}
+	for name, edit := range map[string]func(*index){
+		"a posting past the last record": func(y *index) { *y.Postings[fieldLease]["l"] = append(*y.Postings[fieldLease]["l"], 99) },
+		"postings out of order":          func(y *index) { p := *y.Postings[fieldLease]["l"]; p[3] = p[2] },
+		"too few time blocks":            func(y *index) { y.Blocks = nil },
+	} {
+		if err := forged(edit); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
 }
