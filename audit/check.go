@@ -40,7 +40,7 @@ type Report struct {
 	From, To uint64
 	// FromTime and ToTime are the times of the first and last record checked.
 	FromTime, ToTime time.Time
-	// Covered is the seq of the last record a valid checkpoint signs.
+	// Covered is the seq of the last valid checkpoint: every record up to it is signed.
 	Covered uint64
 	// Deleted says which records retention deleted, from its signed records.
 	Deleted  []string
@@ -79,7 +79,7 @@ func (r *Report) String() string {
 	case r.OK():
 		fmt.Fprintf(&b, "Chain intact from seq %d to %d\n", r.From, r.To)
 		if r.Covered < r.To && !r.Unchecked {
-			fmt.Fprintf(&b, "Records after seq %d are not yet covered by a checkpoint\n", r.Covered)
+			fmt.Fprintf(&b, "Records after seq %d (the last checkpoint) are not yet covered by one\n", r.Covered)
 		}
 	default:
 		fmt.Fprintf(&b, "Chain NOT intact: first problem at %s\n", r.Problems[0])
@@ -354,14 +354,15 @@ func (v *verifier) checkpoint(name string, line int, r *Record) bool {
 		v.problem(name, line, r.Seq, "checkpoint signs seq %d, which is not the record before it (seq %d): the records between were deleted", c.Seq, v.prevSeq)
 		return false
 	case c.Head != v.prevHash:
-		v.problem(name, line, r.Seq, "checkpoint signs seq %d with another head than the record before it (the records it covers were changed)", c.Seq)
+		v.problem(name, line, r.Seq, "checkpoint signs seq %d with another head than the trail has: records after seq %d (the last checkpoint that holds) up to %d were changed and their chain rebuilt",
+			c.Seq, v.rep.Covered, c.Seq)
 		return false
 	case c.Node != v.rep.Node:
 		v.problem(name, line, r.Seq, "checkpoint is for node %q", c.Node)
 		return false
 	}
 	v.rep.CheckpointsValid++
-	v.rep.Covered = c.Seq
+	v.rep.Covered = r.Seq
 	return true
 }
 

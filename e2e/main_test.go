@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // sharedSpec is the node most tests share. Each test takes leases of its own on it, so any one
@@ -101,10 +103,32 @@ func stopShared(s *shared) []string {
 	problems = append(problems, s.leftovers()...)
 	secrets := append([]string{demo, s.client.VaultToken}, s.up.vaultTokens()...)
 	problems = append(problems, s.secretsWritten(metrics, secrets...)...)
+	problems = append(problems, s.trailIntact()...)
 	if len(problems) == 0 {
 		os.RemoveAll(s.dir)
 	}
 	return problems
+}
+
+// trailIntact checks the whole run's trail with the node's public key, as a security team would
+// after it: every record, the chain, the checkpoints, the indexes.
+func (s *shared) trailIntact() []string {
+	key, err := os.ReadFile(s.client.AuditKey)
+	if err != nil {
+		return []string{fmt.Sprintf("the audit key: %v", err)}
+	}
+	v, err := audit.NewVerifier(string(key))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	rep, err := audit.Verify(s.client.Audit, audit.VerifyOptions{Verifier: v})
+	if err != nil {
+		return []string{fmt.Sprintf("audit verify: %v", err)}
+	}
+	if !rep.OK() || rep.Checkpoints == 0 || rep.Covered != rep.To {
+		return []string{"the shared node's trail does not verify after the run:\n" + rep.String()}
+	}
+	return nil
 }
 
 func TestMain(m *testing.M) {
