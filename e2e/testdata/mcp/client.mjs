@@ -67,10 +67,15 @@ try {
   say("expose_port", exposed);
   say("port_fetch", await fetchPort(exposed.structured.url));
   say("kill_process", await tool("kill_process", { lease, process: pid }));
+  // Each call asks from where the last one ended, so it waits (up to 3s) for more output or
+  // the end instead of answering at once with output already seen.
   let ended;
+  let outOff = 8, errOff = 0;
   for (let i = 0; i < 10; i++) {
-    ended = await tool("process_output", { lease, process: pid, stdout_offset: 8, wait_seconds: 3 });
+    ended = await tool("process_output", { lease, process: pid, stdout_offset: outOff, stderr_offset: errOff, wait_seconds: 3 });
     if (!ended.structured.process.running) break;
+    outOff = ended.structured.stdout_offset;
+    errOff = ended.structured.stderr_offset;
   }
   say("process_ended", ended);
   say("bad_lease", await tool("run", { lease: "l-nope", command: "true" }));
