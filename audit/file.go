@@ -131,11 +131,13 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 20 * time.Millisecond
 	}
-	if cfg.SegmentBytes <= 0 || cfg.SegmentBytes > 4<<30-maxLine {
-		cfg.SegmentBytes = min(max(cfg.SegmentBytes, 0), 4<<30-maxLine)
-		if cfg.SegmentBytes == 0 {
-			cfg.SegmentBytes = 64 << 20
-		}
+	// Offsets in a segment are 32 bits: a segment is sealed well before its last line could end
+	// past 4 GiB.
+	switch maxSegment := int64(4<<30 - 2*maxLine); {
+	case cfg.SegmentBytes <= 0:
+		cfg.SegmentBytes = 64 << 20
+	case cfg.SegmentBytes > maxSegment:
+		cfg.SegmentBytes = maxSegment
 	}
 	if cfg.SegmentAge == 0 {
 		cfg.SegmentAge = time.Hour

@@ -67,7 +67,7 @@ func cmdLogs(args []string) int {
 		if len(page.Problems) > warned {
 			// The records that verify are still shown; say once what did not.
 			fmt.Fprintln(os.Stderr, "airlock: warning: the node's audit trail has records that failed verification and are not shown:",
-				terminalSafe((&client.TrailProblems{Problems: page.Problems}).Error()))
+				terminalSafe((&audit.TrailError{Path: "trail", Problems: page.Problems}).Error()))
 			warned = len(page.Problems)
 		}
 		for _, r := range page.Records {

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -14,17 +15,26 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/receipt"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/pooltest"
 )
 
-func auditServer(t *testing.T, sink *audit.FileSink) *httptest.Server {
+func auditServer(t *testing.T, sink *audit.FileSink, signer ...note.Signer) *httptest.Server {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, _ := pool.New(pool.Config{Node: "n1", Runtime: &pooltest.Runtime{}, Audit: audit.Discard{}, Logger: quiet})
-	srv := httptest.NewServer(api.New(api.Config{Pool: m, Logger: quiet, Audit: sink,
-		Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}}))
+	cfg := api.Config{Pool: m, Logger: quiet, Audit: sink,
+		Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}}
+	if len(signer) > 0 {
+		cfg.Receipt = func(ctx context.Context, tenant, lease string) ([]byte, error) {
+			return receipt.Make(ctx, sink, signer[0], tenant, lease)
+		}
+	}
+	srv := httptest.NewServer(api.New(cfg))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -146,5 +156,43 @@ func TestAuditFiltersPagesAndTenants(t *testing.T) {
 		if status, _ := getAudit(t, srv, "key-acme", bad); status != http.StatusBadRequest {
 			t.Errorf("GET /v1/audit?%s: %d, want 400", bad, status)
 		}
+	}
+}
+
+// A lease's receipt is served to its tenant, signed, after the lease is gone; another tenant
+// asking for the same id is told there is none.
+func TestReceiptByTenant(t *testing.T) {
+	skey, vkey, _ := note.GenerateKey(rand.Reader, audit.KeyName("n1"))
+	signer, _ := note.NewSigner(skey)
+	verifier, _ := note.NewVerifier(vkey)
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: t.TempDir(), Node: "n1", Signer: signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	ctx := context.Background()
+	sink.Write(ctx, audit.Record{Kind: audit.KindLease, Event: "bind", Tenant: "acme", Lease: "l-1", Node: "n1"})
+	sink.Write(ctx, audit.Record{Kind: audit.KindLease, Event: "release", Tenant: "acme", Lease: "l-1", Node: "n1"})
+	srv := auditServer(t, sink, signer)
+	get := func(key string) (int, []byte) {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/leases/l-1/receipt", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	st, body := get("key-acme")
+	if st != 200 {
+		t.Fatalf("own receipt: %d %s", st, body)
+	}
+	if r, err := receipt.Open(body, verifier); err != nil || r.EndedBy != "release" {
+		t.Fatalf("the receipt served: %v %+v", err, r)
+	}
+	if st, body := get("key-globex"); st != 404 || strings.Contains(string(body), "acme") {
+		t.Fatalf("another tenant's receipt: %d %s", st, body)
 	}
 }

@@ -349,7 +349,7 @@ func (c *Client) AuditPage(ctx context.Context, q AuditQuery) (api.AuditPage, er
 
 // Audit returns every one of the tenant's audit records matching q, following the pages. When
 // the node reports records of its trail that failed their own check (and so are left out), the
-// records come back with a *TrailProblems.
+// records come back with an *audit.TrailError.
 func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error) {
 	var out []audit.Record
 	var problems []audit.Problem
@@ -366,7 +366,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error
 		q.After = page.Next
 	}
 	if len(problems) > 0 {
-		return out, &TrailProblems{Problems: problems}
+		return out, &audit.TrailError{Path: "the node's audit trail", Problems: problems}
 	}
 	return out, nil
 }
@@ -380,24 +380,6 @@ func (c *Client) Receipt(ctx context.Context, lease string) ([]byte, error) {
 	}
 	defer resp.Body.Close()
 	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-}
-
-// TrailProblems is returned by Audit, together with the records, when the node reports records of
-// its trail that failed their own check (and that the records therefore leave out).
-type TrailProblems struct{ Problems []audit.Problem }
-
-func (e *TrailProblems) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "audit trail: %d record(s) failed verification", len(e.Problems))
-	for i, p := range e.Problems {
-		if i == 5 {
-			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
-			break
-		}
-		b.WriteString("; ")
-		b.WriteString(p.String())
-	}
-	return b.String()
 }
 
 // raw sends body as is, with extra headers, and returns the response for the caller to read.
