@@ -29,8 +29,6 @@ const (
 	nFields
 )
 
-var fieldNames = [nFields]string{"lease", "task", "tenant", "host", "kind", "decision", "rule", "event", "flagged"}
-
 // fieldValues returns r's value of each indexed field ("" for none).
 func fieldValues(r *Record) [nFields]string {
 	host := r.Host
