@@ -62,6 +62,7 @@ fuzz:
 # Benchmarks: go benchmarks with allocations, then the side-by-side peer runs.
 bench: bench-gateway bench-dns bench-pool
 	$(GO) test -run XXX -bench . -benchmem ./gateway/... ./dnsfilter/...
+	$(GO) test -run XXX -bench . -benchmem ./audit/   # AIRLOCK_AUDIT_BENCH_RECORDS=10000000 for the 10 M record trail
 
 bench-gateway:
 	@scripts/bench-gateway.sh
