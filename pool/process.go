@@ -209,15 +209,13 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 			p.info.ExitCode = &code
 		}
 		m.procMu.Unlock()
-		close(p.done)
-		// Wake readers waiting on either stream.
-		p.stdout.Write(nil)
-		p.stderr.Write(nil)
 		reason := ""
 		if err != nil {
 			reason = err.Error()
 		}
 		took := time.Since(start)
+		// The end is recorded before anyone learns of it: a release waiting for its processes
+		// (endProcesses) writes its own records after this one.
 		m.processRecord(context.WithoutCancel(ctx), l, p, "process-exit", reason, func(info ProcessInfo, rec *audit.Record) {
 			if err == nil {
 				rec.ExitCode = &code
@@ -225,6 +223,10 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 			rec.BytesDown, rec.DurationMS = info.StdoutBytes+info.StderrBytes, float64(took.Microseconds())/1000
 			tp.fill(m, l.ID, rec)
 		})
+		close(p.done)
+		// Wake readers waiting on either stream.
+		p.stdout.Write(nil)
+		p.stderr.Write(nil)
 	}()
 	return m.snapshot(p), nil
 }
