@@ -51,6 +51,18 @@ func cmdLogs(args []string) int {
 		fmt.Fprintln(os.Stderr, "airlock logs: --decision is allow or deny")
 		return 2
 	}
+	// A duration is turned into a time once, so every page asks for the same window.
+	for _, v := range []*string{&q.Since, &q.Until} {
+		if *v == "" {
+			continue
+		}
+		t, err := parseSince(*v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "airlock logs:", strings.Replace(err.Error(), "--since", "--since/--until", 1))
+			return 2
+		}
+		*v = t.UTC().Format(time.RFC3339Nano)
+	}
 	c, err := newClient()
 	if err != nil {
 		return fail(err)
