@@ -47,8 +47,11 @@ type Receipt struct {
 	Files     []File    `json:"files"`
 	// Workspace is the summary written when the lease ended (what changed, and whether the
 	// workspace was read whole).
-	Workspace string  `json:"workspace,omitempty"`
-	Records   Records `json:"records"`
+	Workspace string `json:"workspace,omitempty"`
+	// NotListed counts, per list, the entries beyond MaxListed that are counted in Records
+	// and not listed (a sandbox asking for a million names must not make a receipt that size).
+	NotListed map[string]int `json:"not_listed,omitempty"`
+	Records   Records        `json:"records"`
 	// Checkpoint is the node's signed checkpoint over a head at or after the last record: with
 	// the trail, it proves the records summarised are the ones written.
 	Checkpoint string `json:"checkpoint,omitempty"`
@@ -104,7 +107,8 @@ type Records struct {
 	Last  uint64 `json:"last_seq"`
 }
 
-// MaxListed bounds each list of a receipt; what is beyond is still counted in Records.
+// MaxListed bounds each list of a receipt (and what building it holds in memory); what is beyond
+// is counted in NotListed.
 const MaxListed = 10000
 
 // Builder accumulates a lease's records, oldest first.
@@ -147,23 +151,35 @@ func (b *Builder) Add(rec audit.Record) {
 		case rec.Decision == audit.Deny:
 			b.deny(rec, host)
 		case rec.Event == "": // the sandbox's own question, not the gateway's lookup
-			b.resolved[host] = true
+			if b.room("dns_unused", len(b.resolved)) {
+				b.resolved[host] = true
+			}
 		}
 	case audit.KindExec:
-		if rec.Event == "" || rec.Event == "process-exit" {
-			if len(r.Commands) < MaxListed {
-				r.Commands = append(r.Commands, Command{Seq: rec.Seq, Command: rec.Command, Process: rec.Process, ExitCode: rec.ExitCode,
-					Error: rec.Reason, Stdin: rec.Stdin, Stdout: rec.Stdout, Stderr: rec.Stderr})
-			}
+		if (rec.Event == "" || rec.Event == "process-exit") && b.room("commands", len(r.Commands)) {
+			r.Commands = append(r.Commands, Command{Seq: rec.Seq, Command: rec.Command, Process: rec.Process, ExitCode: rec.ExitCode,
+				Error: rec.Reason, Stdin: rec.Stdin, Stdout: rec.Stdout, Stderr: rec.Stderr})
 		}
 	case audit.KindFile:
 		if rec.Event == "workspace" {
 			r.Workspace = rec.Reason
-		} else if len(r.Files) < MaxListed {
+		} else if b.room("files", len(r.Files)) {
 			r.Files = append(r.Files, File{Seq: rec.Seq, Event: rec.Event, Path: rec.Path, To: rec.To, Size: rec.Size, SHA256: rec.SHA256,
 				Denied: rec.Decision == audit.Deny})
 		}
 	}
+}
+
+// room reports whether a list holding n entries may take one more, counting the refusal.
+func (b *Builder) room(list string, n int) bool {
+	if n < MaxListed {
+		return true
+	}
+	if b.r.NotListed == nil {
+		b.r.NotListed = map[string]int{}
+	}
+	b.r.NotListed[list]++
+	return false
 }
 
 func (b *Builder) lease(rec audit.Record) {
@@ -185,10 +201,18 @@ func (b *Builder) lease(rec audit.Record) {
 
 func (b *Builder) http(rec audit.Record) {
 	host := strings.ToLower(rec.Host)
-	b.hosts[host] = true
+	if len(b.hosts) < MaxListed*4 {
+		b.hosts[host] = true
+	}
 	key := fmt.Sprintf("%s:%d", host, rec.Port)
 	d := b.dests[key]
 	if d == nil {
+		if !b.room("destinations", len(b.dests)) {
+			if rec.Decision == audit.Deny {
+				b.deny(rec, host)
+			}
+			return
+		}
 		d = &Destination{Host: host, Port: rec.Port}
 		b.dests[key] = d
 	}
@@ -219,6 +243,9 @@ func (b *Builder) deny(rec audit.Record, host string) {
 	key := string(rec.Kind) + "\x00" + string(rec.Rule) + "\x00" + host
 	d := b.denials[key]
 	if d == nil {
+		if !b.room("denials", len(b.denials)) {
+			return
+		}
 		d = &Denial{Kind: string(rec.Kind), Rule: string(rec.Rule), Host: host, Reason: rec.Reason}
 		b.denials[key] = d
 	}

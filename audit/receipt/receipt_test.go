@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -91,5 +92,18 @@ func TestReceipt(t *testing.T) {
 	}
 	if _, err := Make(ctx, trail, signer, "initech", "l-1"); !errors.Is(err, ErrNoRecords) {
 		t.Errorf("another tenant's receipt: %v", err)
+	}
+}
+
+// A sandbox that asks for more names than a receipt lists makes a receipt of bounded size, and
+// says how many were not listed.
+func TestReceiptBounded(t *testing.T) {
+	b := NewBuilder()
+	for i := range MaxListed + 50 {
+		b.Add(audit.Record{Seq: uint64(i + 1), Kind: audit.KindDNS, Decision: audit.Deny, Rule: "scope-miss", QName: fmt.Sprintf("n%d.example.", i)})
+	}
+	r := b.Receipt()
+	if len(r.Denials) != MaxListed || r.NotListed["denials"] != 50 || r.Records.Count != MaxListed+50 {
+		t.Fatalf("%d denials listed, %v not listed, %d records", len(r.Denials), r.NotListed, r.Records.Count)
 	}
 }
