@@ -153,7 +153,7 @@ func LoadSigner(path, node string) (note.Signer, string, error) {
 // verifierKeyOf derives the verifier key of a note signer key
 // ("PRIVATE+KEY+<name>+<hash>+<base64 of 0x01 and the Ed25519 seed>").
 func verifierKeyOf(skey string) (string, error) {
-	parts := strings.Split(skey, "+")
+	parts := strings.SplitN(skey, "+", 5) // the key itself is base64 and may hold "+"
 	if len(parts) != 5 {
 		return "", errors.New("not a signer key")
 	}

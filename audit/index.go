@@ -378,10 +378,15 @@ type segmentSummary struct {
 	Records     int
 	Bytes       int64
 	Node        string
-	Counts      [nFields]map[string]int
+	Counts      [nFields]map[string]int // nil for a field with more than maxSummaryValues values
 	Bad         []Problem
 	lastSpan    [2]uint32 // the byte span of the last record's line
 }
+
+// maxSummaryValues bounds the values of one field a segment's summary keeps in memory. Hosts are
+// what a sandbox picks (a million distinct names asked is a million values): a field with more
+// keeps none, and a query on it opens the segment's index instead of skipping by the summary.
+const maxSummaryValues = 4096
 
 func (x *index) summaryOf(name string, size int64) segmentSummary {
 	from, to := x.timeSpan()
@@ -391,13 +396,16 @@ func (x *index) summaryOf(name string, size int64) segmentSummary {
 		g.Bad = append(g.Bad, p)
 	}
 	for f := range g.Counts {
-		if x.Counts[f] != nil {
+		switch {
+		case len(x.Postings[f]) > maxSummaryValues || len(x.Counts[f]) > maxSummaryValues:
+			// nil: may hold any value
+		case x.Counts[f] != nil:
 			g.Counts[f] = x.Counts[f]
-			continue
-		}
-		g.Counts[f] = make(map[string]int, len(x.Postings[f]))
-		for v, p := range x.Postings[f] {
-			g.Counts[f][v] = len(*p)
+		default:
+			g.Counts[f] = make(map[string]int, len(x.Postings[f]))
+			for v, p := range x.Postings[f] {
+				g.Counts[f][v] = len(*p)
+			}
 		}
 	}
 	if n := x.records(); n > 0 {

@@ -188,7 +188,7 @@ func (sv segView) candidates(q Query, want [nFields]string) (*index, error) {
 		return nil, nil
 	}
 	for f, v := range want {
-		if v != "" && g.Counts[f][v] == 0 {
+		if v != "" && g.Counts[f] != nil && g.Counts[f][v] == 0 {
 			return nil, nil
 		}
 	}

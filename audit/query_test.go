@@ -142,3 +142,32 @@ func TestDecodeIndexRefusesGarbage(t *testing.T) {
 		}
 	}
 }
+
+// A segment whose hosts a sandbox inflated keeps no host values in memory, and a query on a host
+// still finds its records (through the segment's index).
+func TestSummaryBoundedUnderManyHosts(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenFile(FileConfig{Dir: dir, Queue: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxSummaryValues + 10 {
+		s.Write(context.Background(), Record{Kind: KindDNS, Lease: "l", Decision: Deny, QName: fmt.Sprintf("n%d.example.", i)})
+	}
+	s.Close()
+	tr, err := OpenTrail(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := tr.segs[0].sum.Counts[fieldHost]; c != nil {
+		t.Fatalf("the summary kept %d host values", len(c))
+	}
+	if tr.segs[0].sum.Counts[fieldLease]["l"] == 0 {
+		t.Fatal("the summary lost the lease")
+	}
+	n := 0
+	tr.Query(context.Background(), Query{Host: "n77.example"}, func(Record) error { n++; return nil })
+	if n != 1 {
+		t.Fatalf("host query found %d records", n)
+	}
+}
