@@ -215,6 +215,16 @@ func (c *Cache) Lookup(ctx context.Context, addr netip.Addr) (Binding, error) {
 	return b, nil
 }
 
+// Peek returns addr's binding if the cache holds a live one, without asking the store: what a
+// refusal made before the lookup (a query over its rate) uses to name the lease it came from.
+func (c *Cache) Peek(addr netip.Addr) (Binding, bool) {
+	addr = addr.Unmap()
+	c.mu.RLock()
+	b, ok := c.entries[addr]
+	c.mu.RUnlock()
+	return b, ok && c.now().Before(b.Expires)
+}
+
 // fetch asks the store for addr's binding and keeps it, unless the address changed while it was
 // being read (gen and epoch are what the cache knew before): then what was read may already be
 // gone, so it is neither kept nor served, and the store is asked again.

@@ -134,6 +134,26 @@ func TestCacheRefusesExpired(t *testing.T) {
 	}
 }
 
+// Peek answers from the cache alone: a live binding, never an expired or unknown one, and never a
+// store lookup.
+func TestPeek(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6")
+	src := &fakeSource{bindings: map[netip.Addr]Binding{b: {Lease: "l-store", Addr: b, Expires: time.Now().Add(time.Hour)}}}
+	c := NewCache("n1", src, 0)
+	c.live = true
+	c.Put(Binding{Lease: "l-1", Addr: a, Expires: time.Now().Add(time.Hour)})
+	if got, ok := c.Peek(a); !ok || got.Lease != "l-1" {
+		t.Fatalf("Peek of a cached binding: %+v %v", got, ok)
+	}
+	if _, ok := c.Peek(b); ok {
+		t.Fatal("Peek answered from the store")
+	}
+	c.Put(Binding{Lease: "l-2", Addr: a, Expires: time.Now().Add(-time.Second), Version: 9})
+	if _, ok := c.Peek(a); ok {
+		t.Fatal("Peek served an expired binding")
+	}
+}
+
 // A binding released between a miss's lookup and its put is never cached: the cache neither
 // keeps nor serves what it read while the address changed, and a binding older than one it has
 // heard of is not kept, whoever puts it.

@@ -244,6 +244,15 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 		return "", denial{rule.BadRequest, "unreadable source address", dns.ExtendedErrorCodeProhibited}
 	}
 	if !r.rate.Allow(src) {
+		// Attributed from the cache alone (no store lookup for a flood), so the lease's own
+		// trail, receipt and denial count show what it was refused.
+		if p, ok := r.cfg.Bindings.(interface {
+			Peek(netip.Addr) (binding.Binding, bool)
+		}); ok {
+			if b, ok := p.Peek(src); ok {
+				rec.Lease, rec.Task, rec.Tenant, rec.Sandbox = b.Lease, b.Task, b.Tenant, b.Sandbox
+			}
+		}
 		return "", denial{rule.RateLimit, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited}
 	}
 	b, err := r.cfg.Bindings.Lookup(context.Background(), src)

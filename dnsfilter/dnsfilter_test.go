@@ -27,6 +27,12 @@ func (f *fakeBindings) Lookup(ctx context.Context, a netip.Addr) (binding.Bindin
 	return f.lookup(ctx, a)
 }
 
+// Peek is Lookup for what the cache already holds.
+func (f *fakeBindings) Peek(a netip.Addr) (binding.Binding, bool) {
+	b, err := f.lookup(context.Background(), a)
+	return b, err == nil
+}
+
 type memSink struct {
 	mu   sync.Mutex
 	recs []audit.Record

@@ -231,6 +231,11 @@ func TestRateLimitAndMalformed(t *testing.T) {
 	if refused < 2 || h.sink.last().Rule != rule.RateLimit {
 		t.Fatalf("rate limit: %d refused, last rule %s", refused, h.sink.last().Rule)
 	}
+	// A refusal over the rate still names the lease (from the cache), so the lease's own trail,
+	// receipt and denial count show the flood.
+	if l := h.sink.last(); l.Lease != "l-1" || l.Task != "t" {
+		t.Fatalf("the rate-limited query's record names no lease: %+v", l)
+	}
 	// Garbage never stops the server.
 	c, _ := net.Dial("udp", h.addr)
 	defer c.Close()
