@@ -389,12 +389,16 @@ func (v *verifier) gap(g gap) {
 }
 
 // resolveGaps takes back the report of each gap a retention record explains: one that says every
-// record up to the gap's end was deleted, and names the hash the record after it links to.
+// record up to the gap's end was deleted, names the hash the record after it links to, and is
+// itself covered by a valid checkpoint (the node signs one right after each deletion): a
+// retention record appended after the last checkpoint is as unsigned as any record there, and
+// anyone who can edit the trail could write one to explain away the segments they removed.
 func (v *verifier) resolveGaps() {
 	drop := map[int]bool{}
 	for _, g := range v.gaps {
 		for _, r := range v.retained {
-			if r.Through == g.to && r.Head == g.prev {
+			signed := v.opt.Verifier == nil || r.Seq <= v.rep.Covered
+			if r.Through == g.to && r.Head == g.prev && signed {
 				drop[g.problem] = true
 				v.rep.Deleted = append(v.rep.Deleted, fmt.Sprintf("seq %d to %d: %s", g.from, g.to, r.Reason))
 				break

@@ -113,6 +113,23 @@ func TestVerifyNamesEachTampering(t *testing.T) {
 			})
 			return nil
 		}, "checkpoint signs seq"},
+		{"delete a segment and append a retention record to explain it", func(t *testing.T, dir string, segs []string) []byte {
+			// Chain-consistent (the unkeyed rule is public), but after the last checkpoint, so
+			// no signature covers it.
+			first := filepath.Join(dir, segs[0])
+			x, _ := loadIndex(first, false)
+			gone, _ := readRecordAt(first, [2]uint32{x.Offsets[x.records()-1], x.Offsets[x.records()]})
+			all := readAllLoose(dir)
+			w := &FileSink{seq: all[len(all)-1].Seq, prev: all[len(all)-1].Hash}
+			forged := Record{Kind: KindAudit, Event: EventRetention, Node: "a", Through: gone.Seq, Head: gone.Hash, Reason: "deleted 1 segment(s)"}
+			last := filepath.Join(dir, segs[len(segs)-1])
+			f, _ := os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0)
+			f.Write(w.line(&forged))
+			f.Close()
+			os.Remove(first)
+			os.Remove(indexPath(first))
+			return nil
+		}, "the trail starts at seq"},
 		{"edit an index", func(t *testing.T, dir string, segs []string) []byte {
 			p := indexPath(filepath.Join(dir, segs[1]))
 			x, _ := loadIndex(filepath.Join(dir, segs[1]), false)
