@@ -87,7 +87,8 @@ func (m *Manager) given(lease string, files ...FileInfo) {
 }
 
 // tarFiles reads a tar stream and returns each regular file's path (under dir), size and
-// SHA-256, at most limit of them; it always reads r to its end, so a writer feeding it through a
+// SHA-256, and each link's path and target (in To: a link carries no data, but where it leads is
+// what a sandbox would use one for), at most limit of them; it always reads r to its end, so a writer feeding it through a
 // pipe never blocks on it.
 func tarFiles(r io.Reader, dir string, limit int) (files []FileInfo, more int, err error) {
 	defer io.Copy(io.Discard, r)
@@ -100,11 +101,17 @@ func tarFiles(r io.Reader, dir string, limit int) (files []FileInfo, more int, e
 		if err != nil {
 			return files, more, err
 		}
-		if h.Typeflag != tar.TypeReg {
+		link := h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink
+		if h.Typeflag != tar.TypeReg && !link {
 			continue
 		}
 		if len(files) >= limit {
 			more++
+			continue
+		}
+		p := path.Join(dir, path.Clean("/"+h.Name))
+		if link {
+			files = append(files, FileInfo{Path: p, To: h.Linkname})
 			continue
 		}
 		sum := sha256.New()
@@ -112,7 +119,7 @@ func tarFiles(r io.Reader, dir string, limit int) (files []FileInfo, more int, e
 		if err != nil {
 			return files, more, err
 		}
-		files = append(files, FileInfo{Path: path.Join(dir, path.Clean("/"+h.Name)), Size: n, SHA256: hex.EncodeToString(sum.Sum(nil))})
+		files = append(files, FileInfo{Path: p, Size: n, SHA256: hex.EncodeToString(sum.Sum(nil))})
 	}
 }
 
@@ -160,13 +167,13 @@ func (m *Manager) recordWorkspace(ctx context.Context, l Lease) {
 	counts := map[string]int{}
 	change := func(event string, f FileInfo) {
 		counts[event]++
-		changes = append(changes, audit.Record{Kind: audit.KindFile, Event: event, Path: f.Path, Size: f.Size, SHA256: f.SHA256})
+		changes = append(changes, audit.Record{Kind: audit.KindFile, Event: event, Path: f.Path, Size: f.Size, SHA256: f.SHA256, To: f.To})
 	}
 	for _, f := range got.files {
 		switch g, ok := given[f.Path]; {
 		case !ok:
 			change(EventCreated, f)
-		case g.SHA256 != f.SHA256:
+		case g.SHA256 != f.SHA256 || g.To != f.To:
 			change(EventModified, f)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 type fakeWorkspace struct {
 	mu    sync.Mutex
 	files map[string]string
+	links map[string]string // path -> target ("ln TARGET PATH")
 }
 
 func (f *fakeWorkspace) exec(_ context.Context, _ pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, _ io.Writer) (int, error) {
@@ -47,9 +48,14 @@ func (f *fakeWorkspace) exec(_ context.Context, _ pool.Sandbox, req pool.ExecReq
 			tw.WriteHeader(&tar.Header{Name: "./" + strings.TrimPrefix(p, "/workspace/"), Mode: 0o600, Size: int64(len(v)), Typeflag: tar.TypeReg})
 			io.WriteString(tw, v)
 		}
+		for p, to := range f.links {
+			tw.WriteHeader(&tar.Header{Name: "./" + strings.TrimPrefix(p, "/workspace/"), Linkname: to, Mode: 0o777, Typeflag: tar.TypeSymlink})
+		}
 		tw.Close()
 	case c[0] == "put":
 		f.files[c[1]] = c[2]
+	case c[0] == "ln":
+		f.links[c[2]] = c[1]
 	case c[0] == "rm":
 		delete(f.files, c[1])
 	case c[0] == "print":
@@ -79,7 +85,7 @@ func sha(s string) string {
 // redaction, which sees the secret whole even where the head cuts it); at release the workspace
 // changes relative to what the tenant put there are recorded file by file, with a summary.
 func TestLedger(t *testing.T) {
-	ws := &fakeWorkspace{files: map[string]string{}}
+	ws := &fakeWorkspace{files: map[string]string{}, links: map[string]string{}}
 	sink := &recordSink{}
 	secret := "tok-0123456789abcdef"
 	e := pooltest.NewEnv(t, pooltest.EnvConfig{
@@ -109,6 +115,7 @@ func TestLedger(t *testing.T) {
 	run("put", "/workspace/src/a.py", "v2")
 	run("rm", "/workspace/src/gone.py")
 	run("put", "/workspace/out/new.bin", "made")
+	run("ln", "/etc/shadow", "/workspace/out/peek")
 	run("print", "0123456789"+secret+" and more")
 	if err := e.Manager.Release(ctx, "acme", l.ID); err != nil {
 		t.Fatal(err)
@@ -135,7 +142,8 @@ func TestLedger(t *testing.T) {
 			summary = r
 		}
 	}
-	want := map[string]string{"/workspace/src/a.py": pool.EventModified, "/workspace/src/gone.py": pool.EventDeleted, "/workspace/out/new.bin": pool.EventCreated}
+	want := map[string]string{"/workspace/src/a.py": pool.EventModified, "/workspace/src/gone.py": pool.EventDeleted, "/workspace/out/new.bin": pool.EventCreated,
+		"/workspace/out/peek": pool.EventCreated}
 	if len(changes) != len(want) {
 		t.Fatalf("workspace changes %+v, want %v", changes, want)
 	}
@@ -147,7 +155,10 @@ func TestLedger(t *testing.T) {
 	if c := changes["/workspace/out/new.bin"]; c.Size != 4 || c.SHA256 != sha("made") || c.Lease != l.ID {
 		t.Errorf("the created file's record: %+v", c)
 	}
-	if !strings.HasPrefix(summary.Reason, "1 created, 1 modified, 1 deleted; 3 files at the end") {
+	if c := changes["/workspace/out/peek"]; c.To != "/etc/shadow" {
+		t.Errorf("a link the lease made is recorded as %+v", c)
+	}
+	if !strings.HasPrefix(summary.Reason, "2 created, 1 modified, 1 deleted; 4 files at the end") {
 		t.Errorf("summary: %q", summary.Reason)
 	}
 	var bind audit.Record
