@@ -347,14 +347,10 @@ func (d *decoder) u() uint64 {
 	return v
 }
 
+// v reads a signed varint: binary.Varint is the zigzag form of Uvarint.
 func (d *decoder) v() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err, d.b = errIndex, nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.u()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (d *decoder) s() string {

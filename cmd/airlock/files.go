@@ -110,10 +110,5 @@ func cmdRenew(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(l)
-		return 0
-	}
-	fmt.Printf("%s expires %s\n", l.ID, l.Expires.Local().Format(time.RFC3339))
-	return 0
+	return emit(*asJSON, l, func() { fmt.Printf("%s expires %s\n", l.ID, l.Expires.Local().Format(time.RFC3339)) })
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -52,26 +51,20 @@ func cmdFs(args []string) int {
 		if err != nil {
 			return fail(err)
 		}
-		if *asJSON {
-			json.NewEncoder(os.Stdout).Encode(v)
-			return 0
-		}
-		for _, e := range v.Entries {
-			printEntry(e)
-		}
-		if v.Truncated {
-			fmt.Fprintf(os.Stderr, "airlock: the listing stops at %d entries\n", pool.MaxListEntries)
-		}
+		return emit(*asJSON, v, func() {
+			for _, e := range v.Entries {
+				printEntry(e)
+			}
+			if v.Truncated {
+				fmt.Fprintf(os.Stderr, "airlock: the listing stops at %d entries\n", pool.MaxListEntries)
+			}
+		})
 	case "stat":
 		e, err := c.Stat(ctx, lease, pos[1])
 		if err != nil {
 			return fail(err)
 		}
-		if *asJSON {
-			json.NewEncoder(os.Stdout).Encode(e)
-			return 0
-		}
-		printEntry(e)
+		return emit(*asJSON, e, func() { printEntry(e) })
 	case "mkdir":
 		err = c.Mkdir(ctx, lease, pos[1])
 	case "rm":

@@ -65,14 +65,11 @@ func cmdLeases(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(ls)
-		return 0
-	}
-	for _, l := range ls {
-		fmt.Printf("%-28s %-14s %-20s node %-8s expires %s\n", l.ID, l.Template, l.Task, l.Node, l.Expires.Local().Format("15:04:05"))
-	}
-	return 0
+	return emit(*asJSON, ls, func() {
+		for _, l := range ls {
+			fmt.Printf("%-28s %-14s %-20s node %-8s expires %s\n", l.ID, l.Template, l.Task, l.Node, l.Expires.Local().Format("15:04:05"))
+		}
+	})
 }
 
 func cmdRelease(args []string) int {
@@ -92,12 +89,7 @@ func cmdRelease(args []string) int {
 	if err := c.Release(context.Background(), fs.Arg(0)); err != nil {
 		return fail(err)
 	}
-	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"id": fs.Arg(0), "released": true})
-		return 0
-	}
-	fmt.Fprintf(os.Stderr, "released %s\n", fs.Arg(0))
-	return 0
+	return emit(*asJSON, map[string]any{"id": fs.Arg(0), "released": true}, func() { fmt.Fprintf(os.Stderr, "released %s\n", fs.Arg(0)) })
 }
 
 func cmdPools(args []string) int {
@@ -114,15 +106,12 @@ func cmdPools(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(ps)
-		return 0
-	}
-	for _, p := range ps {
-		fmt.Printf("%-14s node %-8s runtime %-13s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.RuntimeName(), p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
-		if p.ImageError != "" {
-			fmt.Printf("%-14s image: %s\n", "", strings.ReplaceAll(p.ImageError, "\n", "\n"+strings.Repeat(" ", 22)))
+	return emit(*asJSON, ps, func() {
+		for _, p := range ps {
+			fmt.Printf("%-14s node %-8s runtime %-13s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.RuntimeName(), p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
+			if p.ImageError != "" {
+				fmt.Printf("%-14s image: %s\n", "", strings.ReplaceAll(p.ImageError, "\n", "\n"+strings.Repeat(" ", 22)))
+			}
 		}
-	}
-	return 0
+	})
 }

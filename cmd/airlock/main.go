@@ -2,6 +2,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -157,4 +158,15 @@ func fail(err error) int {
 func failExec(err error) int {
 	fmt.Fprintln(os.Stderr, "airlock:", err)
 	return 125
+}
+
+// emit prints v as one line of JSON when asJSON is set (every command's --json), and otherwise
+// calls text; it returns 0, the exit code of a command that printed its result.
+func emit(asJSON bool, v any, text func()) int {
+	if asJSON {
+		json.NewEncoder(os.Stdout).Encode(v)
+	} else {
+		text()
+	}
+	return 0
 }

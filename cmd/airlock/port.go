@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -34,11 +33,8 @@ func cmdPort(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(v)
-		return 0
-	}
-	fmt.Println(v.URL)
-	fmt.Fprintf(os.Stderr, "port %d of %s, on a listener of its own; the URL is the credential, and closes with the lease\n", v.Port, v.Lease)
-	return 0
+	return emit(*asJSON, v, func() {
+		fmt.Println(v.URL)
+		fmt.Fprintf(os.Stderr, "port %d of %s, on a listener of its own; the URL is the credential, and closes with the lease\n", v.Port, v.Lease)
+	})
 }

@@ -68,23 +68,17 @@ func cmdProc(args []string) int {
 		if err != nil {
 			return fail(err)
 		}
-		if *asJSON {
-			json.NewEncoder(os.Stdout).Encode(p)
-		} else {
-			fmt.Println(p.ID)
-		}
+		return emit(*asJSON, p, func() { fmt.Println(p.ID) })
 	case "ls":
 		ps, err := c.Processes(ctx, lease)
 		if err != nil {
 			return fail(err)
 		}
-		if *asJSON {
-			json.NewEncoder(os.Stdout).Encode(ps)
-			return 0
-		}
-		for _, p := range ps {
-			fmt.Printf("%-12s %-14s %s\n", p.ID, processState(p), strings.Join(p.Cmd, " "))
-		}
+		return emit(*asJSON, ps, func() {
+			for _, p := range ps {
+				fmt.Printf("%-12s %-14s %s\n", p.ID, processState(p), strings.Join(p.Cmd, " "))
+			}
+		})
 	case "output":
 		var q client.OutputQuery
 		for {
