@@ -177,15 +177,15 @@ func selectSegments(dir string, names []string, opt VerifyOptions) ([]string, er
 	}
 	var out []string
 	for _, name := range names {
-		x, err := loadIndex(filepath.Join(dir, name), false)
+		x, err := loadIndex(filepath.Join(dir, name), false, false)
 		if err != nil {
 			return nil, err
 		}
-		_, to := x.timeSpan()
-		if !opt.Since.IsZero() && to.Before(opt.Since) && x.records() > 0 {
+		g := x.summaryOf(name, 0)
+		if !opt.Since.IsZero() && g.To.Before(opt.Since) && g.Records > 0 {
 			continue
 		}
-		if opt.Lease != "" && len(x.posting(fieldLease, opt.Lease)) == 0 {
+		if opt.Lease != "" && g.Counts[fieldLease] != nil && g.Counts[fieldLease][opt.Lease] == 0 {
 			continue
 		}
 		out = append(out, name)

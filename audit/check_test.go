@@ -117,7 +117,7 @@ func TestVerifyNamesEachTampering(t *testing.T) {
 			// Chain-consistent (the unkeyed rule is public), but after the last checkpoint, so
 			// no signature covers it.
 			first := filepath.Join(dir, segs[0])
-			x, _ := loadIndex(first, false)
+			x, _ := loadIndex(first, false, true)
 			gone, _ := readRecordAt(first, [2]uint32{x.Offsets[x.records()-1], x.Offsets[x.records()]})
 			all := readAllLoose(dir)
 			w := &FileSink{seq: all[len(all)-1].Seq, prev: all[len(all)-1].Hash}
@@ -132,7 +132,7 @@ func TestVerifyNamesEachTampering(t *testing.T) {
 		}, "the trail starts at seq"},
 		{"edit an index", func(t *testing.T, dir string, segs []string) []byte {
 			p := indexPath(filepath.Join(dir, segs[1]))
-			x, _ := loadIndex(filepath.Join(dir, segs[1]), false)
+			x, _ := loadIndex(filepath.Join(dir, segs[1]), false, true)
 			delete(x.Postings[fieldLease], "l1")
 			os.WriteFile(p, x.encode(), 0o600)
 			return nil
@@ -194,7 +194,7 @@ func TestVerifySinceAndLease(t *testing.T) {
 	if err != nil || !rep.OK() || rep.LeaseRecords != 20 {
 		t.Fatalf("verify --lease l2 (20 records):\n%s", rep)
 	}
-	x, _ := loadIndex(filepath.Join(dir, segs[2]), false)
+	x, _ := loadIndex(filepath.Join(dir, segs[2]), false, false)
 	from, _ := x.timeSpan()
 	rep, err = Verify(dir, VerifyOptions{Verifier: verifier, Since: from})
 	if err != nil || !rep.OK() || rep.Segments > len(segs)-1 {

@@ -162,7 +162,7 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 		n, _ := strconv.ParseUint(strings.TrimSuffix(name, segmentExt), 10, 64)
 		s.nextName = n + 1
 		path := filepath.Join(cfg.Dir, name)
-		x, err := loadIndex(path, true)
+		x, err := loadIndex(path, true, false)
 		if err != nil {
 			return nil, err
 		}

@@ -66,6 +66,8 @@ type index struct {
 	// records mostly share their tenant, kind, decision and lease, and the writer then skips the
 	// map.
 	hot [nFields]hotPosting
+	// rebuilt is set on an index built from its segment rather than read from its file.
+	rebuilt bool
 	// Bad lists the lines left out because they failed their own check (only in an index
 	// rebuilt from a damaged segment: the writer writes none), so every answer can say so.
 	Bad []Problem
@@ -449,11 +451,13 @@ func (x *index) scanned(line int, b []byte, off int64, r *Record, lerr error) in
 func indexPath(segment string) string { return segment[:len(segment)-len(segmentExt)] + indexExt }
 
 // loadIndex reads the index of the sealed segment at path, rebuilding it when it is missing or
-// unreadable (and writing the rebuilt one when write is set).
-func loadIndex(path string, write bool) (*index, error) {
+// unreadable (and writing the rebuilt one when write is set). Postings are decoded only when all
+// is set: the segment's summary needs the value counts alone, and a node opening a trail of many
+// segments would otherwise decode every posting of every one at start.
+func loadIndex(path string, write, all bool) (*index, error) {
 	data, err := os.ReadFile(indexPath(path))
 	if err == nil {
-		if x, derr := decodeIndex(data, [nFields]string{}, true); derr == nil {
+		if x, derr := decodeIndex(data, [nFields]string{}, all); derr == nil {
 			return x, nil
 		}
 	}
@@ -461,6 +465,7 @@ func loadIndex(path string, write bool) (*index, error) {
 	if err != nil {
 		return nil, err
 	}
+	x.rebuilt = true
 	if write {
 		if werr := writeFileAtomic(indexPath(path), x.encode()); werr != nil {
 			return nil, werr

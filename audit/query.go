@@ -291,13 +291,13 @@ func OpenTrail(dir string) (*Trail, error) {
 	t := &Trail{dir: dir}
 	for _, name := range names {
 		path := filepath.Join(dir, name)
-		x, err := loadIndex(path, false)
+		x, err := loadIndex(path, false, false)
 		if err != nil {
 			return nil, err
 		}
 		sv := segView{path: path, sum: x.summaryOf(name, 0)}
-		if _, err := os.Stat(indexPath(path)); err != nil {
-			sv.live, sv.n = x, x.records() // no index on disk: query the one built here
+		if x.rebuilt {
+			sv.live, sv.n = x, x.records() // no readable index on disk: query the one built here
 		}
 		t.segs = append(t.segs, sv)
 	}

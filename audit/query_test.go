@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -169,5 +171,29 @@ func TestSummaryBoundedUnderManyHosts(t *testing.T) {
 	tr.Query(context.Background(), Query{Host: "n77.example"}, func(Record) error { n++; return nil })
 	if n != 1 {
 		t.Fatalf("host query found %d records", n)
+	}
+}
+
+// An offline reader of a trail whose index file is damaged queries the index it rebuilds in
+// memory, and writes nothing.
+func TestOpenTrailWithDamagedIndex(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := OpenFile(FileConfig{Dir: dir})
+	s.Write(context.Background(), Record{Kind: KindHTTP, Lease: "l"})
+	s.Close()
+	s, _ = OpenFile(FileConfig{Dir: dir}) // seals the first segment, writing its index
+	s.Close()
+	idx := indexPath(filepath.Join(dir, segmentName(1)))
+	os.WriteFile(idx, []byte("AIDX2\ngarbage"), 0o600)
+	tr, err := OpenTrail(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if _, err := tr.Query(context.Background(), Query{Lease: "l"}, func(Record) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("query over a damaged index: %d records, %v", n, err)
+	}
+	if b, _ := os.ReadFile(idx); string(b) != "AIDX2\ngarbage" {
+		t.Fatal("the offline reader rewrote the index")
 	}
 }
