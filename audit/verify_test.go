@@ -250,3 +250,30 @@ func FuzzTrailRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// What a sink ships as "json" is the trail's line byte for byte, whatever the record holds, so a
+// receiver can check the chain with the same rule: Line of a record read back is the line read.
+func TestLineIsTheTrailsLine(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenFile(FileConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []Record{hostile(), {Kind: KindHTTP, Host: "a.example", DurationMS: 0.1 + 0.2}, {Kind: KindLease, Time: time.Now().In(time.FixedZone("x", 5*3600+1800))}} {
+		s.Write(context.Background(), r)
+	}
+	s.Close()
+	segs, _ := listSegments(dir)
+	b, _ := os.ReadFile(filepath.Join(dir, segs[0]))
+	lines := strings.SplitAfter(string(b), "\n")
+	i := 0
+	for _, r := range readAll(t, dir) {
+		if got := string(Line(&r)) + "\n"; got != lines[i] {
+			t.Fatalf("record %d ships as\n%q\nbut the trail holds\n%q", r.Seq, got, lines[i])
+		}
+		i++
+	}
+	if i != len(lines)-1 {
+		t.Fatalf("compared %d of %d lines", i, len(lines)-1)
+	}
+}
