@@ -66,6 +66,9 @@ type index struct {
 	// records mostly share their tenant, kind, decision and lease, and the writer then skips the
 	// map.
 	hot [nFields]hotPosting
+	// leases tallies each lease's records (see LeaseSummary); hotLease is the last one added to.
+	leases   map[string]*leaseTally
+	hotLease *leaseTally
 	// rebuilt is set on an index built from its segment rather than read from its file.
 	rebuilt bool
 	// Bad lists the lines left out because they failed their own check (only in an index
@@ -81,7 +84,7 @@ type hotPosting struct {
 type timeRange struct{ Min, Max int64 } // unix nanoseconds
 
 func newIndex() *index {
-	x := &index{Offsets: []uint32{0}}
+	x := &index{Offsets: []uint32{0}, leases: map[string]*leaseTally{}}
 	for i := range x.Postings {
 		x.Postings[i] = map[string]*[]uint32{}
 	}
@@ -159,6 +162,17 @@ func (x *index) add(r *Record, start, end int64) {
 		}
 		*h.p = append(*h.p, i)
 	}
+	if r.Lease != "" {
+		t := x.hotLease
+		if t == nil || t.Lease != r.Lease {
+			if t = x.leases[r.Lease]; t == nil {
+				t = &leaseTally{}
+				x.leases[r.Lease] = t
+			}
+			x.hotLease = t
+		}
+		t.add(r, vals[fieldHost])
+	}
 	if r.Kind == KindAudit && r.Event == EventSegment && x.Node == "" {
 		x.Node = r.Node
 	}
@@ -180,12 +194,13 @@ func (x *index) view(want [nFields]string) *index {
 	return v
 }
 
-// The index file: "AIDX2\n", then the body, then the SHA-256 of everything before it. The body is
+// The index file: "AIDX3\n", then the body, then the SHA-256 of everything before it. The body is
 // uvarints and length-prefixed strings: node, record count, the seqs and the offsets as deltas,
 // the blocks, then per field the number of values and, for each value in sorted order, the value
-// and its postings as deltas. The encoding is deterministic, so verification can rebuild a
+// and its postings as deltas, then the lines left out, then the lease tallies in lease order (see
+// encodeTally). An index of an earlier version is rebuilt from its segment. The encoding is deterministic, so verification can rebuild a
 // segment's index from its records and compare bytes.
-const indexMagic = "AIDX2\n"
+const indexMagic = "AIDX3\n"
 
 func (x *index) encode() []byte {
 	b := []byte(indexMagic)
@@ -235,6 +250,11 @@ func (x *index) encode() []byte {
 		u(uint64(p.Line))
 		u(p.Seq)
 		s(p.Reason)
+	}
+	ids := keysOfMap(x.leases)
+	u(uint64(len(ids)))
+	for _, id := range ids {
+		b = x.leases[id].encode(b)
 	}
 	sum := sha256.Sum256(b)
 	return append(b, sum[:]...)
@@ -328,6 +348,18 @@ func decodeIndex(data []byte, want [nFields]string, all bool) (*index, error) {
 	for range nbad {
 		x.Bad = append(x.Bad, Problem{Line: int(d.u()), Seq: d.u(), Reason: d.s()})
 	}
+	nl := d.u()
+	if nl > n {
+		return nil, fmt.Errorf("%w: %d lease tallies for %d records", errIndex, nl, n)
+	}
+	x.leases = make(map[string]*leaseTally, nl)
+	for range nl {
+		t, err := d.tally()
+		if err != nil {
+			return nil, err
+		}
+		x.leases[t.Lease] = t
+	}
 	if d.err != nil || len(d.b) != 0 {
 		return nil, errIndex
 	}
@@ -377,6 +409,7 @@ type segmentSummary struct {
 	Bytes       int64
 	Node        string
 	Counts      [nFields]map[string]int // nil for a field with more than maxSummaryValues values
+	Leases      []LeaseSummary          // the segment's lease tallies, in lease order
 	Bad         []Problem
 	lastSpan    [2]uint32 // the byte span of the last record's line
 }
@@ -405,6 +438,9 @@ func (x *index) summaryOf(name string, size int64) segmentSummary {
 				g.Counts[f][v] = len(*p)
 			}
 		}
+	}
+	for _, id := range keysOfMap(x.leases) {
+		g.Leases = append(g.Leases, x.leases[id].summary())
 	}
 	if n := x.records(); n > 0 {
 		g.lastSpan = [2]uint32{x.Offsets[n-1], x.Offsets[n]}
