@@ -46,14 +46,17 @@ const (
 // Record is one audit line. Rule is always a configured name, never free text, because it is also
 // a metric label; Reason is the readable explanation. No field ever holds a secret value.
 type Record struct {
-	Time     time.Time `json:"time"`
-	Kind     Kind      `json:"kind"`
-	Node     string    `json:"node,omitempty"`
-	Tenant   string    `json:"tenant,omitempty"`
-	Lease    string    `json:"lease,omitempty"`
-	Task     string    `json:"task,omitempty"`
-	Sandbox  string    `json:"sandbox,omitempty"`
-	Source   string    `json:"source,omitempty"`
+	Time    time.Time `json:"time"`
+	Kind    Kind      `json:"kind"`
+	Node    string    `json:"node,omitempty"`
+	Tenant  string    `json:"tenant,omitempty"`
+	Lease   string    `json:"lease,omitempty"`
+	Task    string    `json:"task,omitempty"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	Source  string    `json:"source,omitempty"`
+	// Reviewer is who acted when a person did (a review mark): the name of the reviewer key,
+	// or "tenant:T" for a tenant's API key.
+	Reviewer string    `json:"reviewer,omitempty"`
 	Decision Decision  `json:"decision,omitempty"`
 	Rule     rule.Rule `json:"rule,omitempty"`
 	Reason   string    `json:"reason,omitempty"`

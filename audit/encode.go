@@ -41,6 +41,7 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.str("task", r.Task)
 	e.str("sandbox", r.Sandbox)
 	e.str("source", r.Source)
+	e.str("reviewer", r.Reviewer)
 	e.str("decision", string(r.Decision))
 	e.str("rule", string(r.Rule))
 	e.str("reason", r.Reason)
@@ -269,6 +270,8 @@ func (r *Record) setText(name, v string) bool {
 		f = &r.Sandbox
 	case "source":
 		f = &r.Source
+	case "reviewer":
+		f = &r.Reviewer
 	case "rule":
 		r.Rule = rule.Rule(v)
 		return true

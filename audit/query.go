@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,6 +26,71 @@ type Query struct {
 	After uint64
 	// Limit bounds the records returned (zero: no bound).
 	Limit int
+}
+
+// Page bounds of a query read from a request: DefaultPage records when it names no limit, at
+// most MaxPage.
+const (
+	DefaultPage = 1000
+	MaxPage     = 10000
+)
+
+// ParseQuery reads a query's filters from a URL's parameters, as GET /v1/audit and the review
+// page take them: lease, task, kind, decision, rule, host, event, flagged, since and until (RFC
+// 3339 times, or durations back from now), after (the cursor) and limit (DefaultPage when
+// absent, at most MaxPage). The tenant is never read: whoever serves a tenant sets it.
+func ParseQuery(v url.Values, now time.Time) (Query, error) {
+	q := Query{Lease: v.Get("lease"), Task: v.Get("task"), Kind: v.Get("kind"), Decision: v.Get("decision"),
+		Rule: v.Get("rule"), Host: v.Get("host"), Event: v.Get("event"), Limit: DefaultPage}
+	if d := q.Decision; d != "" && d != string(Allow) && d != string(Deny) {
+		return q, fmt.Errorf("decision %q is not allow or deny", d)
+	}
+	if k := Kind(q.Kind); k != "" && k != KindHTTP && k != KindDNS && k != KindExec &&
+		k != KindLease && k != KindFile && k != KindAudit {
+		return q, fmt.Errorf("kind %q is not http, dns, exec, lease, file or audit", q.Kind)
+	}
+	switch v.Get("flagged") {
+	case "", "false":
+	case "true":
+		q.Flagged = true
+	default:
+		return q, fmt.Errorf("flagged %q is not true or false", v.Get("flagged"))
+	}
+	var err error
+	if q.Since, err = timeParam("since", v.Get("since"), now); err != nil {
+		return q, err
+	}
+	if q.Until, err = timeParam("until", v.Get("until"), now); err != nil {
+		return q, err
+	}
+	if a := v.Get("after"); a != "" {
+		if q.After, err = strconv.ParseUint(a, 10, 64); err != nil {
+			return q, fmt.Errorf("after %q is not a cursor (a seq from the last page's next)", a)
+		}
+	}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxPage {
+			return q, fmt.Errorf("limit %q is not 1 to %d", l, MaxPage)
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// timeParam reads an RFC 3339 time, or a duration back from now.
+func timeParam(name, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%s %q is neither an RFC 3339 time nor a duration back from now", name, v)
+	}
+	return now.Add(-d), nil
 }
 
 // Result says where an answer stopped.
@@ -65,6 +132,9 @@ func (q Query) Matches(r *Record) bool {
 
 // normalHost is the form hosts are indexed and compared in: lower case, without a final dot, so a
 // DNS question for "Pkg.Example." and a request to "pkg.example" are the same host.
+// NormalHost is a host as the index keeps it: lower case, without a final dot.
+func NormalHost(h string) string { return normalHost(h) }
+
 func normalHost(h string) string {
 	h = strings.TrimSuffix(h, ".")
 	for i := 0; i < len(h); i++ {

@@ -40,6 +40,7 @@ type Config struct {
 	Gateway   Gateway         `yaml:"gateway"`
 	Resolver  Resolver        `yaml:"resolver"`
 	Audit     Audit           `yaml:"audit"`
+	Review    Review          `yaml:"review"`
 	Tokens    Tokens          `yaml:"tokens"`
 	Dev       Dev             `yaml:"dev"`
 	Pool      Pool            `yaml:"pool"`
@@ -231,6 +232,27 @@ type Audit struct {
 	Sinks []ship.Config `yaml:"sinks"`
 }
 
+// Review is the review page for security teams, served on a listener of its own.
+type Review struct {
+	// Listen is ADDRESS:PORT; empty serves no page. Beyond loopback only with TLS. Never the
+	// API's address.
+	Listen string `yaml:"listen"`
+	TLS    APITLS `yaml:"tls"`
+	// Reviewers are the reviewer keys (read and mark only; the API does not take them). A
+	// tenant's API key signs in too, and sees that tenant's leases.
+	Reviewers []ReviewerKey `yaml:"reviewers"`
+	// SessionTTL is how long a sign-in lasts.
+	SessionTTL time.Duration `yaml:"session_ttl"`
+}
+
+// ReviewerKey is one reviewer key, stored as the hex SHA-256 of the key.
+type ReviewerKey struct {
+	Name   string `yaml:"name"`
+	SHA256 string `yaml:"sha256"`
+	// Tenants are the tenants it reads; "*" reads every tenant.
+	Tenants []string `yaml:"tenants"`
+}
+
 // Tokens are the task token issuers this node trusts.
 type Tokens struct {
 	Issuers []Issuer `yaml:"issuers"`
@@ -285,6 +307,7 @@ func Default() Config {
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
 			CheckpointEvery: 10 * time.Second, OutputHead: 1024},
+		Review: Review{SessionTTL: 8 * time.Hour},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -309,6 +332,7 @@ func DevDefaults() Config {
 	c := Default()
 	c.Templates = append(c.Templates, GVisor())
 	c.Dev = Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"}
+	c.Review.Listen = "127.0.0.1:7071"
 	return c
 }
 
@@ -426,6 +450,7 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("api.keys[%d].sha256", i), "must be the 64 hex digits of the key's SHA-256 (never the key itself)")
 		}
 	}
+	c.validateReview(bad)
 	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
 		bad("api.rate_per_key", "must be >= 0")
 	}
@@ -634,4 +659,44 @@ func (m Mirror) Target() (MirrorTarget, error) {
 	}
 	return MirrorTarget{Host: toHost, Port: toPort, Scheme: u.Scheme, To: net.JoinHostPort(toHost, strconv.Itoa(toPort)),
 		Key: net.JoinHostPort(host, strconv.Itoa(port))}, nil
+}
+
+// validateReview checks the review page's settings.
+func (c *Config) validateReview(bad func(field, format string, args ...any)) {
+	r := c.Review
+	if r.Listen != "" {
+		if ap, err := netip.ParseAddrPort(r.Listen); err != nil {
+			bad("review.listen", "%q is not ADDRESS:PORT", r.Listen)
+		} else if !ap.Addr().IsLoopback() && !r.TLS.Enabled() {
+			bad("review.listen", "%s is not a loopback address; the review page may listen beyond loopback only with TLS (review.tls.cert_file and key_file)", ap.Addr())
+		}
+		if r.Listen == c.API.Listen {
+			bad("review.listen", "is the API's address; the review page is served on an origin of its own")
+		}
+	}
+	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
+		bad("review.tls", "cert_file and key_file go together")
+	}
+	if r.SessionTTL < time.Minute || r.SessionTTL > 7*24*time.Hour {
+		bad("review.session_ttl", "must be between 1m and 168h")
+	}
+	names := map[string]bool{}
+	for i, k := range r.Reviewers {
+		f := fmt.Sprintf("review.reviewers[%d]", i)
+		if k.Name == "" || strings.HasPrefix(k.Name, "tenant:") || names[k.Name] {
+			bad(f+".name", "required, unique, and not beginning with \"tenant:\" (the name tenants' API keys sign in under)")
+		}
+		names[k.Name] = true
+		if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
+			bad(f+".sha256", "must be the 64 hex digits of the key's SHA-256 (never the key itself)")
+		}
+		if len(k.Tenants) == 0 {
+			bad(f+".tenants", "name the tenants it reads, or \"*\" for every tenant")
+		}
+		for _, t := range k.Tenants {
+			if t == "" {
+				bad(f+".tenants", "an empty tenant name")
+			}
+		}
+	}
 }

@@ -25,6 +25,8 @@ type Loaded struct {
 	UpstreamCAs []*x509.Certificate
 	// APICertificate is api.tls's certificate and key; nil without api.tls.
 	APICertificate *tls.Certificate
+	// ReviewCertificate is review.tls's certificate and key; nil without review.tls.
+	ReviewCertificate *tls.Certificate
 	// NodeSecret is api.node_secret_file's secret; nil means the nodes share one through Redis.
 	NodeSecret []byte
 	// PeerCAs are the certificates of api.peer_ca_file.
@@ -80,6 +82,14 @@ func (c *Config) load() error {
 			bad("api.tls", err)
 		} else {
 			l.APICertificate = &cert
+		}
+	}
+	if c.Review.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(c.Review.TLS.CertFile, c.Review.TLS.KeyFile)
+		if err != nil {
+			bad("review.tls", err)
+		} else {
+			l.ReviewCertificate = &cert
 		}
 	}
 	if f := c.API.NodeSecretFile; f != "" {

@@ -42,8 +42,9 @@ type Ready struct {
 	Resolver   string `json:"resolver"`
 	Network    string `json:"network"`
 	CA         string `json:"ca"`
-	Audit      string `json:"audit"`     // the trail's directory
-	AuditKey   string `json:"audit_key"` // the public key its checkpoints verify with
+	Audit      string `json:"audit"`            // the trail's directory
+	AuditKey   string `json:"audit_key"`        // the public key its checkpoints verify with
+	Review     string `json:"review,omitempty"` // the review page's URL, when it serves one
 	// Warm reports, without a call to the API, whether every template's pool holds its
 	// min_warm sandboxes, and if not which one lags.
 	Warm func(context.Context) (bool, string) `json:"-"`
@@ -63,11 +64,12 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	defer closeStore()
-	sink, signer, closeAudit, err := openAudit(cfg, store, log)
+	trail, closeAudit, err := openAudit(ctx, cfg, store, log)
 	if err != nil {
 		return err
 	}
 	defer closeAudit()
+	sink := trail.sink
 	cache, stopBindings := startBindings(ctx, cfg, store)
 	defer stopBindings()
 	backend, closeBackend, err := startBackend(ctx, cfg, authority, log)
@@ -115,11 +117,16 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	defer res.close()
 	poolErr, stopPool := runPool(ctx, mgr, reg)
 	defer stopPool()
-	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, signer, reg, log)
+	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, trail.signer, reg, log)
 	if err != nil {
 		return err
 	}
 	defer closeAPI()
+	reviewURL, closeReview, err := startReview(cfg, deps, trail, log)
+	if err != nil {
+		return err
+	}
+	defer closeReview()
 	go followReloads(deps.Reloads, gw, res, log)
 
 	if err := waitLive(ctx, cache); err != nil {
@@ -127,7 +134,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	}
 	if ready != nil {
 		ready(Ready{Node: cfg.Node, Deployment: cfg.Deployment, API: apiURL, Warm: mgr.Warm, Gateway: gw.addr, Resolver: res.addr, Network: cfg.Network.Name,
-			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: sink.Dir(), AuditKey: AuditKeyPath(cfg) + ".pub"})
+			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: sink.Dir(), AuditKey: AuditKeyPath(cfg) + ".pub", Review: reviewURL})
 	}
 	select {
 	case <-ctx.Done():

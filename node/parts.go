@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,7 @@ import (
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/pool/redisstore"
+	"github.com/airlock-dev/airlock/review"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )
@@ -75,21 +77,40 @@ func openStore(ctx context.Context, url, deployment string) (*redisstore.Store, 
 // node name: the copy off the node that `airlock audit verify` compares the trail's tail with.
 const CheckpointJournal = "audit-checkpoints"
 
+// auditPart is the node's trail and what signs it.
+type auditPart struct {
+	sink     *audit.FileSink
+	signer   note.Signer
+	verifier note.Verifier
+	// signed is the seq the latest checkpoint covers.
+	signed atomic.Uint64
+}
+
 // openAudit opens the audit trail (audit.dir, else audit/ in the state dir) with the node's
 // checkpoint key, copying each checkpoint to Redis.
-func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*audit.FileSink, note.Signer, func(), error) {
-	signer, _, err := audit.LoadSigner(AuditKeyPath(cfg), cfg.Node)
+func openAudit(ctx context.Context, cfg config.Config, store *redisstore.Store, log *slog.Logger) (*auditPart, func(), error) {
+	signer, vkey, err := audit.LoadSigner(AuditKeyPath(cfg), cfg.Node)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
+	}
+	a := &auditPart{signer: signer}
+	if a.verifier, err = audit.NewVerifier(vkey); err != nil {
+		return nil, nil, err
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "audit.jsonl")); err == nil {
 		log.Warn("audit.jsonl in the state dir is a trail of an earlier version, left as it was: the trail is now segments in " + AuditDir(cfg))
 	}
 	journal := store.Journal(CheckpointJournal)
-	sink, err := audit.OpenFile(audit.FileConfig{Dir: AuditDir(cfg), Node: cfg.Node, FlushEvery: cfg.Audit.FlushEvery,
+	if msg, err := journal.Get(ctx, cfg.Node); err == nil && len(msg) > 0 {
+		if c, err := audit.OpenCheckpoint(msg, a.verifier); err == nil {
+			a.signed.Store(c.Seq)
+		}
+	}
+	a.sink, err = audit.OpenFile(audit.FileConfig{Dir: AuditDir(cfg), Node: cfg.Node, FlushEvery: cfg.Audit.FlushEvery,
 		SegmentBytes: cfg.Audit.SegmentBytes, SegmentAge: cfg.Audit.SegmentAge, KeepFor: cfg.Audit.KeepFor, KeepBytes: cfg.Audit.KeepBytes,
 		Signer: signer, CheckpointEvery: cfg.Audit.CheckpointEvery,
 		OnCheckpoint: func(c audit.Checkpoint) {
+			a.signed.Store(c.Seq)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := journal.Put(ctx, cfg.Node, c.Note); err != nil {
@@ -97,9 +118,47 @@ func openAudit(cfg config.Config, store *redisstore.Store, log *slog.Logger) (*a
 			}
 		}})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return sink, signer, func() { sink.Close() }, nil
+	return a, func() { a.sink.Close() }, nil
+}
+
+// startReview serves the review page on its own listener (TLS when review.tls is set) and
+// returns its URL ("" when review.listen is empty) and what stops it.
+func startReview(cfg config.Config, deps Deps, a *auditPart, log *slog.Logger) (string, func(), error) {
+	if cfg.Review.Listen == "" {
+		return "", func() {}, nil
+	}
+	reviewers := map[string]review.Reviewer{}
+	for _, k := range cfg.Review.Reviewers {
+		reviewers[strings.ToLower(k.SHA256)] = review.Reviewer{Name: k.Name, Tenants: k.Tenants}
+	}
+	dir := AuditDir(cfg)
+	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewers,
+		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Logger: log,
+		Checkpoint: a.signed.Load,
+		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
+			if err := a.sink.Flush(ctx); err != nil {
+				return nil, err
+			}
+			return audit.Verify(dir, audit.VerifyOptions{Verifier: a.verifier, Lease: lease})
+		}})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Review.Listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("review: %w", err)
+	}
+	scheme := "http"
+	if c := cfg.Loaded.ReviewCertificate; c != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*c}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"}})
+		scheme = "https"
+	}
+	srv := &http.Server{Handler: page, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return scheme + "://" + ln.Addr().String(), func() { srv.Close() }, nil
 }
 
 // startShippers starts a shipper per configured audit sink; the returned function stops them.

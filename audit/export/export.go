@@ -196,7 +196,7 @@ func airlockFields(r audit.Record) map[string]any {
 		"node": r.Node, "rule": r.Rule.String(), "decision": string(r.Decision), "credential": r.Credential,
 		"upstream": r.Upstream, "dest": r.Dest, "mirror": r.Mirror, "event": r.Event, "process": r.Process,
 		"to": r.To, "prev": r.Prev, "hash": r.Hash, "template": r.Template, "runtime": r.Runtime, "segment": r.Segment,
-		"head": r.Head, "note": r.Note} {
+		"head": r.Head, "note": r.Note, "reviewer": r.Reviewer} {
 		if v != "" {
 			out[k] = v
 		}

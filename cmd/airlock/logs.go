@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,16 +34,21 @@ func cmdLogs(args []string) int {
 	limit := fs.Int("limit", 0, "print at most this many records (0: all)")
 	follow := fs.Bool("follow", false, "keep printing new records")
 	asJSON := fs.Bool("json", false, "print JSON lines (--format json)")
-	format := fs.String("format", "text", "text, json (airlock's records), ocsf (OCSF 1.3 events) or ecs (Elastic Common Schema), one per line")
+	format := fs.String("format", "text", "text, json (airlock's records), ocsf (OCSF 1.3 events), ecs (Elastic Common Schema), one per line, or csv")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *asJSON {
 		*format = "json"
 	}
-	if !slices.Contains([]string{"text", "json", "ocsf", "ecs"}, *format) {
-		fmt.Fprintf(os.Stderr, "airlock logs: --format %q is not text, json, ocsf or ecs\n", *format)
-		return 2
+	var out *export.Writer
+	if *format != "text" {
+		var err error
+		if out, err = export.NewWriter(os.Stdout, *format); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock logs: --format: %v (or text)\n", err)
+			return 2
+		}
+		defer out.Flush()
 	}
 	if decision := q.Decision; decision != "" && decision != "allow" && decision != "deny" {
 		fmt.Fprintln(os.Stderr, "airlock logs: --decision is allow or deny")
@@ -83,7 +86,16 @@ func cmdLogs(args []string) int {
 			warned = len(page.Problems)
 		}
 		for _, r := range page.Records {
-			printRecord(os.Stdout, r, *format)
+			if out != nil {
+				if err := out.Write(r); err != nil {
+					return fail(err)
+				}
+				continue
+			}
+			printRecord(os.Stdout, r)
+		}
+		if out != nil {
+			out.Flush() // a follower sees each page as it comes
 		}
 		printed += len(page.Records)
 		q.After = page.Next
@@ -101,21 +113,10 @@ func cmdLogs(args []string) int {
 	}
 }
 
-// printRecord writes r as one line of text (every field through terminalSafe, so a recorded path
-// or name cannot move the cursor, recolour or forge lines on a reviewer's screen), or as a JSON
-// line in format: airlock's record, an OCSF event or an ECS document (audit/export).
-func printRecord(w io.Writer, r audit.Record, format string) {
-	switch format {
-	case "json":
-		json.NewEncoder(w).Encode(r)
-		return
-	case "ocsf":
-		json.NewEncoder(w).Encode(export.OCSF(r))
-		return
-	case "ecs":
-		json.NewEncoder(w).Encode(export.ECS(r))
-		return
-	}
+// printRecord writes r as one line of text, every field through terminalSafe, so a recorded path
+// or name cannot move the cursor, recolour or forge lines on a reviewer's screen (the other
+// formats are audit/export's).
+func printRecord(w io.Writer, r audit.Record) {
 	what := r.Host
 	switch r.Kind {
 	case audit.KindHTTP:

@@ -83,13 +83,13 @@ airlock is up: node %s
   API       %s  (key and addresses in %s)
   gateway   %s    resolver %s    network %s
   CA        %s
-  audit     %s
+  audit     %s%s
   redis     %s
   vault     %s
 
 %s
 Ctrl-C stops airlock and removes everything it made.
-`, cfg.Node, r.API, filepath.Join(cfg.StateDir, "client.json"), r.Gateway, r.Resolver, r.Network, r.CA, r.Audit, deps.RedisURL, deps.VaultAddr,
+`, cfg.Node, r.API, filepath.Join(cfg.StateDir, "client.json"), r.Gateway, r.Resolver, r.Network, r.CA, r.Audit, reviewLine(r.Review), deps.RedisURL, deps.VaultAddr,
 			devIssuerNote(cfg.Dev.Issuer))
 	})
 }
@@ -204,4 +204,12 @@ func engineCanRun(ctx context.Context, ts []pool.Template) []pool.Template {
 		out = append(out, t)
 	}
 	return out
+}
+
+// reviewLine is the line of `airlock up`'s banner naming the review page, when there is one.
+func reviewLine(url string) string {
+	if url == "" {
+		return ""
+	}
+	return "\n  review    " + url + "  (sign in with the API key, or a reviewer key)"
 }

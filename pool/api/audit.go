@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -24,8 +21,8 @@ type AuditTrail interface {
 // Audit query bounds: a page holds at most MaxAuditPage records (DefaultAuditPage when the
 // request names no limit).
 const (
-	DefaultAuditPage = 1000
-	MaxAuditPage     = 10000
+	DefaultAuditPage = audit.DefaultPage
+	MaxAuditPage     = audit.MaxPage
 )
 
 // AuditPage is the answer of GET /v1/audit: one page of records, oldest first; Next is the
@@ -38,63 +35,6 @@ type AuditPage struct {
 	Problems []audit.Problem `json:"problems,omitempty"`
 }
 
-// ParseAuditQuery reads GET /v1/audit's filters: lease, task, kind, decision, rule, host, event,
-// flagged, since and until (RFC 3339 times, or durations back from now), after (the cursor) and
-// limit. The tenant is never read from the request: the caller sets it from the API key.
-func ParseAuditQuery(v url.Values, now time.Time) (audit.Query, error) {
-	q := audit.Query{Lease: v.Get("lease"), Task: v.Get("task"), Kind: v.Get("kind"), Decision: v.Get("decision"),
-		Rule: v.Get("rule"), Host: v.Get("host"), Event: v.Get("event"), Limit: DefaultAuditPage}
-	if d := q.Decision; d != "" && d != string(audit.Allow) && d != string(audit.Deny) {
-		return q, fmt.Errorf("decision %q is not allow or deny", d)
-	}
-	if k := audit.Kind(q.Kind); k != "" && k != audit.KindHTTP && k != audit.KindDNS && k != audit.KindExec &&
-		k != audit.KindLease && k != audit.KindFile && k != audit.KindAudit {
-		return q, fmt.Errorf("kind %q is not http, dns, exec, lease, file or audit", q.Kind)
-	}
-	switch v.Get("flagged") {
-	case "", "false":
-	case "true":
-		q.Flagged = true
-	default:
-		return q, fmt.Errorf("flagged %q is not true or false", v.Get("flagged"))
-	}
-	var err error
-	if q.Since, err = timeParam("since", v.Get("since"), now); err != nil {
-		return q, err
-	}
-	if q.Until, err = timeParam("until", v.Get("until"), now); err != nil {
-		return q, err
-	}
-	if a := v.Get("after"); a != "" {
-		if q.After, err = strconv.ParseUint(a, 10, 64); err != nil {
-			return q, fmt.Errorf("after %q is not a cursor (a seq from the last page's next)", a)
-		}
-	}
-	if l := v.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > MaxAuditPage {
-			return q, fmt.Errorf("limit %q is not 1 to %d", l, MaxAuditPage)
-		}
-		q.Limit = n
-	}
-	return q, nil
-}
-
-// timeParam reads an RFC 3339 time, or a duration back from now.
-func timeParam(name, v string, now time.Time) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%s %q is neither an RFC 3339 time nor a duration back from now", name, v)
-	}
-	return now.Add(-d), nil
-}
-
 // audit streams one page of the tenant's own records matching the query: each record is written
 // as it is found, so a page costs the server no more memory than one record.
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
@@ -102,7 +42,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "this node keeps no audit trail")
 		return
 	}
-	q, err := ParseAuditQuery(r.URL.Query(), time.Now())
+	q, err := audit.ParseQuery(r.URL.Query(), time.Now())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return

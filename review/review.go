@@ -1,0 +1,173 @@
+// Package review serves the review page for security teams: the leases of a time range, each
+// lease's ledger, destinations and denials, filtered on the server through the audit index,
+// exported as CSV, JSON lines or OCSF, followed live, and marked reviewed.
+//
+// The page is served on a listener of its own (never the API's origin, nor a sandbox port's),
+// under a Content-Security-Policy that allows no inline script and no other origin; every value
+// a record holds (hosts, paths, commands a sandbox chose) is rendered by html/template as text,
+// and the one script adds rows with textContent only.
+package review
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/ratelimit"
+)
+
+// Trail is what the page needs of the node's audit trail.
+type Trail interface {
+	Flush(ctx context.Context) error
+	Query(ctx context.Context, q audit.Query, fn func(audit.Record) error) (audit.Result, error)
+	Leases(ctx context.Context, q audit.LeaseQuery) ([]audit.LeaseSummary, bool, error)
+	// Written is the seq of the last record a query sees: where a live tail starts.
+	Written() uint64
+}
+
+// Reviewer is a reviewer key's identity: its name, and the tenants whose leases it may read
+// (AllTenants in the list: every tenant). Reviewer keys read and mark; they cannot lease, run
+// or change anything, and the API does not take them.
+type Reviewer struct {
+	Name    string
+	Tenants []string
+}
+
+// AllTenants, in a reviewer's tenants, lets it read every tenant's leases.
+const AllTenants = "*"
+
+// Config is what a Server needs.
+type Config struct {
+	Trail Trail
+	// Sink takes the records of review marks.
+	Sink audit.Sink
+	// Keys maps the hex SHA-256 of each API key to its tenant (the API's keys): a tenant signs
+	// in with one and sees its own leases only.
+	Keys map[string]string
+	// Reviewers maps the hex SHA-256 of each reviewer key to its reviewer.
+	Reviewers map[string]Reviewer
+	// Secure says the page is served over TLS: the session cookie is then Secure (and
+	// __Host- prefixed).
+	Secure bool
+	// Checkpoint returns the seq the node's latest signed checkpoint covers (0: none).
+	Checkpoint func() uint64
+	// Verify checks the chain of one lease's records with the node's public key.
+	Verify func(ctx context.Context, lease string) (*audit.Report, error)
+	// SessionTTL is how long a session lasts (0: 8 hours).
+	SessionTTL time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Server is the review page. Safe for concurrent use.
+type Server struct {
+	cfg      Config
+	mux      *http.ServeMux
+	pages    *template.Template
+	sessions *sessions
+	signins  *ratelimit.Limiter[string]
+}
+
+//go:embed templates static
+var files embed.FS
+
+// New returns the review page's handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.Trail == nil || cfg.Sink == nil {
+		return nil, fmt.Errorf("review: the page needs the node's audit trail")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Checkpoint == nil {
+		cfg.Checkpoint = func() uint64 { return 0 }
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 8 * time.Hour
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(files, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("review: %w", err)
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pages: pages, sessions: newSessions(cfg.SessionTTL, cfg.Now),
+		signins: ratelimit.New[string](5, 20)}
+	static, _ := fs.Sub(files, "static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /signin", s.signinPage)
+	s.mux.HandleFunc("POST /signin", s.signin)
+	s.mux.HandleFunc("POST /signout", s.session(s.signout))
+	s.mux.HandleFunc("GET /{$}", s.session(s.overview))
+	s.mux.HandleFunc("GET /leases/{id}", s.session(s.ledger))
+	s.mux.HandleFunc("GET /destinations", s.session(s.destinations))
+	s.mux.HandleFunc("GET /denials", s.session(s.denials))
+	s.mux.HandleFunc("GET /tail", s.session(s.tailPage))
+	s.mux.HandleFunc("GET /tail/events", s.session(s.tailEvents))
+	s.mux.HandleFunc("GET /export", s.session(s.export))
+	s.mux.HandleFunc("POST /marks", s.session(s.mark))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no page %s %s", r.Method, r.URL.Path))
+	})
+	return s, nil
+}
+
+// csp allows the page's own script, style and images and nothing else: no inline script or
+// style, no other origin, no framing, no form posting elsewhere.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if s.cfg.Secure {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin refuses a state-changing request another site could have made: a browser says
+// where a request comes from in Sec-Fetch-Site and Origin, and both must be this page.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		want := "http://" + r.Host
+		if r.TLS != nil {
+			want = "https://" + r.Host
+		}
+		return subtle.ConstantTimeCompare([]byte(o), []byte(want)) == 1
+	}
+	return true
+}
+
+// fail answers with an error page naming what is wrong.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	s.pages.ExecuteTemplate(w, "error.html", map[string]any{"Status": status, "Text": http.StatusText(status), "Message": msg,
+		"Session": sessionOf(r)})
+}
+
+// render writes a page.
+func (s *Server) render(w http.ResponseWriter, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := s.pages.ExecuteTemplate(w, name, data); err != nil {
+		s.cfg.Logger.Warn("review page", "page", name, "err", err)
+	}
+}

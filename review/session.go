@@ -1,0 +1,227 @@
+package review
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxSessions bounds the sessions held; beyond it the one closest to expiry goes.
+const maxSessions = 10000
+
+// session is one signed-in browser.
+type session struct {
+	// Who names the identity: the reviewer key's name, or "tenant:T" for an API key.
+	Who      string
+	Reviewer bool
+	// Tenants are the tenants it reads; All: every one.
+	Tenants []string
+	All     bool
+	// CSRF is the token every form of the session carries back.
+	CSRF    string
+	expires time.Time
+}
+
+// tenant returns the tenant a view of the session reads, given the one the request names: a
+// tenant's key reads its own; a reviewer spanning every tenant reads the one named or all of
+// them (""); a reviewer of some tenants reads one of them at a time (the first when none is
+// named).
+func (s *session) tenant(asked string) (string, error) {
+	switch {
+	case s.All:
+		return asked, nil
+	case asked == "":
+		return s.Tenants[0], nil
+	case slices.Contains(s.Tenants, asked):
+		return asked, nil
+	}
+	return "", fmt.Errorf("%s does not read tenant %q (it reads %s)", s.Who, asked, strings.Join(s.Tenants, ", "))
+}
+
+// sees reports whether the session may read a record or lease of tenant t.
+func (s *session) sees(t string) bool { return s.All || slices.Contains(s.Tenants, t) }
+
+type sessions struct {
+	mu  sync.Mutex
+	m   map[string]*session // by the SHA-256 of the cookie's value
+	ttl time.Duration
+	now func() time.Time
+}
+
+func newSessions(ttl time.Duration, now func() time.Time) *sessions {
+	return &sessions{m: map[string]*session{}, ttl: ttl, now: now}
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func tokenHash(v string) string {
+	h := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(h[:])
+}
+
+// start makes a session and returns the cookie value that names it.
+func (ss *sessions) start(s *session) string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	now := ss.now()
+	for k, v := range ss.m {
+		if now.After(v.expires) {
+			delete(ss.m, k)
+		}
+	}
+	if len(ss.m) >= maxSessions {
+		var oldest string
+		for k, v := range ss.m {
+			if oldest == "" || v.expires.Before(ss.m[oldest].expires) {
+				oldest = k
+			}
+		}
+		delete(ss.m, oldest)
+	}
+	s.CSRF, s.expires = randomToken(), now.Add(ss.ttl)
+	v := randomToken()
+	ss.m[tokenHash(v)] = s
+	return v
+}
+
+func (ss *sessions) get(v string) *session {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.m[tokenHash(v)]
+	if s == nil || ss.now().After(s.expires) {
+		return nil
+	}
+	return s
+}
+
+func (ss *sessions) end(v string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, tokenHash(v))
+}
+
+// Cookie names: a TLS page's session cookie carries the __Host- prefix, so no other host or
+// path can set or shadow it.
+func (s *Server) cookieName() string {
+	if s.cfg.Secure {
+		return "__Host-airlock-review"
+	}
+	return "airlock-review"
+}
+
+const signinCookie = "airlock-review-signin"
+
+func (s *Server) setCookie(w http.ResponseWriter, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: maxAge, HttpOnly: true,
+		Secure: s.cfg.Secure, SameSite: http.SameSiteStrictMode})
+}
+
+type sessionKey struct{}
+
+func sessionOf(r *http.Request) *session {
+	s, _ := r.Context().Value(sessionKey{}).(*session)
+	return s
+}
+
+// session requires a signed-in browser: a page asked for without one sends it to sign in and
+// back; anything else is refused. A POST must carry the session's CSRF token and come from this
+// page.
+func (s *Server) session(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var sess *session
+		if c, err := r.Cookie(s.cookieName()); err == nil {
+			sess = s.sessions.get(c.Value)
+		}
+		if sess == nil {
+			if r.Method == http.MethodGet && r.URL.Path != "/tail/events" {
+				http.Redirect(w, r, "/signin?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			s.fail(w, r, http.StatusUnauthorized, "sign in first: this session has ended or never began")
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(sess.CSRF)) != 1 {
+				s.fail(w, r, http.StatusForbidden, "the form did not come from this page (its CSRF token or origin is wrong); reload the page and try again")
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess)))
+	}
+}
+
+func (s *Server) signinPage(w http.ResponseWriter, r *http.Request) {
+	tok := randomToken()
+	s.setCookie(w, signinCookie, tok, 600)
+	s.render(w, "signin.html", map[string]any{"CSRF": tok, "Next": safeNext(r.URL.Query().Get("next")), "Error": ""})
+}
+
+// signin exchanges a reviewer key or an API key for a session. The form carries the token of
+// the cookie the sign-in page set, so another site cannot sign a browser in as someone else.
+func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	next := safeNext(r.PostFormValue("next"))
+	c, err := r.Cookie(signinCookie)
+	if err != nil || !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1 {
+		s.fail(w, r, http.StatusForbidden, "the sign-in form did not come from this page; open /signin and try again")
+		return
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	if !s.signins.Allow(host) {
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, r, http.StatusTooManyRequests, "too many sign-in attempts from this address; wait a second")
+		return
+	}
+	hash := tokenHash(strings.TrimSpace(r.PostFormValue("key")))
+	var sess *session
+	if rv, ok := s.cfg.Reviewers[hash]; ok {
+		sess = &session{Who: rv.Name, Reviewer: true, Tenants: rv.Tenants, All: slices.Contains(rv.Tenants, AllTenants)}
+	} else if t, ok := s.cfg.Keys[hash]; ok {
+		sess = &session{Who: "tenant:" + t, Tenants: []string{t}}
+	}
+	if sess == nil {
+		tok := randomToken()
+		s.setCookie(w, signinCookie, tok, 600)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		s.pages.ExecuteTemplate(w, "signin.html", map[string]any{"CSRF": tok, "Next": next,
+			"Error": "that key is neither a reviewer key nor an API key of this node"})
+		return
+	}
+	s.setCookie(w, signinCookie, "", -1)
+	s.setCookie(w, s.cookieName(), s.sessions.start(sess), int(s.cfg.SessionTTL/time.Second))
+	s.cfg.Logger.Info("review sign-in", "who", sess.Who)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) signout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(s.cookieName()); err == nil {
+		s.sessions.end(c.Value)
+	}
+	s.setCookie(w, s.cookieName(), "", -1)
+	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// safeNext keeps a redirect after sign-in on this page: a path, never another origin ("//x",
+// "/\x" and anything with a scheme are refused).
+func safeNext(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
+		return "/"
+	}
+	return p
+}
