@@ -63,6 +63,7 @@ fuzz:
 bench: bench-gateway bench-dns bench-pool
 	$(GO) test -run XXX -bench . -benchmem ./gateway/... ./dnsfilter/...
 	$(GO) test -run XXX -bench . -benchmem ./audit/   # AIRLOCK_AUDIT_BENCH_RECORDS=10000000 for the 10 M record trail
+	$(GO) test -run XXX -bench . -benchmem ./review/  # AIRLOCK_REVIEW_BENCH_RECORDS=10000000: a day of 1,000 leases
 
 bench-gateway:
 	@scripts/bench-gateway.sh

@@ -29,7 +29,7 @@ func newRow(r audit.Record) row {
 	x := row{R: r, What: what(r)}
 	switch r.Decision {
 	case audit.Deny:
-		x.Why = fmt.Sprintf("denied by rule %s: %s", r.Rule, r.Reason)
+		x.Why = "denied: " + r.Reason
 		x.Allowing = allowing(r)
 	case audit.Allow:
 		x.Why = "allowed"

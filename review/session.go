@@ -177,8 +177,12 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	next := safeNext(r.PostFormValue("next"))
 	c, err := r.Cookie(signinCookie)
-	if err != nil || !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1 {
-		s.fail(w, r, http.StatusForbidden, "the sign-in form did not come from this page; open /signin and try again")
+	switch {
+	case !sameOrigin(r):
+		s.fail(w, r, http.StatusForbidden, "the sign-in form was posted from another origin; open /signin on this page and try again")
+		return
+	case err != nil || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1:
+		s.fail(w, r, http.StatusForbidden, "the sign-in form's token does not match its cookie (an old or forged form); open /signin and try again")
 		return
 	}
 	host, _, _ := net.SplitHostPort(r.RemoteAddr)

@@ -31,7 +31,18 @@ type page struct {
 	Marks   map[string]*mark
 	// Back is the view's own address, where a form on it returns.
 	Back string
+	// Implied are the filters the view adds to the URL's (a ledger's lease, the denials view's
+	// decision), which its export and live tail carry too, so they are exactly the view.
+	Implied []string
 }
+
+// ExportLink is the view's export in format: its filters and those it implies.
+func (p page) ExportLink(format string) string {
+	return p.F.Link("/export", append([]string{"format", format}, p.Implied...)...)
+}
+
+// TailLink is the live tail of the view's filters and those it implies.
+func (p page) TailLink() string { return p.F.Link("/tail", p.Implied...) }
 
 // flushed makes the records accepted so far visible, so a view shows what just happened.
 func (s *Server) flushed(w http.ResponseWriter, r *http.Request) bool {
@@ -63,6 +74,7 @@ type overviewLease struct {
 type overviewData struct {
 	page
 	Leases                   []overviewLease
+	Total                    int // the leases that meet the filters; Leases lists the first maxLeases
 	More                     bool
 	Records, Denied, Flagged int
 	BytesUp, BytesDown       int64
@@ -84,22 +96,24 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := p.F.Q
-	q.Limit = maxLeases
-	ls, more, err := s.cfg.Trail.Leases(r.Context(), audit.LeaseQuery{Query: q})
+	// Every lease of the range is summed (from tallies in memory); the table lists the most
+	// recently active.
+	ls, _, err := s.cfg.Trail.Leases(r.Context(), audit.LeaseQuery{Query: p.F.Q})
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, "the audit index cannot be read: "+err.Error())
 		return
 	}
-	d := overviewData{page: p, More: more}
+	d := overviewData{page: p, Total: len(ls), More: len(ls) > maxLeases}
 	ckpt := s.cfg.Checkpoint()
 	hosts, rules := map[string]bool{}, map[string]int{}
-	for _, l := range ls {
-		chain := "signed (checkpoint covers its last record)"
-		if l.Last > ckpt {
-			chain = "not yet under a checkpoint"
+	for i, l := range ls {
+		if i < maxLeases {
+			chain := "signed (checkpoint covers its last record)"
+			if l.Last > ckpt {
+				chain = "not yet under a checkpoint"
+			}
+			d.Leases = append(d.Leases, overviewLease{LeaseSummary: l, Chain: chain})
 		}
-		d.Leases = append(d.Leases, overviewLease{LeaseSummary: l, Chain: chain})
 		d.Records += l.Records
 		d.Denied += l.Denied
 		d.Flagged += l.Flagged
@@ -173,6 +187,7 @@ func (s *Server) ledger(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, "the audit index cannot be read: "+err.Error())
 		return
 	}
+	p.Implied = []string{"lease", id}
 	d := ledgerData{page: p, Lease: l}
 	d.Title = "Lease " + id
 	d.Chain = "signed: the node's latest checkpoint covers its last record"
@@ -277,6 +292,7 @@ func (s *Server) destinations(w http.ResponseWriter, r *http.Request) {
 	q := p.F.Q
 	if q.Kind == "" {
 		q.Kind = string(audit.KindHTTP)
+		p.Implied = []string{"kind", q.Kind}
 	}
 	byKey := map[string]*destination{}
 	sd, err := s.scan(r, q, func(rec audit.Record) {
@@ -370,6 +386,7 @@ func (s *Server) denials(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.Decision = string(audit.Deny)
+	p.Implied = []string{"decision", q.Decision}
 	rules := map[string]*ruleGroup{}
 	groups := map[string]*denialGroup{}
 	sd, err := s.scan(r, q, func(rec audit.Record) {

@@ -3,7 +3,8 @@
 # engine (Debian's docker.io; engine.sh starts dockerd, in a session of its own, when none
 # answers), redis-server, debootstrap and iptables; Node.js and npm (the e2e MCP client runs on
 # the official TypeScript SDK), python3 with pytest (the Python client's tests), rsyslog (with
-# TLS) as the syslog sink's receiver and prometheus for promtool. Runs as root;
+# TLS) as the syslog sink's receiver, prometheus for promtool and chromium (headless: the review
+# page's browser test). Runs as root;
 # on a machine that already has everything it returns in a moment.
 set -euo pipefail
 
@@ -21,6 +22,7 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)  # d
 command -v rsyslogd >/dev/null || need+=(rsyslog)                           # the syslog sink's e2e receiver
 ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need+=(rsyslog-gnutls) # ... over TLS
 command -v promtool >/dev/null || need+=(prometheus)                         # checks and tests the alert rules
+command -v chromium >/dev/null || need+=(chromium)                           # the review page's browser test
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
