@@ -45,6 +45,11 @@ func (s *Server) marks(r *http.Request, tenant string) map[string]*mark {
 // mark records that the session's reviewer reviewed a lease or a destination, with a note.
 func (s *Server) mark(w http.ResponseWriter, r *http.Request) {
 	sess := sessionOf(r)
+	if !s.acts.Allow(sess.CSRF) {
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, r, http.StatusTooManyRequests, "too many marks from this session; wait a second")
+		return
+	}
 	note := strings.TrimSpace(r.PostFormValue("note"))
 	if !utf8.ValidString(note) || len(note) > maxNote {
 		s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("a note is text of at most %d bytes", maxNote))

@@ -73,7 +73,15 @@ type Server struct {
 	pages    *template.Template
 	sessions *sessions
 	signins  *ratelimit.Limiter[string]
+	// acts bounds, per session, what costs the node more than a page: marks (each a record)
+	// and chain verifications (each a read of the lease's segments).
+	acts *ratelimit.Limiter[string]
+	// tails bounds the live tails followed at once (each asks the trail every second).
+	tails chan struct{}
 }
+
+// maxTails bounds the live tails the node serves at once.
+const maxTails = 64
 
 //go:embed templates static
 var files embed.FS
@@ -100,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("review: %w", err)
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), pages: pages, sessions: newSessions(cfg.SessionTTL, cfg.Now),
-		signins: ratelimit.New[string](5, 20)}
+		signins: ratelimit.New[string](5, 20), acts: ratelimit.New[string](2, 10), tails: make(chan struct{}, maxTails)}
 	static, _ := fs.Sub(files, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {

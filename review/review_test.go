@@ -326,6 +326,15 @@ func TestMarks(t *testing.T) {
 	if _, page := f.get(c, "/destinations"); !strings.Contains(page, "✓ secops") {
 		t.Errorf("the destinations view does not show the host's mark")
 	}
+	// A session cannot fill the trail with marks.
+	limited := false
+	for range 20 {
+		resp, _ := f.post(c, "/marks", url.Values{"csrf": {csrf}, "host": {"api.example"}})
+		limited = limited || resp.StatusCode == http.StatusTooManyRequests
+	}
+	if !limited {
+		t.Errorf("20 marks in a row from one session were all taken")
+	}
 }
 
 // Export writes exactly the records the filters select, as airlock logs --format writes them.
@@ -387,5 +396,42 @@ func TestTailFollows(t *testing.T) {
 	}
 	if got.Lease != "l-acme" || !strings.Contains(got.What, "new.example:443/<b>") {
 		t.Fatalf("the tail's first event: %+v (%v); want the new acme request", got, sc.Err())
+	}
+}
+
+// A redirect after sign-in stays on the page, whatever a link put in next.
+func TestSafeNext(t *testing.T) {
+	for in, want := range map[string]string{
+		"/leases/l-1?since=1h": "/leases/l-1?since=1h", "//evil.example/": "/", "/\\evil.example": "/", "/\t/evil.example": "/",
+		"/\n/evil.example": "/", "https://evil.example/": "/", "javascript:alert(1)": "/", "": "/", "/%2F%2Fevil.example": "/%2F%2Fevil.example",
+	} {
+		if got := safeNext(in); got != want {
+			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The node serves a bounded number of live tails; one more is refused, saying why.
+func TestTailsBounded(t *testing.T) {
+	f := newFixture(t)
+	c := f.browser()
+	f.signIn(c, keyAcme)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var open []*http.Response
+	for range maxTails {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/tail/events", nil)
+		resp, err := c.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("tail: %v %v", err, resp)
+		}
+		open = append(open, resp)
+	}
+	resp, body := f.get(c, "/tail/events")
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "live tails") {
+		t.Fatalf("tail %d: %d %s", maxTails+1, resp.StatusCode, body)
+	}
+	for _, r := range open {
+		r.Body.Close()
 	}
 }

@@ -221,10 +221,12 @@ func (s *Server) signout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
 }
 
-// safeNext keeps a redirect after sign-in on this page: a path, never another origin ("//x",
-// "/\x" and anything with a scheme are refused).
+// safeNext keeps a redirect after sign-in on this page: a path, never another origin. "//x" and
+// anything with a scheme are refused, and so are a backslash (browsers read it as "/") and any
+// control character (they drop tabs and newlines, so "/\t/x" would become "//x").
 func safeNext(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.ContainsRune(p, '\\') ||
+		strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return "/"
 	}
 	return p

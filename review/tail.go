@@ -2,6 +2,7 @@ package review
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -51,6 +52,14 @@ func (s *Server) tailEvents(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		s.fail(w, r, http.StatusInternalServerError, "this server cannot stream")
+		return
+	}
+	select {
+	case s.tails <- struct{}{}:
+		defer func() { <-s.tails }()
+	default:
+		w.Header().Set("Retry-After", "10")
+		s.fail(w, r, http.StatusTooManyRequests, fmt.Sprintf("this node already serves %d live tails; close one", maxTails))
 		return
 	}
 	q := f.Q

@@ -231,7 +231,9 @@ func (s *Server) ledger(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Next, d.More, d.Issues = res.Next, res.More, res.Problems
 	if r.URL.Query().Get("verify") == "1" && s.cfg.Verify != nil {
-		if d.Verify, err = s.cfg.Verify(r.Context(), id); err != nil {
+		if !s.acts.Allow(sessionOf(r).CSRF) {
+			d.VerErr = "too many verifications from this session; try again in a second"
+		} else if d.Verify, err = s.cfg.Verify(r.Context(), id); err != nil {
 			d.VerErr = err.Error()
 		}
 	}
