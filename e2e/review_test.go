@@ -223,7 +223,10 @@ done`)
 	// arrive waits until a click's navigation reached a URL holding part.
 	arrive := func(part string) {
 		t.Helper()
-		if err := waitUntil(30*time.Second, "the browser to open a URL with "+part, func() bool { return strings.Contains(location(), part) }); err != nil {
+		if err := waitUntil(30*time.Second, "the browser to open a URL with "+part, func() bool {
+			u, err := chromedp.Run(ctx, chromedp.Location()) // fails while the page navigates
+			return err == nil && strings.Contains(u, part)
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
