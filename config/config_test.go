@@ -98,6 +98,25 @@ func TestLoadNamesTheField(t *testing.T) {
 	}
 }
 
+// The review page listens beyond loopback once it serves TLS, with a certificate of its own.
+func TestReviewBeyondLoopbackWithTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("review:\n  listen: 0.0.0.0:7071\n  tls: {cert_file: "+cert+", key_file: "+key+"}\n"), 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatalf("review page beyond loopback with TLS: %v", err)
+	}
+	if c.Loaded.ReviewCertificate == nil || c.Loaded.APICertificate != nil {
+		t.Fatalf("certificates read: review %v, API %v", c.Loaded.ReviewCertificate != nil, c.Loaded.APICertificate != nil)
+	}
+	os.WriteFile(path, []byte("review:\n  listen: 0.0.0.0:7071\n  tls: {cert_file: "+cert+", key_file: "+cert+"}\n"), 0o600)
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "review.tls") {
+		t.Fatalf("a review certificate with no key: %v", err)
+	}
+}
+
 // The API listens beyond loopback once it serves TLS.
 func TestAPIBeyondLoopbackWithTLS(t *testing.T) {
 	dir := t.TempDir()

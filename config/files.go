@@ -76,20 +76,18 @@ func (c *Config) load() error {
 		}
 		l.UpstreamCAs = append(l.UpstreamCAs, certs...)
 	}
-	if c.API.TLS.Enabled() {
-		cert, err := tls.LoadX509KeyPair(c.API.TLS.CertFile, c.API.TLS.KeyFile)
-		if err != nil {
-			bad("api.tls", err)
-		} else {
-			l.APICertificate = &cert
+	for _, t := range []struct {
+		field string
+		cfg   APITLS
+		to    **tls.Certificate
+	}{{"api.tls", c.API.TLS, &l.APICertificate}, {"review.tls", c.Review.TLS, &l.ReviewCertificate}} {
+		if !t.cfg.Enabled() {
+			continue
 		}
-	}
-	if c.Review.TLS.Enabled() {
-		cert, err := tls.LoadX509KeyPair(c.Review.TLS.CertFile, c.Review.TLS.KeyFile)
-		if err != nil {
-			bad("review.tls", err)
+		if cert, err := tls.LoadX509KeyPair(t.cfg.CertFile, t.cfg.KeyFile); err != nil {
+			bad(t.field, err)
 		} else {
-			l.ReviewCertificate = &cert
+			*t.to = &cert
 		}
 	}
 	if f := c.API.NodeSecretFile; f != "" {

@@ -435,3 +435,34 @@ func TestTailsBounded(t *testing.T) {
 		r.Body.Close()
 	}
 }
+
+// Under TLS the session cookie is Secure and __Host- prefixed, and the page asks for HSTS.
+func TestSecureCookie(t *testing.T) {
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: t.TempDir(), Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	s, _ := New(Config{Trail: sink, Sink: sink, Secure: true, Keys: map[string]string{tokenHash(keyAcme): "acme"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewTLSServer(s)
+	defer srv.Close()
+	c := srv.Client()
+	c.Jar, _ = cookiejar.New(nil)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	f := &fixture{t: t, srv: srv}
+	_, page := f.get(c, "/signin")
+	resp, _ := f.post(c, "/signin", url.Values{"csrf": {csrfField.FindStringSubmatch(page)[1]}, "key": {keyAcme}})
+	var ck *http.Cookie
+	for _, x := range resp.Cookies() {
+		if x.Name == "__Host-airlock-review" {
+			ck = x
+		}
+	}
+	if ck == nil || !ck.Secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Domain != "" {
+		t.Fatalf("session cookie under TLS: %+v", ck)
+	}
+	if resp.Header.Get("Strict-Transport-Security") == "" {
+		t.Error("no HSTS under TLS")
+	}
+}

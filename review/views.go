@@ -253,9 +253,29 @@ type destination struct {
 	BytesUp, BytesDown   int64
 	First, Last          time.Time
 	Inspected, Tunnelled bool
-	Leases               []string
-	MoreLeases           int
-	leases               map[string]bool
+	Leases               leaseList
+}
+
+// leaseList names the first maxListed leases added and counts the others.
+type leaseList struct {
+	Names []string
+	More  int
+	seen  map[string]bool
+}
+
+func (l *leaseList) add(id string) {
+	if id == "" || l.seen[id] {
+		return
+	}
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	l.seen[id] = true
+	if len(l.Names) < maxListed {
+		l.Names = append(l.Names, id)
+	} else {
+		l.More++
+	}
 }
 
 type scanData struct {
@@ -304,7 +324,7 @@ func (s *Server) destinations(w http.ResponseWriter, r *http.Request) {
 		key := normal(rec.Host) + ":" + strconv.Itoa(rec.Port)
 		x := byKey[key]
 		if x == nil {
-			x = &destination{Host: normal(rec.Host), Port: rec.Port, First: rec.Time, leases: map[string]bool{}}
+			x = &destination{Host: normal(rec.Host), Port: rec.Port, First: rec.Time}
 			byKey[key] = x
 		}
 		x.Last = rec.Time
@@ -324,14 +344,7 @@ func (s *Server) destinations(w http.ResponseWriter, r *http.Request) {
 		} else {
 			x.Allowed++
 		}
-		if rec.Lease != "" && !x.leases[rec.Lease] {
-			x.leases[rec.Lease] = true
-			if len(x.Leases) < maxListed {
-				x.Leases = append(x.Leases, rec.Lease)
-			} else {
-				x.MoreLeases++
-			}
-		}
+		x.Leases.add(rec.Lease)
 	})
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, "the audit trail cannot be read: "+err.Error())
@@ -358,9 +371,7 @@ type denialGroup struct {
 	Count       int
 	First, Last time.Time
 	Example     row
-	Leases      []string
-	MoreLeases  int
-	leases      map[string]bool
+	Leases      leaseList
 }
 
 type ruleGroup struct {
@@ -405,20 +416,13 @@ func (s *Server) denials(w http.ResponseWriter, r *http.Request) {
 		key := fmt.Sprintf("%s\x00%s\x00%s\x00%d", rec.Rule, rec.Kind, host, rec.Port)
 		g := groups[key]
 		if g == nil {
-			g = &denialGroup{Kind: string(rec.Kind), Host: host, Port: rec.Port, First: rec.Time, Example: newRow(rec), leases: map[string]bool{}}
+			g = &denialGroup{Kind: string(rec.Kind), Host: host, Port: rec.Port, First: rec.Time, Example: newRow(rec)}
 			groups[key] = g
 			rg.Groups = append(rg.Groups, g)
 		}
 		g.Count++
 		g.Last = rec.Time
-		if rec.Lease != "" && !g.leases[rec.Lease] {
-			g.leases[rec.Lease] = true
-			if len(g.Leases) < maxListed {
-				g.Leases = append(g.Leases, rec.Lease)
-			} else {
-				g.MoreLeases++
-			}
-		}
+		g.Leases.add(rec.Lease)
 	})
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, "the audit trail cannot be read: "+err.Error())
