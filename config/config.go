@@ -690,6 +690,11 @@ func (c *Config) validateReview(bad func(field, format string, args ...any)) {
 		if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
 			bad(f+".sha256", "must be the 64 hex digits of the key's SHA-256 (never the key itself)")
 		}
+		for _, a := range c.API.Keys {
+			if strings.EqualFold(a.SHA256, k.SHA256) {
+				bad(f+".sha256", "is also an API key (of tenant %s); a reviewer key must not be able to lease or run anything", a.Tenant)
+			}
+		}
 		if len(k.Tenants) == 0 {
 			bad(f+".tenants", "name the tenants it reads, or \"*\" for every tenant")
 		}

@@ -81,6 +81,7 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"review on the API's origin", "review:\n  listen: 127.0.0.1:7070\n", "review.listen"},
 		{"reviewer reading no tenant", "review:\n  reviewers:\n    - {name: s, sha256: " + strings.Repeat("ab", 32) + "}\n", "review.reviewers[0].tenants"},
 		{"reviewer key in clear", "review:\n  reviewers:\n    - {name: s, sha256: hunter2, tenants: [\"*\"]}\n", "review.reviewers[0].sha256"},
+		{"reviewer key that is an API key", "api:\n  keys: [{tenant: acme, sha256: " + strings.Repeat("ab", 32) + "}]\nreview:\n  reviewers:\n    - {name: s, sha256: " + strings.Repeat("AB", 32) + ", tenants: [acme]}\n", "review.reviewers[0].sha256"},
 		{"reviewer posing as a tenant", "review:\n  reviewers:\n    - {name: \"tenant:acme\", sha256: " + strings.Repeat("ab", 32) + ", tenants: [acme]}\n", "review.reviewers[0].name"},
 		{"profile without a name", "profiles:\n  - scopes: [{host: a.example}]\n", "profiles[0].name"},
 		{"profile with a bad scope", "profiles:\n  - {name: x, scopes: [{host: \"1.2.3.4\"}]}\n", "profiles[0].scopes"},
