@@ -66,13 +66,16 @@ type leaseTally struct {
 	LeaseSummary
 	hosts map[string]bool
 	creds map[string]bool
+	// lastHost, lastKind and lastRule spare the maps a lookup when a record repeats the one
+	// before (most do: one lease, one host, one kind of traffic).
+	lastHost, lastKind, lastRule string
+	kindN, ruleN                 int // the counts for lastKind and lastRule, not yet in the maps
 }
 
 func (t *leaseTally) add(r *Record, host string) {
 	s := &t.LeaseSummary
 	if s.Records == 0 {
 		s.Lease, s.Tenant, s.First, s.From = r.Lease, r.Tenant, r.Seq, r.Time
-		s.Kinds = map[string]int{}
 		t.hosts, t.creds = map[string]bool{}, map[string]bool{}
 	}
 	s.Records++
@@ -80,9 +83,7 @@ func (t *leaseTally) add(r *Record, host string) {
 	if s.Task == "" {
 		s.Task = r.Task
 	}
-	if len(s.Kinds) < maxTallyKeys || s.Kinds[string(r.Kind)] > 0 {
-		s.Kinds[string(r.Kind)]++
-	}
+	t.countKind(string(r.Kind))
 	switch r.Decision {
 	case Allow:
 		s.Allowed++
@@ -90,23 +91,21 @@ func (t *leaseTally) add(r *Record, host string) {
 		s.Denied++
 	}
 	if r.Rule != "" {
-		if s.Rules == nil {
-			s.Rules = map[string]int{}
-		}
-		if len(s.Rules) < maxTallyKeys || s.Rules[string(r.Rule)] > 0 {
-			s.Rules[string(r.Rule)]++
-		}
+		t.countRule(string(r.Rule))
 	}
 	if r.Flagged {
 		s.Flagged++
 	}
 	s.BytesUp += r.BytesUp
 	s.BytesDown += r.BytesDown
-	if host != "" && !t.hosts[host] {
-		if len(t.hosts) < MaxLeaseHosts {
-			t.hosts[host] = true
-		} else {
-			s.HostsCut = true
+	if host != "" && host != t.lastHost {
+		t.lastHost = host
+		if !t.hosts[host] {
+			if len(t.hosts) < MaxLeaseHosts {
+				t.hosts[host] = true
+			} else {
+				s.HostsCut = true
+			}
 		}
 	}
 	if r.Credential != "" && len(t.creds) < MaxLeaseHosts {
@@ -122,10 +121,50 @@ func (t *leaseTally) add(r *Record, host string) {
 	}
 }
 
+// countKind counts a record of kind k: consecutive records of one kind are counted aside and
+// added to the map when the kind changes (or the tally is read).
+// (The writer calls it under the trail's write lock, so it may change the maps in place.)
+func (t *leaseTally) countKind(k string) {
+	if k != t.lastKind {
+		t.Kinds = addCount(t.Kinds, t.lastKind, t.kindN)
+		t.lastKind, t.kindN = k, 0
+	}
+	t.kindN++
+}
+
+func (t *leaseTally) countRule(r string) {
+	if r != t.lastRule {
+		t.Rules = addCount(t.Rules, t.lastRule, t.ruleN)
+		t.lastRule, t.ruleN = r, 0
+	}
+	t.ruleN++
+}
+
+// addCount adds n to m[k], keeping m to maxTallyKeys keys, and returns m (made when nil).
+func addCount(m map[string]int, k string, n int) map[string]int {
+	if n == 0 {
+		return m
+	}
+	if m == nil {
+		m = map[string]int{}
+	}
+	if len(m) < maxTallyKeys || m[k] > 0 {
+		m[k] += n
+	}
+	return m
+}
+
+// counts returns copies of the kind and rule counts with those held aside added (bounded to
+// maxTallyKeys keys each). It changes nothing: queries read tallies under a read lock, and the
+// writer encodes a sealed one while they may.
+func (t *leaseTally) counts() (kinds, rules map[string]int) {
+	return addCount(cloneCounts(t.Kinds), t.lastKind, t.kindN), addCount(cloneCounts(t.Rules), t.lastRule, t.ruleN)
+}
+
 // summary returns the tally with its sets as sorted lists.
 func (t *leaseTally) summary() LeaseSummary {
 	s := t.LeaseSummary
-	s.Kinds, s.Rules = cloneCounts(s.Kinds), cloneCounts(s.Rules)
+	s.Kinds, s.Rules = t.counts()
 	s.Hosts, s.Credentials = keysOfMap(t.hosts), keysOfMap(t.creds)
 	s.Segments = 1
 	return s
@@ -181,6 +220,7 @@ func (t *leaseTally) encode(b []byte) []byte {
 		}
 	}
 	r := t.LeaseSummary
+	r.Kinds, r.Rules = t.counts()
 	for _, x := range []string{r.Lease, r.Tenant, r.Task, r.Template, r.Runtime, r.EndedBy} {
 		s(x)
 	}
@@ -284,6 +324,9 @@ func (s *LeaseSummary) merge(o LeaseSummary) {
 	s.Allowed, s.Denied, s.Flagged = s.Allowed+o.Allowed, s.Denied+o.Denied, s.Flagged+o.Flagged
 	s.BytesUp, s.BytesDown = s.BytesUp+o.BytesUp, s.BytesDown+o.BytesDown
 	for k, v := range o.Kinds {
+		if s.Kinds == nil {
+			s.Kinds = map[string]int{}
+		}
 		s.Kinds[k] += v
 	}
 	for k, v := range o.Rules {
