@@ -76,6 +76,11 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	if err := p.decide(x, r.Method, x.path); err != nil {
 		return err
 	}
+	if x.scope.Git != nil {
+		if err := checkGit(r, x); err != nil {
+			return err
+		}
+	}
 	if err := p.guardName(x); err != nil {
 		return err
 	}

@@ -225,6 +225,7 @@ type exchange struct {
 	event    string // a tunnel's record: "open" or "close"
 	dest     string // where the sandbox connected, when the network redirected it here
 	mirror   *Mirror
+	note     string // what an allowed request did beyond its scope (a git push's refs), for its record
 }
 
 // sendTo is where x's request goes: its mirror, or the destination asked.

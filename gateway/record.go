@@ -54,6 +54,9 @@ func (p *Proxy) record(x *exchange) error {
 		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.Reason, x.refusal.Flagged
 	} else {
 		rec.Decision, rec.Rule, rec.Reason = audit.Allow, rule.Scope, "scope "+x.scope.String()
+		if x.note != "" {
+			rec.Reason += "; " + x.note
+		}
 	}
 	rec.Reason = x.redact(rec.Reason)
 	if x.event != "close" { // a tunnel's decision is counted once, when it opens

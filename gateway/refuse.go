@@ -26,6 +26,9 @@ type Refusal struct {
 	// Flagged marks a refusal a security reviewer should look at (data leaving in a name).
 	Flagged bool
 	Err     error
+	// respond, when set, writes the answer in the client's own protocol (a refused git push
+	// as receive-pack's report, which git shows per ref) instead of the plain refusal.
+	respond func(http.ResponseWriter)
 }
 
 func (r *Refusal) Error() string { return r.Rule.String() + ": " + r.Reason }
@@ -65,8 +68,7 @@ func refusalFor(err error) *Refusal {
 // header sets the refusal's headers on h: the rule and the reason (clients that hide a refused
 // CONNECT's body, as curl does, still show headers with -v), never cached, and the body's type.
 func (r *Refusal) header(h http.Header, asJSON bool) {
-	h.Set("X-Airlock-Rule", r.Rule.String())
-	h.Set("X-Airlock-Reason", strings.ToValidUTF8(strings.ReplaceAll(r.Reason, "\n", " "), "?"))
+	r.tag(h)
 	h.Set("Cache-Control", "no-store")
 	if r.Status == http.StatusProxyAuthRequired {
 		h.Set("Proxy-Authenticate", `Bearer realm="airlock"`)
@@ -76,6 +78,12 @@ func (r *Refusal) header(h http.Header, asJSON bool) {
 	} else {
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 	}
+}
+
+// tag names the rule and the reason in headers.
+func (r *Refusal) tag(h http.Header) {
+	h.Set("X-Airlock-Rule", r.Rule.String())
+	h.Set("X-Airlock-Reason", strings.ToValidUTF8(strings.ReplaceAll(r.Reason, "\n", " "), "?"))
 }
 
 // body is the refusal's body: a short plain text, or JSON when the client asks for it.
@@ -93,6 +101,11 @@ func (r *Refusal) body(asJSON bool) []byte {
 
 // write sends the refusal through w.
 func (r *Refusal) write(w http.ResponseWriter, asJSON bool) {
+	if r.respond != nil {
+		r.tag(w.Header())
+		r.respond(w)
+		return
+	}
 	r.header(w.Header(), asJSON)
 	w.WriteHeader(r.Status)
 	w.Write(r.body(asJSON))

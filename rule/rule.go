@@ -31,12 +31,13 @@ const (
 	Tunnel              Rule = "tunnel"                 // a looked-up name looks like data leaving
 	QType               Rule = "qtype"                  // a DNS query type not answered for sandboxes
 	RateLimit           Rule = "rate-limit"             // too many queries from one sandbox
+	Git                 Rule = "git"                    // a git request outside the scope's repositories or refs
 )
 
 // All lists every rule.
 var All = []Rule{Scope, NoLease, StoreDown, ScopeMiss, HostMismatch, BadRequest, PrivateAddress, CredentialDenied,
 	CredentialDown, AuditDown, UpstreamFailed, Budget, BodyTooLarge, AmbiguousPath, CleartextCredential,
-	Unscrubbable, Tunnel, QType, RateLimit}
+	Unscrubbable, Tunnel, QType, RateLimit, Git}
 
 // Known reports whether r is one of All.
 func (r Rule) Known() bool {

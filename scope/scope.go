@@ -38,6 +38,9 @@ type Scope struct {
 	// DNSTypes lets the resolver answer these query types (for example "TXT") for the scope's
 	// names, beyond A, AAAA, CNAME, HTTPS and SVCB.
 	DNSTypes []string `json:"dns_types,omitempty" yaml:"dns_types"`
+	// Git narrows a scope on a git host to git's smart HTTP: which repositories may be fetched,
+	// which refs pushed, whether refs may be deleted (see Git).
+	Git *Git `json:"git,omitempty" yaml:"git"`
 	// Profile names the profile the scope came from, when the deployment expanded a token's
 	// "profiles" into it; the verifier clears it on scopes a token writes itself.
 	Profile string `json:"profile,omitempty" yaml:"-"`
@@ -131,6 +134,16 @@ func (s Scope) canonical() (Scope, error) {
 	}
 	if s.Tunnel && len(s.Ports) == 0 {
 		return s, errors.New("a tunnel scope must name its ports")
+	}
+	if s.Git != nil {
+		g, err := s.Git.canonical()
+		if err != nil {
+			return s, fmt.Errorf("git: %v", err)
+		}
+		if s.Tunnel {
+			return s, errors.New("git: a tunnel is not inspected, so its refs could not be checked")
+		}
+		s.Git = g
 	}
 	return s, nil
 }
@@ -310,23 +323,32 @@ func (s Scope) matchPath(p string) bool {
 		return false
 	}
 	for _, g := range s.Paths {
-		if ok, _ := path.Match(g, p); ok {
+		if globMatch(g, p) {
 			return true
-		}
-		// A trailing "/*" also covers deeper paths: match the glob's parent against the same
-		// number of leading segments of p.
-		if base, ok := strings.CutSuffix(g, "/*"); ok {
-			n := strings.Count(base, "/")
-			segs := strings.SplitAfterN(p, "/", n+2)
-			if len(segs) == n+2 {
-				prefix := strings.TrimSuffix(strings.Join(segs[:n+1], ""), "/")
-				if ok, _ := path.Match(base, prefix); ok {
-					return true
-				}
-			}
 		}
 	}
 	return false
+}
+
+// globMatch matches p against a path.Match glob in which a trailing "/*" also covers deeper
+// names: the glob's parent is matched against the same number of leading segments of p. Paths
+// and git refs are matched by it.
+func globMatch(g, p string) bool {
+	if ok, _ := path.Match(g, p); ok {
+		return true
+	}
+	base, ok := strings.CutSuffix(g, "/*")
+	if !ok {
+		return false
+	}
+	n := strings.Count(base, "/")
+	segs := strings.SplitAfterN(p, "/", n+2)
+	if len(segs) != n+2 || segs[n+1] == "" {
+		return false
+	}
+	prefix := strings.TrimSuffix(strings.Join(segs[:n+1], ""), "/")
+	ok, _ = path.Match(base, prefix)
+	return ok
 }
 
 // String names the scope for audit records and refusals.
