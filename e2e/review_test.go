@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/scope"
 )
 
 // browserEvents records what a page did that a test must see: dialogs (an injected alert),
@@ -138,17 +141,23 @@ done`)
 	}
 	hostile := map[string]bool{}
 	var seen []string
-	for _, r := range n.trail(t) {
-		if r.Lease != a.ID || (r.Kind != audit.KindHTTP && r.Kind != audit.KindDNS) {
-			continue
+	// The records land a moment after the commands end: wait (bounded) for all three.
+	n.trailUntil(t, a.ID, func(rs []audit.Record) bool {
+		seen = seen[:0]
+		clear(hostile)
+		for _, r := range rs {
+			if r.Kind != audit.KindHTTP && r.Kind != audit.KindDNS {
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s %s %s %s %s: %s", r.Kind, r.Rule, r.QName, r.Host, r.Path, r.Reason))
+			// The gateway keeps a path as sent, percent-encoded; a host it cannot use is
+			// refused and named in the reason; the resolver keeps the name asked.
+			hostile["name"] = hostile["name"] || strings.Contains(r.QName, "<svg")
+			hostile["path"] = hostile["path"] || strings.Contains(r.Path, "onerror=alert")
+			hostile["host in a reason"] = hostile["host in a reason"] || strings.Contains(r.Reason, "<script>")
 		}
-		seen = append(seen, fmt.Sprintf("%s %s %s %s %s: %s", r.Kind, r.Rule, r.QName, r.Host, r.Path, r.Reason))
-		// The gateway keeps a path as sent, percent-encoded; a host it cannot use is refused
-		// and named in the reason; the resolver keeps the name asked.
-		hostile["name"] = hostile["name"] || strings.Contains(r.QName, "<svg")
-		hostile["path"] = hostile["path"] || strings.Contains(r.Path, "onerror=alert")
-		hostile["host in a reason"] = hostile["host in a reason"] || strings.Contains(r.Reason, "<script>")
-	}
+		return hostile["name"] && hostile["path"] && hostile["host in a reason"]
+	})
 	if len(hostile) != 3 || !hostile["name"] || !hostile["path"] || !hostile["host in a reason"] {
 		t.Fatalf("the trail lacks the sandbox's markup in a name, a path or a refused host (%v); the attack needs them there:\n%s",
 			hostile, strings.Join(seen, "\n"))
@@ -320,6 +329,26 @@ done`)
 				f.format, len(got), f.format, len(want), code, errs, got, want)
 		}
 	}
+
+	// What the lease did, as the narrowest token: the one allowed destination with its
+	// credential, the refused ones with the scope that would have allowed them.
+	out, errs, code := n.cli(t, "suggest", "--json", a.ID)
+	var claim struct{ Scopes []scope.Scope }
+	if code != 0 || json.Unmarshal([]byte(out), &claim) != nil || len(claim.Scopes) != 1 {
+		t.Fatalf("airlock suggest --json: exit %d %s %s", code, out, errs)
+	}
+	if sc := claim.Scopes[0]; sc.Host != "api.example.test" || sc.Credential != "demo" || !slices.Equal(sc.Methods, []string{"GET"}) ||
+		!slices.Equal(sc.Paths, []string{"/whoami"}) {
+		t.Errorf("suggested scope %+v, want GET /whoami on api.example.test with demo", sc)
+	}
+	if _, err := scope.Parse(claim.Scopes); err != nil {
+		t.Errorf("the suggested claim does not parse: %v", err)
+	}
+	suggested, _, _ := n.cli(t, "suggest", a.ID)
+	if !strings.Contains(suggested, "GET evil.example:80/") || !strings.Contains(suggested, "Denied, and what would have allowed it") {
+		t.Errorf("airlock suggest:\n%s", suggested)
+	}
+	t.Logf("airlock suggest %s:\n%s", a.ID, suggested)
 
 	// Mark the lease reviewed: the mark shows, and is a record naming the reviewer.
 	do("mark reviewed", chromedp.Navigate(base+"/leases/"+a.ID+"?since="), chromedp.WaitVisible(chromedp.ID("ledger")),

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/suggest"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -100,25 +101,15 @@ func what(r audit.Record) string {
 // decides, or that no policy would (a request refused for being malformed).
 func allowing(r audit.Record) string {
 	switch r.Rule {
-	case rule.ScopeMiss:
-		sc := scope.Scope{Host: strings.TrimSuffix(strings.ToLower(r.Host), ".")}
-		if r.Kind == audit.KindDNS {
-			sc.Host = strings.TrimSuffix(strings.ToLower(r.QName), ".")
-			return "a scope for the name: " + scopeJSON(sc)
+	case rule.ScopeMiss, rule.QType:
+		sc, ok := suggest.Narrowest(r)
+		if !ok {
+			return "no scope: the destination is not a name a scope can hold (malformed, or an address)"
 		}
-		if r.Port != 0 && r.Port != 443 && r.Port != 80 {
-			sc.Ports = []int{r.Port}
-		}
-		if r.Method != "" && r.Method != "CONNECT" {
-			sc.Methods = []string{r.Method}
-		}
-		if r.Path != "" {
-			sc.Paths = []string{r.Path}
+		if r.Rule == rule.QType {
+			return "a scope that lets the resolver answer this type: " + scopeJSON(sc)
 		}
 		return "the narrowest scope that would have allowed it: " + scopeJSON(sc)
-	case rule.QType:
-		sc := scope.Scope{Host: strings.TrimSuffix(strings.ToLower(r.QName), "."), DNSTypes: []string{r.QType}}
-		return "a scope that lets the resolver answer this type: " + scopeJSON(sc)
 	case rule.Tunnel:
 		return "a scope naming the host exactly: names under a wildcard scope must not carry data"
 	case rule.RateLimit:

@@ -70,6 +70,8 @@ func newFixture(t *testing.T) *fixture {
 		w(audit.Record{Kind: audit.KindDNS, Decision: audit.Allow, Rule: "scope", Lease: l.id, Tenant: l.tenant, QName: "api.example.", QType: "A", Answers: 1})
 		w(audit.Record{Kind: audit.KindHTTP, Decision: audit.Allow, Rule: "scope", Reason: "scope api.example", Lease: l.id, Tenant: l.tenant,
 			Method: "GET", Host: "api.example", Port: 443, Path: "/v1/" + l.tenant, Status: 200, Credential: "demo", BytesUp: 100, BytesDown: 2000})
+		w(audit.Record{Kind: audit.KindHTTP, Decision: audit.Deny, Rule: "scope-miss", Reason: "task has no scope allowing POST evil.example:8443/upload",
+			Lease: l.id, Tenant: l.tenant, Method: "POST", Host: "evil.example", Port: 8443, Path: "/upload", Status: 403})
 		w(audit.Record{Kind: audit.KindHTTP, Decision: audit.Deny, Rule: "scope-miss", Reason: "task has no scope allowing POST " + hostileHost + hostilePath,
 			Lease: l.id, Tenant: l.tenant, Method: "POST", Host: hostileHost, Port: 8443, Path: hostilePath, Status: 403})
 	}

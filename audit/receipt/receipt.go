@@ -228,6 +228,7 @@ func (b *Builder) http(rec audit.Record) {
 	}
 	d.Allowed++
 	if s, ok := strings.CutPrefix(rec.Reason, "scope "); ok {
+		s, _, _ = strings.Cut(s, "; ") // what the request did beyond its scope follows (a git push's refs)
 		b.used[s] = true
 	}
 	if rec.Credential != "" {
