@@ -81,6 +81,11 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 			return err
 		}
 	}
+	if x.scope.MCP != nil {
+		if err := checkMCP(r, x); err != nil {
+			return err
+		}
+	}
 	if err := p.guardName(x); err != nil {
 		return err
 	}
@@ -281,6 +286,9 @@ func (p *Proxy) prepare(r *http.Request, x *exchange) (*http.Request, error) {
 		return nil, refuse(http.StatusInternalServerError, rule.AmbiguousPath,
 			fmt.Sprintf("the path to send (%q) is not the path decided on (%q)", got, x.path), "")
 	}
+	if x.scope.MCP != nil {
+		out.Header.Set("Accept-Encoding", "identity") // the answers are read for the tools they list
+	}
 	if x.entry != nil {
 		// Scrubbing needs plain bytes back; set before signing, which covers the headers.
 		out.Header.Set("Accept-Encoding", "identity")
@@ -357,6 +365,13 @@ func (p *Proxy) upstreamFailed(x *exchange, err error) *Refusal {
 
 // relay sends the upstream's answer to the sandbox and records the exchange.
 func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, resp *http.Response, x *exchange) {
+	if x.scope.MCP != nil {
+		if err := filterMCPResponse(resp, x.scope.MCP); err != nil {
+			resp.Body.Close()
+			p.deny(w, x, err)
+			return
+		}
+	}
 	if err := p.scrubResponse(resp, x); err != nil {
 		resp.Body.Close()
 		p.deny(w, x, err)

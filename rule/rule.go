@@ -32,12 +32,13 @@ const (
 	QType               Rule = "qtype"                  // a DNS query type not answered for sandboxes
 	RateLimit           Rule = "rate-limit"             // too many queries from one sandbox
 	Git                 Rule = "git"                    // a git request outside the scope's repositories or refs
+	MCP                 Rule = "mcp"                    // an MCP tool call the scope does not list, or a message that cannot be read
 )
 
 // All lists every rule.
 var All = []Rule{Scope, NoLease, StoreDown, ScopeMiss, HostMismatch, BadRequest, PrivateAddress, CredentialDenied,
 	CredentialDown, AuditDown, UpstreamFailed, Budget, BodyTooLarge, AmbiguousPath, CleartextCredential,
-	Unscrubbable, Tunnel, QType, RateLimit, Git}
+	Unscrubbable, Tunnel, QType, RateLimit, Git, MCP}
 
 // Known reports whether r is one of All.
 func (r Rule) Known() bool {

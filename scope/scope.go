@@ -41,6 +41,8 @@ type Scope struct {
 	// Git narrows a scope on a git host to git's smart HTTP: which repositories may be fetched,
 	// which refs pushed, whether refs may be deleted (see Git).
 	Git *Git `json:"git,omitempty" yaml:"git"`
+	// MCP narrows a scope on an MCP server's host to the tools a task may call (see MCP).
+	MCP *MCP `json:"mcp,omitempty" yaml:"mcp"`
 	// Profile names the profile the scope came from, when the deployment expanded a token's
 	// "profiles" into it; the verifier clears it on scopes a token writes itself.
 	Profile string `json:"profile,omitempty" yaml:"-"`
@@ -144,6 +146,22 @@ func (s Scope) canonical() (Scope, error) {
 			return s, errors.New("git: a tunnel is not inspected, so its refs could not be checked")
 		}
 		s.Git = g
+	}
+	if s.MCP != nil {
+		if s.Tunnel {
+			return s, errors.New("mcp: a tunnel is not inspected, so its tool calls could not be checked")
+		}
+		if s.Git != nil {
+			return s, errors.New("mcp and git are exclusive: a scope is one protocol's")
+		}
+		if len(s.MCP.Tools) == 0 {
+			return s, errors.New("mcp: tools: name the tools the task may call")
+		}
+		for _, t := range s.MCP.Tools {
+			if t == "" || len(t) > 128 {
+				return s, fmt.Errorf("mcp: tools: %q is not a tool name", t)
+			}
+		}
 	}
 	return s, nil
 }

@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/scope"
+)
+
+// mcpUpstream is a real MCP server (the Go SDK, streamable HTTP) behind the gateway's
+// intercepted TLS, with three tools, counting the calls it runs.
+type mcpUpstream struct {
+	h      *harness
+	client *http.Client // through the gateway, trusting its CA
+	calls  map[string]*atomic.Int32
+}
+
+func newMCPUpstream(t *testing.T, jsonResponse bool, allowed ...string) *mcpUpstream {
+	t.Helper()
+	u := &mcpUpstream{calls: map[string]*atomic.Int32{}}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "v1"}, nil)
+	for _, name := range []string{"search_issues", "create_comment", "delete_repo"} {
+		n := &atomic.Int32{}
+		u.calls[name] = n
+		srv.AddTool(&mcp.Tool{Name: name, InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				n.Add(1)
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " ran"}}}, nil
+			})
+	}
+	u.h = newHarness(t)
+	u.h.scopes = []scope.Scope{{Host: "api.example.test", MCP: &scope.MCP{Tools: allowed}}}
+	leaf, _ := u.h.ca.Leaf("api.example.test")
+	up := httptest.NewUnstartedServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		// The test server listens on loopback under a public name the gateway pins.
+		&mcp.StreamableHTTPOptions{JSONResponse: jsonResponse, DisableLocalhostProtection: true}))
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	addr := up.Listener.Addr().String()
+	u.h.proxyHandler().dyn.Load().pins["api.example.test:443"] = netip.MustParseAddrPort(addr)
+	u.h.dialer.allowed[addr] = true
+	proxy, _ := url.Parse("http://" + serveHarness(t, u.h))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(u.h.ca.CertPEM)
+	u.client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	return u
+}
+
+// An MCP scope lets a task call only the tools it lists: the list the agent sees holds only
+// those, a call of another is answered with a JSON-RPC error it can read and never reaches the
+// server, and each call is recorded with its tool and argument size, in both of the transport's
+// answer forms (JSON and an event stream).
+func TestMCPToolsScoped(t *testing.T) {
+	for _, jsonResponse := range []bool{true, false} {
+		t.Run(map[bool]string{true: "json", false: "event stream"}[jsonResponse], func(t *testing.T) {
+			u := newMCPUpstream(t, jsonResponse, "search_issues", "create_comment")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, nil).Connect(ctx,
+				&mcp.StreamableClientTransport{Endpoint: "https://api.example.test/mcp", HTTPClient: u.client, DisableStandaloneSSE: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			list, err := cs.ListTools(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tool := range list.Tools {
+				names = append(names, tool.Name)
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, []string{"create_comment", "search_issues"}) {
+				t.Errorf("tools/list through the gateway: %v", names)
+			}
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "search_issues", Arguments: map[string]any{"q": "bug"}})
+			if err != nil || res.IsError || u.calls["search_issues"].Load() != 1 {
+				t.Fatalf("an allowed call: %v %+v", err, res)
+			}
+			_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_repo", Arguments: map[string]any{"repo": "acme/app"}})
+			if err == nil || !strings.Contains(err.Error(), `airlock: tool "delete_repo" is not one this task may call`) {
+				t.Errorf("a call of a tool the scope does not list: %v", err)
+			}
+			if n := u.calls["delete_repo"].Load(); n != 0 {
+				t.Errorf("the refused tool ran %d times on the server", n)
+			}
+			t.Logf("the agent's error: %v", err)
+			u.h.sink.mu.Lock()
+			defer u.h.sink.mu.Unlock()
+			var allowed, refused bool
+			for _, r := range u.h.sink.recs {
+				allowed = allowed || r.Decision == "allow" && strings.Contains(r.Reason, "mcp tools/call search_issues (arguments 11 bytes)")
+				refused = refused || r.Decision == "deny" && r.Rule == "mcp" && strings.Contains(r.Reason, "delete_repo")
+				if strings.Contains(r.Reason, "acme/app") || strings.Contains(r.Reason, "bug") {
+					t.Errorf("a record holds an argument's value: %s", r.Reason)
+				}
+			}
+			if !allowed || !refused {
+				t.Errorf("records: allowed call %v, refused call %v", allowed, refused)
+			}
+		})
+	}
+}
+
+// Messages an MCP server could read as another call than the one checked are refused.
+func TestMCPAmbiguousMessagesRefused(t *testing.T) {
+	u := newMCPUpstream(t, true, "search_issues")
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, "https://api.example.test/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := u.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for name, body := range map[string]string{
+		"a duplicate name":    `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues","name":"delete_repo"}}`,
+		"a duplicate method":  `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call","params":{"name":"delete_repo"}}`,
+		"a duplicate params":  `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues"},"params":{"name":"delete_repo"}}`,
+		"trailing data":       `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues"}} {"x":1}`,
+		"a name not a string": `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["delete_repo"]}}`,
+		"not JSON":            `method=tools/call&name=delete_repo`,
+	} {
+		code, b := post(body)
+		if code != http.StatusBadRequest || !strings.Contains(b, "mcp") {
+			t.Errorf("%s: %d %s", name, code, b)
+		}
+	}
+	// A batch with one refused call is refused whole, every request answered with an error.
+	code, b := post(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues"}},` +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_repo"}}]`)
+	if code != http.StatusOK || strings.Count(b, `"code":-32001`) != 2 || !strings.Contains(b, "refused whole") {
+		t.Errorf("a batch with a refused call: %d %s", code, b)
+	}
+	// An escaped method or name is the same method or name to the server.
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools\/call","params":{"name":"delete_repo"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools\u002fcall","params":{"name":"delete\u005frepo"}}`,
+	} {
+		if code, b := post(body); code != http.StatusOK || !strings.Contains(b, "not one this task may call") {
+			t.Errorf("an escaped call %s: %d %s", body, code, b)
+		}
+	}
+	// A key that differs only in case is not the key (servers match keys exactly).
+	code, b = post(`{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"tools/call","params":{"name":"delete_repo"}}`)
+	if code != http.StatusOK || !strings.Contains(b, "not one this task may call") {
+		t.Errorf("a call beside a key in another case: %d %s", code, b)
+	}
+	if n := u.calls["delete_repo"].Load() + u.calls["search_issues"].Load(); n != 0 {
+		t.Errorf("%d refused calls reached the server", n)
+	}
+}
+
+// A tool list keeps only the scope's tools; an entry the gateway cannot read is dropped.
+func TestFilterToolLists(t *testing.T) {
+	m := &scope.MCP{Tools: []string{"a"}}
+	got := string(filterToolLists([]byte(`{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a"},{"name":"b"},{"name":"a","name":"b"},"x"]}}`), m))
+	if got != `{"id":3,"jsonrpc":"2.0","result":{"tools":[{"name":"a"}]}}` {
+		t.Errorf("filtered: %s", got)
+	}
+	if in := `{"jsonrpc":"2.0","id":4,"result":{"content":[]}}`; string(filterToolLists([]byte(in), m)) != in {
+		t.Error("an answer without a tool list was changed")
+	}
+	if got := string(filterToolLists([]byte(`{"id":1,"id":2,"result":{"tools":[{"name":"b"}]}}`), m)); strings.Contains(got, `"b"`) {
+		t.Errorf("an answer that cannot be read passed: %s", got)
+	}
+}
