@@ -115,6 +115,9 @@ func readPushCommands(r *http.Request) ([]gitCommand, map[string]bool, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("the gzip body does not open: %v", err)
 		}
+		// One member only: the commands must end inside the first, whether the server reads
+		// the members after it or not.
+		zr.Multistream(false)
 		src = zr
 	default:
 		return nil, nil, fmt.Errorf("content encoding %q cannot be read for its ref updates", enc)

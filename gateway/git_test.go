@@ -165,7 +165,7 @@ func TestGitPushScopedByRef(t *testing.T) {
 	defer g.h.sink.mu.Unlock()
 	var pushed, refused, other bool
 	for _, r := range g.h.sink.recs {
-		pushed = pushed || r.Decision == "allow" && strings.Contains(r.Reason, "git push acme/app: refs/heads/agent/x (create)")
+		pushed = pushed || r.Decision == "allow" && r.Credential == "demo" && strings.Contains(r.Reason, "git push acme/app: refs/heads/agent/x (create)")
 		refused = refused || r.Decision == "deny" && r.Rule == "git" && strings.Contains(r.Reason, "refs/heads/main outside")
 		other = other || r.Decision == "deny" && r.Rule == "git" && strings.Contains(r.Reason, "does not cover repository acme/other")
 	}

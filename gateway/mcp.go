@@ -51,18 +51,19 @@ func checkMCP(r *http.Request, x *exchange) error {
 	var refused []string
 	ids := make([]json.RawMessage, 0, len(msgs))
 	for _, m := range msgs {
-		if id, ok := m["id"]; ok {
+		if id, ok := member(m, "id"); ok {
 			ids = append(ids, id)
 		}
 		// Compared decoded: "tools\/call" and "tools\u002fcall" are the server's tools/call too.
 		var method string
-		if raw, ok := m["method"]; ok && json.Unmarshal(raw, &method) != nil {
+		if raw, ok := member(m, "method"); ok && json.Unmarshal(raw, &method) != nil {
 			return refuse(http.StatusBadRequest, rule.MCP, "a JSON-RPC method that is not a string", "")
 		}
 		if method != "tools/call" {
 			continue
 		}
-		tool, args, err := mcpCall(m["params"])
+		params, _ := member(m, "params")
+		tool, args, err := mcpCall(params)
 		if err != nil {
 			return refuse(http.StatusBadRequest, rule.MCP, "a tools/call the gateway cannot read unambiguously: "+err.Error(), "")
 		}
@@ -118,15 +119,22 @@ func mcpCall(params json.RawMessage) (string, json.RawMessage, error) {
 		return "", nil, fmt.Errorf("params: %v", err)
 	}
 	var name string
-	if err := json.Unmarshal(p["name"], &name); err != nil || name == "" {
+	raw, _ := member(p, "name")
+	if err := json.Unmarshal(raw, &name); err != nil || name == "" {
 		return "", nil, errors.New("params.name is not a tool's name")
 	}
-	return name, p["arguments"], nil
+	args, _ := member(p, "arguments")
+	return name, args, nil
 }
+
+// maxMCPKeys bounds the members of one object the gateway reads.
+const maxMCPKeys = 1000
 
 // strictObject decodes a JSON object into its members, refusing a duplicate key (parsers keep
 // the first or the last, so the server could read another value than the one checked) and
-// anything after the object.
+// anything after the object. Keys that differ only in case are duplicates too: a server in Go
+// matches keys without regard to case ("Method", even "paramſ"), so each is looked up the same
+// way (member).
 func strictObject(raw []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
@@ -146,8 +154,11 @@ func strictObject(raw []byte) (map[string]json.RawMessage, error) {
 		if !ok {
 			return nil, errors.New("a key is not a string")
 		}
-		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("the key %q appears twice", k)
+		if _, dup := member(out, k); dup {
+			return nil, fmt.Errorf("the key %q appears twice (keys are compared without regard to case)", k)
+		}
+		if len(out) == maxMCPKeys {
+			return nil, fmt.Errorf("an object of more than %d members", maxMCPKeys)
 		}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
@@ -162,6 +173,30 @@ func strictObject(raw []byte) (map[string]json.RawMessage, error) {
 		return nil, errors.New("something follows the object")
 	}
 	return out, nil
+}
+
+// memberKey is member with the key as the object spells it.
+func memberKey(m map[string]json.RawMessage, k string) (string, json.RawMessage, bool) {
+	for key, v := range m {
+		if strings.EqualFold(key, k) {
+			return key, v, true
+		}
+	}
+	return "", nil, false
+}
+
+// member returns the member of m whose key is k without regard to case (strictObject lets at
+// most one be).
+func member(m map[string]json.RawMessage, k string) (json.RawMessage, bool) {
+	if v, ok := m[k]; ok {
+		return v, true
+	}
+	for key, v := range m {
+		if strings.EqualFold(key, k) {
+			return v, true
+		}
+	}
+	return nil, false
 }
 
 // writeMCPErrors answers every request of a refused body with a JSON-RPC error (notifications,
@@ -232,7 +267,7 @@ func filterToolLists(body []byte, m *scope.MCP) []byte {
 	}
 	changed := false
 	for _, msg := range msgs {
-		res, ok := msg["result"]
+		resKey, res, ok := memberKey(msg, "result")
 		if !ok {
 			continue
 		}
@@ -240,7 +275,7 @@ func filterToolLists(body []byte, m *scope.MCP) []byte {
 		if err != nil {
 			continue // a result that is not an object holds no tool list
 		}
-		tools, ok := r["tools"]
+		toolsKey, tools, ok := memberKey(r, "tools")
 		if !ok {
 			continue
 		}
@@ -255,12 +290,13 @@ func filterToolLists(body []byte, m *scope.MCP) []byte {
 				continue
 			}
 			var name string
-			if json.Unmarshal(obj["name"], &name) == nil && m.AllowsTool(name) {
+			raw, _ := member(obj, "name")
+			if json.Unmarshal(raw, &name) == nil && m.AllowsTool(name) {
 				kept = append(kept, t)
 			}
 		}
-		r["tools"], _ = json.Marshal(kept)
-		msg["result"], _ = json.Marshal(r)
+		r[toolsKey], _ = json.Marshal(kept)
+		msg[resKey], _ = json.Marshal(r)
 		changed = true
 	}
 	if !changed {

@@ -160,10 +160,18 @@ func TestMCPAmbiguousMessagesRefused(t *testing.T) {
 			t.Errorf("an escaped call %s: %d %s", body, code, b)
 		}
 	}
-	// A key that differs only in case is not the key (servers match keys exactly).
-	code, b = post(`{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"tools/call","params":{"name":"delete_repo"}}`)
-	if code != http.StatusOK || !strings.Contains(b, "not one this task may call") {
-		t.Errorf("a call beside a key in another case: %d %s", code, b)
+	// Keys in another case are the keys to a server in Go (encoding/json folds case, "ſ" too):
+	// alone they are read as the keys, beside them they are duplicates.
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"Method":"tools/call","Params":{"Name":"delete_repo"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","paramſ":{"name":"delete_repo"}}`,
+	} {
+		if code, b := post(body); code != http.StatusOK || !strings.Contains(b, "not one this task may call") {
+			t.Errorf("a call with keys in another case %s: %d %s", body, code, b)
+		}
+	}
+	if code, b := post(`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"delete_repo"}}`); code != http.StatusBadRequest {
+		t.Errorf("keys that differ only in case, both: %d %s", code, b)
 	}
 	if n := u.calls["delete_repo"].Load() + u.calls["search_issues"].Load(); n != 0 {
 		t.Errorf("%d refused calls reached the server", n)
