@@ -79,7 +79,11 @@ func checkGit(r *http.Request, x *exchange) error {
 		refused = append(refused, c.ref)
 	}
 	var done []string
-	for _, c := range cmds {
+	for i, c := range cmds {
+		if i == 20 {
+			done = append(done, fmt.Sprintf("and %d more", len(cmds)-i)) // the record stays a line
+			break
+		}
 		done = append(done, c.ref+" ("+c.what()+")")
 	}
 	if len(refused) == 0 {

@@ -25,8 +25,9 @@ const mcpRefusedCode = -32001
 // checkMCP applies an MCP scope to a request of the streamable HTTP transport. A POST carries one
 // JSON-RPC message or a batch; each tools/call must name a tool the scope lists, or the whole
 // body is answered with JSON-RPC errors the agent can read, and nothing is sent. The body is
-// read strictly (no duplicate keys anywhere a decision looks, exact key names), so the server
-// cannot read another call than the one checked; it goes on byte for byte.
+// read strictly (no duplicate keys anywhere a decision looks, keys matched as a lenient server
+// matches them, escapes decoded), so the server cannot read another call than the one checked;
+// it goes on byte for byte.
 func checkMCP(r *http.Request, x *exchange) error {
 	if r.Method != http.MethodPost {
 		return nil // the server's event stream (GET) and the session's end (DELETE); answers are filtered
@@ -71,7 +72,9 @@ func checkMCP(r *http.Request, x *exchange) error {
 			refused = append(refused, tool)
 			continue
 		}
-		notes = append(notes, fmt.Sprintf("mcp tools/call %s (arguments %d bytes)", tool, len(args)))
+		if len(notes) < 20 { // the record stays a line
+			notes = append(notes, fmt.Sprintf("mcp tools/call %s (arguments %d bytes)", tool, len(args)))
+		}
 	}
 	if len(refused) == 0 {
 		x.note = strings.Join(notes, ", ")
