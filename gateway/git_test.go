@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // gitServer is a real git smart-HTTP server (git-http-backend) behind the gateway's
@@ -160,15 +162,19 @@ func TestGitPushScopedByRef(t *testing.T) {
 		!strings.Contains(out, "403") {
 		t.Errorf("a clone of a repository the scope does not list: ok=%v\n%s", ok, out)
 	}
-	// The records say what each push did, or why it was refused.
-	g.h.sink.mu.Lock()
-	defer g.h.sink.mu.Unlock()
+	// The records say what each push did, or why it was refused (written as each answer
+	// ends: waited for, bounded).
 	var pushed, refused, other bool
-	for _, r := range g.h.sink.recs {
-		pushed = pushed || r.Decision == "allow" && r.Credential == "demo" && strings.Contains(r.Reason, "git push acme/app: refs/heads/agent/x (create)")
-		refused = refused || r.Decision == "deny" && r.Rule == "git" && strings.Contains(r.Reason, "refs/heads/main outside")
-		other = other || r.Decision == "deny" && r.Rule == "git" && strings.Contains(r.Reason, "does not cover repository acme/other")
-	}
+	wait.Until(10*time.Second, "the records of the pushes and the clone", func() bool {
+		g.h.sink.mu.Lock()
+		defer g.h.sink.mu.Unlock()
+		for _, r := range g.h.sink.recs {
+			pushed = pushed || r.Decision == "allow" && r.Credential == "demo" && strings.Contains(r.Reason, "git push acme/app: refs/heads/agent/x (create)")
+			refused = refused || r.Decision == "deny" && r.Rule == "git" && strings.Contains(r.Reason, "refs/heads/main outside")
+			other = other || r.Decision == "deny" && r.Rule == "git" && strings.Contains(r.Reason, "does not cover repository acme/other")
+		}
+		return pushed && refused && other
+	})
 	if !pushed || !refused || !other {
 		t.Errorf("records: allowed push %v, refused push %v, other repository %v", pushed, refused, other)
 	}

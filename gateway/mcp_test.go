@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // mcpUpstream is a real MCP server (the Go SDK, streamable HTTP) behind the gateway's
@@ -100,16 +101,23 @@ func TestMCPToolsScoped(t *testing.T) {
 				t.Errorf("the refused tool ran %d times on the server", n)
 			}
 			t.Logf("the agent's error: %v", err)
-			u.h.sink.mu.Lock()
-			defer u.h.sink.mu.Unlock()
+			// A call answered on an event stream is recorded when the stream ends, a moment
+			// after the agent has its result.
 			var allowed, refused bool
-			for _, r := range u.h.sink.recs {
-				allowed = allowed || r.Decision == "allow" && strings.Contains(r.Reason, "mcp tools/call search_issues (arguments 11 bytes)")
-				refused = refused || r.Decision == "deny" && r.Rule == "mcp" && strings.Contains(r.Reason, "delete_repo")
-				if strings.Contains(r.Reason, "acme/app") || strings.Contains(r.Reason, "bug") {
-					t.Errorf("a record holds an argument's value: %s", r.Reason)
+			check := func() bool {
+				u.h.sink.mu.Lock()
+				defer u.h.sink.mu.Unlock()
+				allowed, refused = false, false
+				for _, r := range u.h.sink.recs {
+					allowed = allowed || r.Decision == "allow" && strings.Contains(r.Reason, "mcp tools/call search_issues (arguments 11 bytes)")
+					refused = refused || r.Decision == "deny" && r.Rule == "mcp" && strings.Contains(r.Reason, "delete_repo")
+					if strings.Contains(r.Reason, "acme/app") || strings.Contains(r.Reason, "bug") {
+						t.Errorf("a record holds an argument's value: %s", r.Reason)
+					}
 				}
+				return allowed && refused
 			}
+			wait.Until(10*time.Second, "the records of the two calls", check)
 			if !allowed || !refused {
 				t.Errorf("records: allowed call %v, refused call %v", allowed, refused)
 			}
