@@ -29,8 +29,18 @@ const mcpRefusedCode = -32001
 // matches them, escapes decoded), so the server cannot read another call than the one checked;
 // it goes on byte for byte.
 func checkMCP(r *http.Request, x *exchange) error {
-	if r.Method != http.MethodPost {
-		return nil // the server's event stream (GET) and the session's end (DELETE); answers are filtered
+	switch r.Method {
+	case http.MethodGet, http.MethodDelete:
+		// The server's event stream and the session's end, whose answers are filtered; a body
+		// on them would be a message no one checked.
+		if r.ContentLength != 0 {
+			return refuse(http.StatusBadRequest, rule.MCP, fmt.Sprintf("an MCP %s with a body", r.Method), "")
+		}
+		return nil
+	case http.MethodPost:
+	default:
+		return refuse(http.StatusMethodNotAllowed, rule.MCP,
+			fmt.Sprintf("MCP's streamable HTTP takes GET, POST and DELETE; %s is not read for tool calls", r.Method), "")
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		return refuse(http.StatusUnsupportedMediaType, rule.MCP,

@@ -153,6 +153,18 @@ func TestMCPAmbiguousMessagesRefused(t *testing.T) {
 			t.Errorf("%s: %d %s", name, code, b)
 		}
 	}
+	for _, method := range []string{http.MethodPut, http.MethodPatch, http.MethodGet} {
+		req, _ := http.NewRequest(method, "https://api.example.test/mcp",
+			strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repo"}}`))
+		resp, err := u.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Airlock-Rule") != "mcp" {
+			t.Errorf("a message sent with %s: %d %s", method, resp.StatusCode, resp.Header.Get("X-Airlock-Rule"))
+		}
+	}
 	// A batch with one refused call is refused whole, every request answered with an error.
 	code, b := post(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues"}},` +
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_repo"}}]`)
