@@ -148,8 +148,22 @@ type Gateway struct {
 	UpstreamCAFiles []string `yaml:"upstream_ca_files"`
 	// Budget bounds each lease's requests and bytes sent upstream; a token may narrow it.
 	Budget budget.Budget `yaml:"budget"`
+	// Approvals are the settings of scopes that hold requests for a reviewer.
+	Approvals Approvals `yaml:"approvals"`
 	// Mirrors send requests for a public name to an operator's server instead.
 	Mirrors []Mirror `yaml:"mirrors"`
+}
+
+// Approvals are how requests a scope asks approval for are held.
+type Approvals struct {
+	// Hold is how long a request waits before the sandbox is told it is pending; TTL how long
+	// an unanswered approval lasts.
+	Hold time.Duration `yaml:"hold"`
+	TTL  time.Duration `yaml:"ttl"`
+	// Webhook, when set, receives each new approval as JSON (POST), for reviewers to be told.
+	Webhook string `yaml:"webhook"`
+	// AllowSelf lets the API key that leased approve its own lease's requests.
+	AllowSelf bool `yaml:"allow_self"`
 }
 
 // Profile is one named bundle of scopes.
@@ -302,7 +316,7 @@ func Default() Config {
 		API:        API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200},
 		Redis:      Redis{Grace: 10 * time.Second},
 		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
-		Gateway:    Gateway{Port: 3128, TransparentPort: 3129},
+		Gateway:    Gateway{Port: 3128, TransparentPort: 3129, Approvals: Approvals{Hold: 30 * time.Second, TTL: 10 * time.Minute}},
 		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
@@ -451,6 +465,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateReview(bad)
+	if a := c.Gateway.Approvals; a.Hold < time.Second || a.Hold > 10*time.Minute || a.TTL < a.Hold || a.TTL > 24*time.Hour {
+		bad("gateway.approvals", "hold must be 1s to 10m and ttl from hold to 24h (hold %s, ttl %s)", a.Hold, a.TTL)
+	}
+	if u := c.Gateway.Approvals.Webhook; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "https" && pu.Scheme != "http") || pu.Host == "" {
+			bad("gateway.approvals.webhook", "%q is not an http(s) URL", u)
+		}
+	}
 	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
 		bad("api.rate_per_key", "must be >= 0")
 	}

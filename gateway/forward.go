@@ -101,7 +101,10 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	if err := p.startRequest(x, r.ContentLength); err != nil {
 		return err
 	}
-	return boundSignedBody(r, x)
+	if err := boundSignedBody(r, x); err != nil {
+		return err
+	}
+	return p.approve(r, x)
 }
 
 // auditOK refuses while the trail would refuse the record of what is about to pass.

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/budget"
@@ -40,6 +41,9 @@ type Config struct {
 	Catalog  broker.Catalog
 	Broker   broker.Broker
 	Audit    audit.Sink
+	// Approvals holds the requests of scopes that ask for approval; nil refuses them (nothing
+	// here could answer).
+	Approvals *approval.Registry
 	// PrivateUpstreams pins "host:port" to one address. It is the only way a name reaches a
 	// non-public address; ranges are deliberately not offered, since a range covering loopback
 	// would hand sandboxes Redis, Vault and the API.

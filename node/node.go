@@ -104,7 +104,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	guard := newGuard(cfg)
-	if gw, err = startGateway(cfg, backend, authority, cache, sink, creds, verifier, mgr, guard, reg, log); err != nil {
+	approvals := newApprovals(cfg, sink, log)
+	if gw, err = startGateway(cfg, backend, authority, cache, sink, creds, verifier, mgr, guard, approvals, reg, log); err != nil {
 		apiLn.Close()
 		return err
 	}
@@ -117,7 +118,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	defer res.close()
 	poolErr, stopPool := runPool(ctx, mgr, reg)
 	defer stopPool()
-	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, trail.signer, reg, log)
+	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, trail.signer, approvals, reg, log)
 	if err != nil {
 		return err
 	}

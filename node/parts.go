@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
 	"github.com/airlock-dev/airlock/audit/ship"
@@ -121,6 +123,15 @@ func openAudit(ctx context.Context, cfg config.Config, store *redisstore.Store, 
 		return nil, nil, err
 	}
 	return a, func() { a.sink.Close() }, nil
+}
+
+// apiReviewers are the reviewer keys as the API takes them (on its approval endpoints only).
+func apiReviewers(cfg config.Config) map[string]api.Reviewer {
+	out := map[string]api.Reviewer{}
+	for _, k := range cfg.Review.Reviewers {
+		out[strings.ToLower(k.SHA256)] = api.Reviewer{Name: k.Name, Tenants: k.Tenants}
+	}
+	return out
 }
 
 // startReview serves the review page on its own listener (TLS when review.tls is set) and
@@ -371,7 +382,8 @@ type gatewayPart struct {
 
 // startGateway serves the gateway on the backend's host address.
 func startGateway(cfg config.Config, backend pool.Backend, authority *ca.Authority, cache *binding.Cache, sink audit.Sink,
-	creds credentials, verifier *token.Verifier, mgr *pool.Manager, guard *exfil.Guard, reg prometheus.Registerer, log *slog.Logger) (*gatewayPart, error) {
+	creds credentials, verifier *token.Verifier, mgr *pool.Manager, guard *exfil.Guard, approvals *approval.Registry,
+	reg prometheus.Registerer, log *slog.Logger) (*gatewayPart, error) {
 	pins, err := privateUpstreams(cfg.Gateway.PrivateUpstreams)
 	if err != nil {
 		return nil, err
@@ -381,7 +393,7 @@ func startGateway(cfg config.Config, backend pool.Backend, authority *ca.Authori
 		return nil, err
 	}
 	proxy := gateway.New(gateway.Config{
-		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: creds.catalog, Broker: creds.vault, Audit: sink,
+		Node: cfg.Node, Bindings: cache, CA: authority, Catalog: creds.catalog, Broker: creds.vault, Audit: sink, Approvals: approvals,
 		PrivateUpstreams: pins, Mirrors: mirrored, UpstreamRoots: roots(authority, cfg.Loaded.UpstreamCAs), Logger: log,
 		Admit: mgr.AdmitBearer, Verify: verifier.Verify, Budget: cfg.Gateway.Budget, Guard: guard,
 	})
@@ -459,9 +471,34 @@ func runPool(ctx context.Context, mgr *pool.Manager, reg prometheus.Registerer) 
 	return out, func() { cancel(); <-done }
 }
 
+// newApprovals is the registry of requests the gateway holds for reviewers, telling the
+// configured webhook of each new one.
+func newApprovals(cfg config.Config, sink audit.Sink, log *slog.Logger) *approval.Registry {
+	a := cfg.Gateway.Approvals
+	var notify func(approval.Approval)
+	if a.Webhook != "" {
+		client := &http.Client{Timeout: 5 * time.Second}
+		notify = func(ap approval.Approval) {
+			body, _ := json.Marshal(map[string]any{"event": "approval-request", "node": cfg.Node, "approval": ap})
+			resp, err := client.Post(a.Webhook, "application/json", bytes.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode >= 300 {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				log.Warn("approval webhook not told (reviewers still see it in airlock approvals)", "approval", ap.ID, "err", err)
+			}
+		}
+	}
+	return approval.New(approval.Config{Hold: a.Hold, TTL: a.TTL, Node: cfg.Node, Audit: sink, Notify: notify})
+}
+
 // startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
 func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener, mgr *pool.Manager, store *redisstore.Store,
-	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, signer note.Signer, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, signer note.Signer, approvals *approval.Registry,
+	reg *prometheus.Registry, log *slog.Logger) (func(), error) {
 	nodeAuth, peers, err := nodeTrust(ctx, cfg, store, authority)
 	if err != nil {
 		ln.Close()
@@ -474,6 +511,7 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 		Receipt: func(ctx context.Context, tenant, lease string) ([]byte, error) {
 			return receipt.Make(ctx, sink, signer, tenant, lease)
 		},
+		Approvals: approvals, Reviewers: apiReviewers(cfg), AllowSelfApproval: cfg.Gateway.Approvals.AllowSelf,
 		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil

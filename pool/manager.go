@@ -555,6 +555,8 @@ type LeaseRequest struct {
 	Template string
 	Token    string
 	TTL      time.Duration
+	// Key is the hex SHA-256 of the API key asking (see Lease.Key).
+	Key string
 }
 
 // Lease verifies the task token, claims a warm sandbox and binds it. The lease is returned only
@@ -576,7 +578,7 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	l := Lease{
 		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
-		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start,
+		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start, Key: req.Key,
 	}
 	b := bindingOf(l, task)
 	if b.Version, err = m.leases.Bind(ctx, l, b); err != nil {

@@ -265,6 +265,9 @@ type Lease struct {
 	Start string `json:"start,omitempty"`
 	// Token is the task JWT. It stays in the store and is never handed to the sandbox.
 	Token string `json:"token,omitempty"`
+	// Key is the hex SHA-256 of the API key that leased it (never the key): that key may not
+	// approve the lease's own requests.
+	Key string `json:"key,omitempty"`
 }
 
 // ownedBy reports whether tenant may see and act on l: the one tenant check of the pool.

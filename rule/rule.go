@@ -33,12 +33,14 @@ const (
 	RateLimit           Rule = "rate-limit"             // too many queries from one sandbox
 	Git                 Rule = "git"                    // a git request outside the scope's repositories or refs
 	MCP                 Rule = "mcp"                    // an MCP tool call the scope does not list, or a message that cannot be read
+	ApprovalPending     Rule = "approval-pending"       // the request waits for a reviewer (not a denial: retry)
+	ApprovalDenied      Rule = "approval-denied"        // a reviewer denied the request
 )
 
 // All lists every rule.
 var All = []Rule{Scope, NoLease, StoreDown, ScopeMiss, HostMismatch, BadRequest, PrivateAddress, CredentialDenied,
 	CredentialDown, AuditDown, UpstreamFailed, Budget, BodyTooLarge, AmbiguousPath, CleartextCredential,
-	Unscrubbable, Tunnel, QType, RateLimit, Git, MCP}
+	Unscrubbable, Tunnel, QType, RateLimit, Git, MCP, ApprovalPending, ApprovalDenied}
 
 // Known reports whether r is one of All.
 func (r Rule) Known() bool {

@@ -43,6 +43,8 @@ type Scope struct {
 	Git *Git `json:"git,omitempty" yaml:"git"`
 	// MCP narrows a scope on an MCP server's host to the tools a task may call (see MCP).
 	MCP *MCP `json:"mcp,omitempty" yaml:"mcp"`
+	// Approval holds the requests it matches until a reviewer answers (see Approval).
+	Approval Approval `json:"approval,omitzero" yaml:"approval"`
 	// Profile names the profile the scope came from, when the deployment expanded a token's
 	// "profiles" into it; the verifier clears it on scopes a token writes itself.
 	Profile string `json:"profile,omitempty" yaml:"-"`
@@ -146,6 +148,16 @@ func (s Scope) canonical() (Scope, error) {
 			return s, errors.New("git: a tunnel is not inspected, so its refs could not be checked")
 		}
 		s.Git = g
+	}
+	if s.Approval.On {
+		a, err := s.Approval.canonical()
+		if err != nil {
+			return s, err
+		}
+		if s.Tunnel {
+			return s, errors.New("approval: a tunnel is not inspected, so there is no request to hold")
+		}
+		s.Approval = a
 	}
 	if s.MCP != nil {
 		if s.Tunnel {

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/ratelimit"
 	"github.com/airlock-dev/airlock/rule"
@@ -68,6 +69,14 @@ type Config struct {
 	// ones other nodes forward here. Nil (or no secret): nothing is forwarded, and a routing
 	// header is never believed.
 	NodeAuth *NodeAuth
+	// Approvals are the requests this node's gateway holds for reviewers, listed and answered
+	// by GET /v1/approvals and POST /v1/approvals/{id}; nil serves none.
+	Approvals *approval.Registry
+	// Reviewers maps the hex SHA-256 of each reviewer key to its reviewer: the API takes those
+	// keys on the approval endpoints only (they cannot lease or run anything).
+	Reviewers map[string]Reviewer
+	// AllowSelfApproval lets the key that leased approve its lease's own requests.
+	AllowSelfApproval bool
 	// PeerTransport carries forwarded calls (TLS towards other nodes' APIs); nil means
 	// http.DefaultTransport.
 	PeerTransport http.RoundTripper
@@ -113,6 +122,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
 	s.mux.HandleFunc("GET /v1/leases/{id}/receipt", s.auth(s.receipt))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
+	s.mux.HandleFunc("GET /v1/approvals", s.approver(s.listApprovals))
+	s.mux.HandleFunc("POST /v1/approvals/{id}", s.approver(s.answerApproval))
 	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
@@ -149,11 +160,17 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("more than %d requests a second with this API key", s.cfg.RatePerKey))
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+		ctx := context.WithValue(r.Context(), tenantKey{}, tenant)
+		h(w, r.WithContext(context.WithValue(ctx, keyHashKey{}, hash)))
 	}
 }
 
+type keyHashKey struct{}
+
 func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey{}).(string) }
+
+// keyHashOf is the hex SHA-256 of the caller's API key.
+func keyHashOf(r *http.Request) string { s, _ := r.Context().Value(keyHashKey{}).(string); return s }
 
 // owned serves a request about one lease here when this node holds it, and otherwise forwards it
 // to the node that does (whose engine runs the sandbox and whose broker minted its credentials),
@@ -266,7 +283,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl})
+	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl, Key: keyHashOf(r)})
 	if err != nil {
 		writePoolError(w, err)
 		return

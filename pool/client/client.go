@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
@@ -108,6 +109,20 @@ func (c *Client) List(ctx context.Context) ([]api.LeaseView, error) {
 func (c *Client) Pools(ctx context.Context) ([]pool.PoolStatus, error) {
 	var v []pool.PoolStatus
 	_, err := c.do(ctx, http.MethodGet, "/v1/pools", nil, &v)
+	return v, err
+}
+
+// Approvals lists the pending approvals the key may answer.
+func (c *Client) Approvals(ctx context.Context) ([]approval.Approval, error) {
+	var v []approval.Approval
+	_, err := c.do(ctx, http.MethodGet, "/v1/approvals", nil, &v)
+	return v, err
+}
+
+// Answer approves or denies a pending approval.
+func (c *Client) Answer(ctx context.Context, id string, req api.AnswerRequest) (approval.Approval, error) {
+	var v approval.Approval
+	_, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), req, &v)
 	return v, err
 }
 

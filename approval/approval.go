@@ -1,0 +1,258 @@
+// Package approval holds the requests a scope asks approval for until a reviewer answers: one
+// pending approval per distinct request (its retries join it), answered once, for the rest of
+// the lease, or denied with a reason, each step recorded with the reviewer. It lives in the
+// node's memory only, so a node that restarts refuses what was pending instead of passing it.
+package approval
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// Approval is a held request as reviewers see it.
+type Approval struct {
+	ID      string    `json:"id"`
+	Lease   string    `json:"lease"`
+	Tenant  string    `json:"tenant"`
+	Task    string    `json:"task"`
+	Method  string    `json:"method"`
+	Host    string    `json:"host"`
+	Port    int       `json:"port"`
+	Path    string    `json:"path"` // with its query
+	Scope   string    `json:"scope"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+	// Waiting is how many requests are held on it now.
+	Waiting int `json:"waiting"`
+}
+
+// Config is what a Registry needs.
+type Config struct {
+	// Hold is how long a request waits for an answer before the sandbox is told the approval is
+	// pending (0: 30s); TTL how long an unanswered approval lasts (0: 10m).
+	Hold, TTL time.Duration
+	Node      string
+	Audit     audit.Sink
+	// Notify is called, on a goroutine of its own, for each new approval (a webhook).
+	Notify func(Approval)
+	Now    func() time.Time
+}
+
+// Registry holds requests for reviewers. Safe for concurrent use.
+type Registry struct {
+	cfg     Config
+	mu      sync.Mutex
+	pending map[string]*pending // by id
+	byKey   map[string]*pending // by request (Request.key)
+	grants  map[string]map[string]grant
+}
+
+type pending struct {
+	Approval
+	key      string
+	leaseEnd time.Time
+	done     chan struct{} // closed when answered
+	answered bool
+	approved bool
+	forLease bool
+	reviewer string
+	reason   string
+}
+
+type grant struct {
+	reviewer string
+	until    time.Time // the lease's end
+}
+
+// ErrNoApproval is returned for an approval that is not pending (answered, expired, or never).
+var ErrNoApproval = errors.New("no such approval is pending")
+
+// New returns an empty registry.
+func New(cfg Config) *Registry {
+	if cfg.Hold <= 0 {
+		cfg.Hold = 30 * time.Second
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 10 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = audit.Discard{}
+	}
+	return &Registry{cfg: cfg, pending: map[string]*pending{}, byKey: map[string]*pending{}, grants: map[string]map[string]grant{}}
+}
+
+// Request is a request a scope holds.
+type Request struct {
+	Lease, Tenant, Task, Method, Host string
+	Port                              int
+	Path, Query, Scope                string
+	// LeaseEnd is when the lease ends: a grant for the lease lasts until then.
+	LeaseEnd time.Time
+}
+
+// key is what makes two requests the same one for an approval: the lease, the method, the
+// destination, the path and its query. The body is not part of it: a reviewer approves a
+// request line.
+func (r Request) key() string {
+	return fmt.Sprintf("%s\x00%s\x00%s:%d\x00%s?%s", r.Lease, r.Method, r.Host, r.Port, r.Path, r.Query)
+}
+
+// Outcome is what became of a held request.
+type Outcome struct {
+	// Approved lets it go on; ForLease says the grant covers the lease's identical requests.
+	Approved, ForLease bool
+	// Denied says a reviewer refused it, for Reason. Neither: it is still pending.
+	Denied           bool
+	Reviewer, Reason string
+	Pending          Approval
+}
+
+// Wait holds a request until a reviewer answers or the hold ends. A grant for the lease lets it
+// through at once; a pending approval of the same request is joined, not duplicated. The caller's
+// own goroutine waits, on a channel and a timer: Wait starts none.
+func (a *Registry) Wait(ctx context.Context, r Request) Outcome {
+	key := r.key()
+	now := a.cfg.Now()
+	a.mu.Lock()
+	a.expire(now)
+	if g, ok := a.grants[r.Lease][key]; ok {
+		a.mu.Unlock()
+		return Outcome{Approved: true, ForLease: true, Reviewer: g.reviewer}
+	}
+	pd := a.byKey[key]
+	if pd == nil {
+		path := r.Path
+		if r.Query != "" {
+			path += "?" + r.Query
+		}
+		pd = &pending{key: key, leaseEnd: r.LeaseEnd, done: make(chan struct{}), Approval: Approval{ID: "ap-" + randomHex(8),
+			Lease: r.Lease, Tenant: r.Tenant, Task: r.Task, Method: r.Method, Host: r.Host, Port: r.Port, Path: path, Scope: r.Scope,
+			Created: now, Expires: now.Add(a.cfg.TTL)}}
+		a.pending[pd.ID], a.byKey[key] = pd, pd
+		a.record(pd, "approval-request", "", "held for a reviewer by scope "+pd.Scope)
+		if a.cfg.Notify != nil {
+			go a.cfg.Notify(pd.Approval)
+		}
+	}
+	pd.Waiting++
+	a.mu.Unlock()
+
+	timer := time.NewTimer(a.cfg.Hold)
+	defer timer.Stop()
+	select {
+	case <-pd.done:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pd.Waiting--
+	switch {
+	case pd.answered && pd.approved:
+		return Outcome{Approved: true, ForLease: pd.forLease, Reviewer: pd.reviewer}
+	case pd.answered:
+		return Outcome{Denied: true, Reviewer: pd.reviewer, Reason: pd.reason, Pending: pd.Approval}
+	}
+	return Outcome{Pending: pd.Approval}
+}
+
+// Answer approves (once, or for the rest of the lease) or denies a pending approval in the name
+// of reviewer; the requests held on it go on or are refused at once.
+func (a *Registry) Answer(id, reviewer string, approve, forLease bool, reason string) (Approval, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expire(a.cfg.Now())
+	pd := a.pending[id]
+	if pd == nil {
+		return Approval{}, fmt.Errorf("%w: %s", ErrNoApproval, id)
+	}
+	pd.answered, pd.approved, pd.forLease, pd.reviewer, pd.reason = true, approve, forLease && approve, reviewer, reason
+	delete(a.pending, id)
+	delete(a.byKey, pd.key)
+	event, why := "approval-deny", "denied: "+reason
+	switch {
+	case approve && forLease:
+		event, why = "approval-grant", "approved for the lease"
+		if a.grants[pd.Lease] == nil {
+			a.grants[pd.Lease] = map[string]grant{}
+		}
+		a.grants[pd.Lease][pd.key] = grant{reviewer: reviewer, until: pd.leaseEnd}
+	case approve:
+		event, why = "approval-grant", "approved once"
+	}
+	a.record(pd, event, reviewer, why)
+	close(pd.done)
+	return pd.Approval, nil
+}
+
+// Get returns a pending approval.
+func (a *Registry) Get(id string) (Approval, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expire(a.cfg.Now())
+	if pd := a.pending[id]; pd != nil {
+		return pd.Approval, true
+	}
+	return Approval{}, false
+}
+
+// List returns the pending approvals of the tenants visible lets the caller see, oldest first.
+func (a *Registry) List(visible func(tenant string) bool) []Approval {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expire(a.cfg.Now())
+	out := []Approval{}
+	for _, pd := range a.pending {
+		if visible(pd.Tenant) {
+			out = append(out, pd.Approval)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out
+}
+
+// expire ends the approvals no one answered in time, each recorded, and the grants of leases
+// that have ended; the caller holds mu.
+func (a *Registry) expire(now time.Time) {
+	for id, pd := range a.pending {
+		if now.After(pd.Expires) {
+			delete(a.pending, id)
+			delete(a.byKey, pd.key)
+			a.record(pd, "approval-expire", "", "no reviewer answered within "+a.cfg.TTL.String())
+		}
+	}
+	for lease, gs := range a.grants {
+		for k, g := range gs {
+			if now.After(g.until) {
+				delete(gs, k)
+			}
+		}
+		if len(gs) == 0 {
+			delete(a.grants, lease)
+		}
+	}
+}
+
+// record writes an approval step to the trail with who took it.
+func (a *Registry) record(pd *pending, event, reviewer, reason string) {
+	a.cfg.Audit.Write(context.Background(), audit.Record{Time: a.cfg.Now(), Kind: audit.KindHTTP, Node: a.cfg.Node, Event: event,
+		Tenant: pd.Tenant, Lease: pd.Lease, Task: pd.Task, Method: pd.Method, Host: pd.Host, Port: pd.Port, Path: pd.Path,
+		Reviewer: reviewer, Reason: pd.ID + ": " + reason})
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,117 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/airlock-dev/airlock/approval"
+)
+
+// Reviewer is a reviewer key's identity: its name and the tenants it reads ("*": every one).
+type Reviewer struct {
+	Name    string
+	Tenants []string
+}
+
+// approverID is who answers an approval: a reviewer key, or a tenant's API key.
+type approverID struct {
+	name    string // the reviewer's name, or "tenant:T"
+	keyHash string
+	tenants []string
+	all     bool
+}
+
+func (a approverID) sees(tenant string) bool { return a.all || slices.Contains(a.tenants, tenant) }
+
+type approverKey struct{}
+
+// approver admits a reviewer key or an API key, rate-limited per key like every call.
+func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Approvals == nil {
+			writeError(w, http.StatusNotFound, "not_found", "this node holds no approvals")
+			return
+		}
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		hash := HashKey(strings.TrimSpace(key))
+		var who approverID
+		if t, known := s.cfg.Keys[hash]; ok && known {
+			who = approverID{name: "tenant:" + t, keyHash: hash, tenants: []string{t}}
+		} else if rv, known := s.cfg.Reviewers[hash]; ok && known {
+			who = approverID{name: rv.Name, keyHash: hash, tenants: rv.Tenants, all: slices.Contains(rv.Tenants, "*")}
+		} else {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "an API key or a reviewer key is required as 'Authorization: Bearer KEY'")
+			return
+		}
+		if !s.rate.Allow(hash) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("more than %d requests a second with this key", s.cfg.RatePerKey))
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), approverKey{}, who)))
+	}
+}
+
+func approverOf(r *http.Request) approverID { return r.Context().Value(approverKey{}).(approverID) }
+
+// listApprovals lists the pending approvals of the caller's tenants.
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Approvals.List(approverOf(r).sees))
+}
+
+// AnswerRequest is the body of POST /v1/approvals/{id}: approve (for "once", the default, or
+// for the "lease"), or deny with a reason.
+type AnswerRequest struct {
+	Decision string `json:"decision"`
+	For      string `json:"for,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// answerApproval answers one approval. Only a caller who may see its tenant may, and not the key
+// that leased (unless the config allows it): a sandbox's own agent approving its own request
+// would make the approval a formality.
+func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) {
+	var req AnswerRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	who := approverOf(r)
+	approve := false
+	switch {
+	case req.Decision == "approve" && (req.For == "" || req.For == "once" || req.For == "lease"):
+		approve = true
+	case req.Decision == "deny" && strings.TrimSpace(req.Reason) != "":
+	case req.Decision == "deny":
+		writeError(w, http.StatusBadRequest, "bad_request", "a denial needs a reason (the sandbox is told it)")
+		return
+	default:
+		writeError(w, http.StatusBadRequest, "bad_request", `decision is "approve" (for "once" or "lease") or "deny" with a reason`)
+		return
+	}
+	ap, ok := s.cfg.Approvals.Get(r.PathValue("id"))
+	if !ok || !who.sees(ap.Tenant) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no approval %s is pending on this node for this key", r.PathValue("id")))
+		return
+	}
+	if !s.cfg.AllowSelfApproval {
+		l, err := s.cfg.Pool.Get(r.Context(), ap.Tenant, ap.Lease)
+		switch {
+		case err != nil:
+			writeError(w, http.StatusConflict, "lease_unknown", fmt.Sprintf("lease %s of approval %s cannot be read, so who leased it is unknown: %v", ap.Lease, ap.ID, err))
+			return
+		case l.Key != "" && l.Key == who.keyHash:
+			writeError(w, http.StatusForbidden, "self_approval", "the key that leased the sandbox cannot approve its own request (another key or a reviewer must)")
+			return
+		}
+	}
+	done, err := s.cfg.Approvals.Answer(ap.ID, who.name, approve, req.For == "lease", req.Reason)
+	if errors.Is(err, approval.ErrNoApproval) {
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, done)
+}
