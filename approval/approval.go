@@ -5,11 +5,15 @@
 package approval
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -255,4 +259,23 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Webhook returns a Notify that POSTs each new approval as JSON to url ({"event":
+// "approval-request", "node", "approval"}), telling log when the receiver does not take it
+// (reviewers still see the approval through the API).
+func Webhook(url, node string, client *http.Client, log *slog.Logger) func(Approval) {
+	return func(ap Approval) {
+		body, _ := json.Marshal(map[string]any{"event": "approval-request", "node": node, "approval": ap})
+		resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode >= 300 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		if err != nil {
+			log.Warn("approval webhook not told (reviewers still see it in airlock approvals)", "approval", ap.ID, "err", err)
+		}
+	}
 }

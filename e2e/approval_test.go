@@ -105,6 +105,13 @@ func TestApprovalRoundTrip(t *testing.T) {
 		t.Fatalf("the denied request: %q", got)
 	}
 
+	// A reviewer key answers approvals and nothing else: it cannot list, lease or run.
+	for _, args := range [][]string{{"leases"}, {"exec", l.ID, "--", "true"}, {"lease", "--allow", "api.example.test"}} {
+		if _, errs, code := n.cliAs(t, reviewerKey, args...); code == 0 || !strings.Contains(errs, "API key") {
+			t.Errorf("a reviewer key ran airlock %v: exit %d %s", args, code, errs)
+		}
+	}
+
 	steps := map[string]string{}
 	n.trailUntil(t, l.ID, func(rs []audit.Record) bool {
 		for _, r := range rs {

@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	defer closeAPI()
-	reviewURL, closeReview, err := startReview(cfg, deps, trail, log)
+	reviewURL, closeReview, err := startReview(cfg, deps, trail, approvals, mgr, log)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -136,7 +135,7 @@ func apiReviewers(cfg config.Config) map[string]api.Reviewer {
 
 // startReview serves the review page on its own listener (TLS when review.tls is set) and
 // returns its URL ("" when review.listen is empty) and what stops it.
-func startReview(cfg config.Config, deps Deps, a *auditPart, log *slog.Logger) (string, func(), error) {
+func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval.Registry, mgr *pool.Manager, log *slog.Logger) (string, func(), error) {
 	if cfg.Review.Listen == "" {
 		return "", func() {}, nil
 	}
@@ -147,7 +146,11 @@ func startReview(cfg config.Config, deps Deps, a *auditPart, log *slog.Logger) (
 	dir := AuditDir(cfg)
 	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewers,
 		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Logger: log,
-		Checkpoint: a.signed.Load,
+		Checkpoint: a.signed.Load, Approvals: approvals, AllowSelfApproval: cfg.Gateway.Approvals.AllowSelf,
+		LeaseKey: func(ctx context.Context, tenant, lease string) (string, error) {
+			l, err := mgr.Get(ctx, tenant, lease)
+			return l.Key, err
+		},
 		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
 			if err := a.sink.Flush(ctx); err != nil {
 				return nil, err
@@ -477,20 +480,7 @@ func newApprovals(cfg config.Config, sink audit.Sink, log *slog.Logger) *approva
 	a := cfg.Gateway.Approvals
 	var notify func(approval.Approval)
 	if a.Webhook != "" {
-		client := &http.Client{Timeout: 5 * time.Second}
-		notify = func(ap approval.Approval) {
-			body, _ := json.Marshal(map[string]any{"event": "approval-request", "node": cfg.Node, "approval": ap})
-			resp, err := client.Post(a.Webhook, "application/json", bytes.NewReader(body))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode >= 300 {
-					err = fmt.Errorf("status %d", resp.StatusCode)
-				}
-			}
-			if err != nil {
-				log.Warn("approval webhook not told (reviewers still see it in airlock approvals)", "approval", ap.ID, "err", err)
-			}
-		}
+		notify = approval.Webhook(a.Webhook, cfg.Node, &http.Client{Timeout: 5 * time.Second}, log)
 	}
 	return approval.New(approval.Config{Hold: a.Hold, TTL: a.TTL, Node: cfg.Node, Audit: sink, Notify: notify})
 }

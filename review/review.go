@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ratelimit"
 )
@@ -60,6 +61,12 @@ type Config struct {
 	Checkpoint func() uint64
 	// Verify checks the chain of one lease's records with the node's public key.
 	Verify func(ctx context.Context, lease string) (*audit.Report, error)
+	// Approvals are the requests the node's gateway holds for reviewers, answered on the
+	// Approvals view; nil shows none. LeaseKey returns the hex SHA-256 of the API key that
+	// leased a lease, which may not approve its requests unless AllowSelfApproval.
+	Approvals         *approval.Registry
+	LeaseKey          func(ctx context.Context, tenant, lease string) (string, error)
+	AllowSelfApproval bool
 	// SessionTTL is how long a session lasts (0: 8 hours).
 	SessionTTL time.Duration
 	Logger     *slog.Logger
@@ -125,6 +132,8 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /tail/events", s.session(s.tailEvents))
 	s.mux.HandleFunc("GET /export", s.session(s.export))
 	s.mux.HandleFunc("POST /marks", s.session(s.mark))
+	s.mux.HandleFunc("GET /approvals", s.session(s.approvals))
+	s.mux.HandleFunc("POST /approvals/{id}", s.session(s.answer))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no page %s %s", r.Method, r.URL.Path))
 	})

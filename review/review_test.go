@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/export"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 const (
@@ -466,5 +468,66 @@ func TestSecureCookie(t *testing.T) {
 	}
 	if resp.Header.Get("Strict-Transport-Security") == "" {
 		t.Error("no HSTS under TLS")
+	}
+}
+
+// The Approvals view lists the held requests a session may answer and answers them in its name;
+// the key that leased cannot approve its own request, another tenant sees nothing.
+func TestApprovalsView(t *testing.T) {
+	sink, err := audit.OpenFile(audit.FileConfig{Dir: t.TempDir(), Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	reg := approval.New(approval.Config{Hold: 20 * time.Second, Audit: sink})
+	s, _ := New(Config{Trail: sink, Sink: sink, Approvals: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Keys:      map[string]string{tokenHash(keyAcme): "acme", tokenHash(keyGlobex): "globex"},
+		Reviewers: map[string]Reviewer{tokenHash(keyAll): {Name: "secops", Tenants: []string{AllTenants}}},
+		LeaseKey:  func(context.Context, string, string) (string, error) { return tokenHash(keyAcme), nil }})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	f := &fixture{t: t, srv: srv}
+	outcome := make(chan approval.Outcome, 1)
+	go func() {
+		outcome <- reg.Wait(context.Background(), approval.Request{Lease: "l-acme", Tenant: "acme", Method: "POST", Host: "deploy.example",
+			Port: 443, Path: "/<b>deploy</b>"})
+	}()
+	var id string
+	wait.Until(10*time.Second, "the approval to be pending", func() bool {
+		aps := reg.List(func(string) bool { return true })
+		if len(aps) == 1 {
+			id = aps[0].ID
+		}
+		return id != ""
+	})
+	globex := f.browser()
+	f.signIn(globex, keyGlobex)
+	if _, page := f.get(globex, "/approvals"); strings.Contains(page, id) {
+		t.Error("another tenant sees the approval")
+	}
+	acme := f.browser()
+	acmeCSRF := f.signIn(acme, keyAcme)
+	if _, page := f.get(acme, "/approvals"); !strings.Contains(page, id) || !strings.Contains(page, "/&lt;b&gt;deploy&lt;/b&gt;") {
+		t.Error("the tenant does not see its approval, or its path as text")
+	}
+	if resp, body := f.post(acme, "/approvals/"+id, url.Values{"csrf": {acmeCSRF}, "decision": {"approve-once"}}); resp.StatusCode != http.StatusForbidden ||
+		!strings.Contains(body, "cannot approve its own request") {
+		t.Errorf("the leasing key approving: %d", resp.StatusCode)
+	}
+	rev := f.browser()
+	csrf := f.signIn(rev, keyAll)
+	if resp, _ := f.post(rev, "/approvals/"+id, url.Values{"decision": {"approve-once"}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("an answer without the CSRF token: %d", resp.StatusCode)
+	}
+	if resp, _ := f.post(rev, "/approvals/"+id, url.Values{"csrf": {csrf}, "decision": {"approve-once"}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the reviewer's approval: %d", resp.StatusCode)
+	}
+	select {
+	case o := <-outcome:
+		if !o.Approved || o.Reviewer != "secops" {
+			t.Fatalf("outcome %+v", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held request was not let through within 10s")
 	}
 }

@@ -28,7 +28,9 @@ type session struct {
 	Tenants []string
 	All     bool
 	// CSRF is the token every form of the session carries back.
-	CSRF    string
+	CSRF string
+	// keyHash is the hex SHA-256 of the key signed in with.
+	keyHash string
 	expires time.Time
 }
 
@@ -194,9 +196,9 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 	hash := tokenHash(strings.TrimSpace(r.PostFormValue("key")))
 	var sess *session
 	if rv, ok := s.cfg.Reviewers[hash]; ok {
-		sess = &session{Who: rv.Name, Reviewer: true, Tenants: rv.Tenants, All: slices.Contains(rv.Tenants, AllTenants)}
+		sess = &session{Who: rv.Name, Reviewer: true, Tenants: rv.Tenants, All: slices.Contains(rv.Tenants, AllTenants), keyHash: hash}
 	} else if t, ok := s.cfg.Keys[hash]; ok {
-		sess = &session{Who: "tenant:" + t, Tenants: []string{t}}
+		sess = &session{Who: "tenant:" + t, Tenants: []string{t}, keyHash: hash}
 	}
 	if sess == nil {
 		tok := randomToken()
