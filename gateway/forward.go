@@ -82,7 +82,7 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 		}
 	}
 	if x.scope.MCP != nil {
-		if err := checkMCP(r, x); err != nil {
+		if err := p.checkMCP(r, x); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -28,7 +29,7 @@ const mcpRefusedCode = -32001
 // read strictly (no duplicate keys anywhere a decision looks, keys matched as a lenient server
 // matches them, escapes decoded), so the server cannot read another call than the one checked;
 // it goes on byte for byte.
-func checkMCP(r *http.Request, x *exchange) error {
+func (p *Proxy) checkMCP(r *http.Request, x *exchange) error {
 	switch r.Method {
 	case http.MethodGet, http.MethodDelete:
 		// The server's event stream and the session's end, whose answers are filtered; a body
@@ -58,8 +59,7 @@ func checkMCP(r *http.Request, x *exchange) error {
 	if err != nil {
 		return refuse(http.StatusBadRequest, rule.MCP, "an MCP message the gateway cannot read unambiguously: "+err.Error(), "")
 	}
-	var notes []string
-	var refused []string
+	var notes, refused, held []string
 	ids := make([]json.RawMessage, 0, len(msgs))
 	for _, m := range msgs {
 		if id, ok := member(m, "id"); ok {
@@ -82,11 +82,19 @@ func checkMCP(r *http.Request, x *exchange) error {
 			refused = append(refused, tool)
 			continue
 		}
+		if x.scope.MCP.NeedsApproval(tool) {
+			held = append(held, tool)
+		}
 		if len(notes) < 20 { // the record stays a line
 			notes = append(notes, fmt.Sprintf("mcp tools/call %s (arguments %d bytes)", tool, len(args)))
 		}
 	}
 	if len(refused) == 0 {
+		for _, tool := range held {
+			if err := p.approveTool(r, x, tool, ids, batch); err != nil {
+				return err
+			}
+		}
 		x.note = strings.Join(notes, ", ")
 		return nil
 	}
@@ -96,6 +104,30 @@ func checkMCP(r *http.Request, x *exchange) error {
 	}
 	ref := refuse(http.StatusForbidden, rule.MCP, reason, "a task token whose mcp scope lists the tool")
 	ref.Status, ref.respond = http.StatusOK, func(w http.ResponseWriter) { writeMCPErrors(w, ids, batch, "airlock: "+reason) }
+	return ref
+}
+
+// approveTool holds a call of a tool that needs approval as a scope's approval holds a request
+// (the tool is part of what is approved); unanswered or denied, every request of the body gets a
+// JSON-RPC error saying so, the approval's id in it.
+func (p *Proxy) approveTool(r *http.Request, x *exchange, tool string, ids []json.RawMessage, batch bool) error {
+	if p.cfg.Approvals == nil {
+		return refuse(http.StatusForbidden, rule.ApprovalDenied, fmt.Sprintf("tool %q needs approval, and this gateway takes no approvals", tool), "")
+	}
+	o := p.cfg.Approvals.Wait(r.Context(), approval.Request{Lease: x.b.Lease, Tenant: x.b.Tenant, Task: x.b.Task, Method: x.method,
+		Host: x.host, Port: x.port, Path: x.path, Query: "tool=" + tool, Scope: x.scope.String(), LeaseEnd: x.b.Expires})
+	var ref *Refusal
+	switch {
+	case o.Approved:
+		return nil
+	case o.Denied:
+		ref = refuse(http.StatusForbidden, rule.ApprovalDenied, fmt.Sprintf("reviewer %s denied the call of %q (approval %s): %s",
+			o.Reviewer, tool, o.Pending.ID, o.Reason), "")
+	default:
+		ref = refuse(http.StatusForbidden, rule.ApprovalPending, fmt.Sprintf("approval_pending: approval %s: a reviewer must approve the call of %q; call again to wait on it",
+			o.Pending.ID, tool), "airlock approve "+o.Pending.ID)
+	}
+	ref.Status, ref.respond = http.StatusOK, func(w http.ResponseWriter) { writeMCPErrors(w, ids, batch, "airlock: "+ref.Reason) }
 	return ref
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/wait"
 )
@@ -30,6 +31,10 @@ type mcpUpstream struct {
 }
 
 func newMCPUpstream(t *testing.T, jsonResponse bool, allowed ...string) *mcpUpstream {
+	return newMCPUpstreamScope(t, jsonResponse, &scope.MCP{Tools: allowed})
+}
+
+func newMCPUpstreamScope(t *testing.T, jsonResponse bool, m *scope.MCP) *mcpUpstream {
 	t.Helper()
 	u := &mcpUpstream{calls: map[string]*atomic.Int32{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "v1"}, nil)
@@ -43,7 +48,7 @@ func newMCPUpstream(t *testing.T, jsonResponse bool, allowed ...string) *mcpUpst
 			})
 	}
 	u.h = newHarness(t)
-	u.h.scopes = []scope.Scope{{Host: "api.example.test", MCP: &scope.MCP{Tools: allowed}}}
+	u.h.scopes = []scope.Scope{{Host: "api.example.test", MCP: m}}
 	leaf, _ := u.h.ca.Leaf("api.example.test")
 	up := httptest.NewUnstartedServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		// The test server listens on loopback under a public name the gateway pins.
@@ -210,5 +215,38 @@ func TestFilterToolLists(t *testing.T) {
 	}
 	if got := string(filterToolLists([]byte(`{"id":1,"id":2,"result":{"tools":[{"name":"b"}]}}`), m)); strings.Contains(got, `"b"`) {
 		t.Errorf("an answer that cannot be read passed: %s", got)
+	}
+}
+
+// A tool that needs approval waits for a reviewer: unanswered, the agent reads that its call is
+// pending and which approval to wait on; approved for the lease, its calls run.
+func TestMCPToolApproval(t *testing.T) {
+	u := newMCPUpstreamScope(t, true, &scope.MCP{Tools: []string{"search_issues", "create_comment"}, Approve: []string{"create_comment"}})
+	reg := approval.New(approval.Config{Hold: 500 * time.Millisecond, Audit: u.h.sink})
+	u.h.proxyHandler().cfg.Approvals = reg
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: "https://api.example.test/mcp", HTTPClient: u.client, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "search_issues"}); err != nil {
+		t.Fatalf("a tool that needs no approval: %v", err)
+	}
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_comment", Arguments: map[string]any{"body": "hi"}})
+	if err == nil || !strings.Contains(err.Error(), "approval_pending") {
+		t.Fatalf("an unanswered call: %v", err)
+	}
+	t.Logf("the agent's error: %v", err)
+	aps := reg.List(func(string) bool { return true })
+	if len(aps) != 1 || !strings.Contains(aps[0].Path, "tool=create_comment") || u.calls["create_comment"].Load() != 0 {
+		t.Fatalf("pending: %+v, calls %d", aps, u.calls["create_comment"].Load())
+	}
+	reg.Answer(aps[0].ID, "secops", true, true, "")
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_comment", Arguments: map[string]any{"body": "hi"}}); err != nil ||
+		u.calls["create_comment"].Load() != 1 {
+		t.Fatalf("an approved tool: %v, calls %d", err, u.calls["create_comment"].Load())
 	}
 }

@@ -174,6 +174,11 @@ func (s Scope) canonical() (Scope, error) {
 				return s, fmt.Errorf("mcp: tools: %q is not a tool name", t)
 			}
 		}
+		for _, t := range s.MCP.Approve {
+			if !s.MCP.AllowsTool(t) {
+				return s, fmt.Errorf("mcp: approve: %q is not one of the tools", t)
+			}
+		}
 	}
 	return s, nil
 }
