@@ -98,7 +98,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, errs, code := n.cliAs(t, reviewerKey, "deny", "--reason", "not during the freeze", listed[0].ID); code != 0 {
+	if _, errs, code := n.cliAs(t, reviewerKey, "deny", listed[0].ID, "--reason", "not during the freeze"); code != 0 {
 		t.Fatalf("deny: %s", errs)
 	}
 	if got := <-result; !strings.Contains(got, "approval-denied") || !strings.Contains(got, "not during the freeze") {

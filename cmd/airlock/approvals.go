@@ -13,8 +13,8 @@ import (
 func cmdApprovals(args []string) int {
 	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, code, ok := parseInterleaved(fs, approvalsUsage, args); !ok {
+		return code
 	}
 	c, err := newClient()
 	if err != nil {
@@ -41,14 +41,15 @@ func cmdApprove(args []string) int {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	forWhat := fs.String("for", "once", "once (this request) or lease (every identical request of the lease)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, code, ok := parseInterleaved(fs, approveUsage, args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 1 || (*forWhat != "once" && *forWhat != "lease") {
+	if len(pos) != 1 || (*forWhat != "once" && *forWhat != "lease") {
 		fmt.Fprint(os.Stderr, approveUsage)
 		return 2
 	}
-	return answer(fs.Arg(0), api.AnswerRequest{Decision: "approve", For: *forWhat}, *asJSON)
+	return answer(pos[0], api.AnswerRequest{Decision: "approve", For: *forWhat}, *asJSON)
 }
 
 // cmdDeny denies a held request, with the reason the sandbox is told.
@@ -56,14 +57,15 @@ func cmdDeny(args []string) int {
 	fs := flag.NewFlagSet("deny", flag.ContinueOnError)
 	reason := fs.String("reason", "", "why (the sandbox is told)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, code, ok := parseInterleaved(fs, denyUsage, args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 1 || *reason == "" {
+	if len(pos) != 1 || *reason == "" {
 		fmt.Fprint(os.Stderr, denyUsage)
 		return 2
 	}
-	return answer(fs.Arg(0), api.AnswerRequest{Decision: "deny", Reason: *reason}, *asJSON)
+	return answer(pos[0], api.AnswerRequest{Decision: "deny", Reason: *reason}, *asJSON)
 }
 
 func answer(id string, req api.AnswerRequest, asJSON bool) int {
@@ -82,6 +84,6 @@ func answer(id string, req api.AnswerRequest, asJSON bool) int {
 
 const (
 	approvalsUsage = "airlock approvals [--json]\n  the requests held for a reviewer that this key may answer\n"
-	approveUsage   = "airlock approve [--for once|lease] [--json] ID\n  lets a held request go on (lease: and every identical one of its lease)\n"
-	denyUsage      = "airlock deny --reason R [--json] ID\n  refuses a held request; the sandbox is told the reason\n"
+	approveUsage   = "airlock approve ID [--for once|lease] [--json]\n  lets a held request go on (lease: and every identical one of its lease)\n"
+	denyUsage      = "airlock deny ID --reason R [--json]\n  refuses a held request; the sandbox is told the reason\n"
 )

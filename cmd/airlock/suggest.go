@@ -22,10 +22,11 @@ const suggestUsage = `airlock suggest [--json] LEASE
 func cmdSuggest(args []string) int {
 	fs := flag.NewFlagSet("suggest", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, `print {"scopes": [...]}, a claim ready to sign`)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, code, ok := parseInterleaved(fs, suggestUsage, args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		fmt.Fprint(os.Stderr, suggestUsage)
 		return 2
 	}
@@ -33,7 +34,7 @@ func cmdSuggest(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	lease := fs.Arg(0)
+	lease := pos[0]
 	recs, err := c.Audit(context.Background(), client.AuditQuery{Lease: lease})
 	if err != nil {
 		return fail(err)
