@@ -146,18 +146,34 @@ func HashKey(key string) string {
 
 type tenantKey struct{}
 
+// bearer returns the hex SHA-256 of the request's bearer key ("" when it carries none).
+func bearer(r *http.Request) string {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return HashKey(strings.TrimSpace(key))
+}
+
+// admitRate refuses a key over its rate, saying so; it reports whether the request may go on.
+func (s *Server) admitRate(w http.ResponseWriter, hash string) bool {
+	if s.rate.Allow(hash) {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("more than %d requests a second with this key", s.cfg.RatePerKey))
+	return false
+}
+
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		hash := HashKey(strings.TrimSpace(key))
+		hash := bearer(r)
 		tenant, known := s.cfg.Keys[hash]
-		if !ok || !known {
+		if hash == "" || !known {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid API key is required as 'Authorization: Bearer KEY'")
 			return
 		}
-		if !s.rate.Allow(hash) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("more than %d requests a second with this API key", s.cfg.RatePerKey))
+		if !s.admitRate(w, hash) {
 			return
 		}
 		ctx := context.WithValue(r.Context(), tenantKey{}, tenant)

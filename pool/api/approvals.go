@@ -36,20 +36,17 @@ func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusNotFound, "not_found", "this node holds no approvals")
 			return
 		}
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		hash := HashKey(strings.TrimSpace(key))
+		hash := bearer(r)
 		var who approverID
-		if t, known := s.cfg.Keys[hash]; ok && known {
+		if t, known := s.cfg.Keys[hash]; hash != "" && known {
 			who = approverID{name: "tenant:" + t, keyHash: hash, tenants: []string{t}}
-		} else if rv, known := s.cfg.Reviewers[hash]; ok && known {
+		} else if rv, known := s.cfg.Reviewers[hash]; hash != "" && known {
 			who = approverID{name: rv.Name, keyHash: hash, tenants: rv.Tenants, all: slices.Contains(rv.Tenants, "*")}
 		} else {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "an API key or a reviewer key is required as 'Authorization: Bearer KEY'")
 			return
 		}
-		if !s.rate.Allow(hash) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("more than %d requests a second with this key", s.cfg.RatePerKey))
+		if !s.admitRate(w, hash) {
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), approverKey{}, who)))
