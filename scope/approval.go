@@ -76,14 +76,18 @@ func (a *Approval) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// canonical returns a with its methods upper case, in a new slice: the scopes parsed are the
+// caller's, and may be parsed again at the same time.
 func (a Approval) canonical() (Approval, error) {
-	for i, m := range a.Methods {
+	methods := make([]string, 0, len(a.Methods))
+	for _, m := range a.Methods {
 		m = strings.ToUpper(strings.TrimSpace(m))
 		if m == "" || strings.ContainsAny(m, " \t/") {
 			return a, fmt.Errorf("approval: method %q is not a token", m)
 		}
-		a.Methods[i] = m
+		methods = append(methods, m)
 	}
+	a.Methods = methods
 	for _, p := range a.Paths {
 		if _, err := path.Match(p, "/"); err != nil || !strings.HasPrefix(p, "/") {
 			return a, fmt.Errorf("approval: path %q is not a glob starting with /", p)

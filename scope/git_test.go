@@ -60,3 +60,16 @@ func TestGitRequest(t *testing.T) {
 		t.Error("repositories compare without case, and exactly otherwise")
 	}
 }
+
+// Parsing never changes the scopes it is given: a binding's scopes are parsed again while
+// requests read them.
+func TestParseLeavesItsInputAlone(t *testing.T) {
+	in := []Scope{{Host: "a.example", Methods: []string{"get"}, Approval: Approval{On: true, Methods: []string{"post"}},
+		Git: &Git{Repos: []string{"/acme/app.git"}, Push: []string{"refs/heads/*"}}, MCP: nil}}
+	if _, err := Parse(in); err != nil {
+		t.Fatal(err)
+	}
+	if in[0].Methods[0] != "get" || in[0].Approval.Methods[0] != "post" || in[0].Git.Repos[0] != "/acme/app.git" {
+		t.Fatalf("Parse changed its input: %+v %+v %+v", in[0].Methods, in[0].Approval, in[0].Git)
+	}
+}
