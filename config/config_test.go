@@ -303,3 +303,10 @@ func TestProfileSet(t *testing.T) {
 		t.Fatalf("profiles %v", ps)
 	}
 }
+
+// Only the embedded dev node lets the key that leased answer its own approvals (it has one key).
+func TestSelfApprovalOnlyInDev(t *testing.T) {
+	if Default().Gateway.Approvals.AllowSelf || !DevDefaults().Gateway.Approvals.AllowSelf {
+		t.Fatalf("allow_self: default %v, dev %v", Default().Gateway.Approvals.AllowSelf, DevDefaults().Gateway.Approvals.AllowSelf)
+	}
+}
