@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
-	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -76,22 +74,15 @@ func (a *Approval) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// canonical returns a with its methods upper case, in a new slice: the scopes parsed are the
-// caller's, and may be parsed again at the same time.
+// canonical returns a with its methods upper case (see canonicalMethods) and its paths checked.
 func (a Approval) canonical() (Approval, error) {
-	methods := make([]string, 0, len(a.Methods))
-	for _, m := range a.Methods {
-		m = strings.ToUpper(strings.TrimSpace(m))
-		if m == "" || strings.ContainsAny(m, " \t/") {
-			return a, fmt.Errorf("approval: method %q is not a token", m)
-		}
-		methods = append(methods, m)
+	methods, err := canonicalMethods(a.Methods)
+	if err != nil {
+		return a, fmt.Errorf("approval: %v", err)
 	}
 	a.Methods = methods
-	for _, p := range a.Paths {
-		if _, err := path.Match(p, "/"); err != nil || !strings.HasPrefix(p, "/") {
-			return a, fmt.Errorf("approval: path %q is not a glob starting with /", p)
-		}
+	if err := checkGlobs(a.Paths); err != nil {
+		return a, fmt.Errorf("approval: %v", err)
 	}
 	return a, nil
 }

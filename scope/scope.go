@@ -108,22 +108,13 @@ func (s Scope) canonical() (Scope, error) {
 			return s, fmt.Errorf("port %d out of range", p)
 		}
 	}
-	methods := make([]string, 0, len(s.Methods))
-	for _, m := range s.Methods {
-		m = strings.ToUpper(strings.TrimSpace(m))
-		if m == "" || strings.ContainsAny(m, " \t/") {
-			return s, fmt.Errorf("method %q is not a token", m)
-		}
-		methods = append(methods, m)
+	methods, err := canonicalMethods(s.Methods)
+	if err != nil {
+		return s, err
 	}
 	s.Methods = methods
-	for _, p := range s.Paths {
-		if !strings.HasPrefix(p, "/") {
-			return s, fmt.Errorf("path %q must start with /", p)
-		}
-		if _, err := path.Match(p, "/"); err != nil {
-			return s, fmt.Errorf("path %q: %v", p, err)
-		}
+	if err := checkGlobs(s.Paths); err != nil {
+		return s, err
 	}
 	if s.DNSTypes != nil {
 		types := make([]string, len(s.DNSTypes))
@@ -181,6 +172,33 @@ func (s Scope) canonical() (Scope, error) {
 		}
 	}
 	return s, nil
+}
+
+// canonicalMethods returns methods upper case, in a new slice (the scopes parsed are the
+// caller's, and may be parsed again at the same time).
+func canonicalMethods(in []string) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, m := range in {
+		m = strings.ToUpper(strings.TrimSpace(m))
+		if m == "" || strings.ContainsAny(m, " \t/") {
+			return nil, fmt.Errorf("method %q is not a token", m)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// checkGlobs checks path globs: each starts with / and is a valid path.Match pattern.
+func checkGlobs(globs []string) error {
+	for _, p := range globs {
+		if !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("path %q must start with /", p)
+		}
+		if _, err := path.Match(p, "/"); err != nil {
+			return fmt.Errorf("path %q: %v", p, err)
+		}
+	}
+	return nil
 }
 
 // CanonicalHost lower-cases a host name, drops a trailing dot and converts IDNs to punycode.
