@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +48,11 @@ type Config struct {
 	Audit     audit.Sink
 	// Notify is called, on a goroutine of its own, for each new approval (a webhook).
 	Notify func(Approval)
-	Now    func() time.Time
+	// LeaseKey returns the hex SHA-256 of the API key that leased a lease (Check refuses it
+	// as an approver), unless AllowSelf; with neither, Check refuses every approval.
+	LeaseKey  func(ctx context.Context, tenant, lease string) (string, error)
+	AllowSelf bool
+	Now       func() time.Time
 }
 
 // Registry holds requests for reviewers. Safe for concurrent use.
@@ -76,8 +81,51 @@ type grant struct {
 	until    time.Time // the lease's end
 }
 
-// ErrNoApproval is returned for an approval that is not pending (answered, expired, or never).
-var ErrNoApproval = errors.New("no such approval is pending")
+// Errors of Check.
+var (
+	// ErrNoApproval is returned for an approval that is not pending (answered, expired, or
+	// never), or that the answerer may not see.
+	ErrNoApproval = errors.New("no such approval is pending")
+	// ErrSelfApproval is returned when the key that leased would answer its own request.
+	ErrSelfApproval = errors.New("the key that leased the sandbox cannot approve its own request (another key or a reviewer must)")
+	// ErrNeedReason is returned for a denial without a reason.
+	ErrNeedReason = errors.New("a denial needs a reason (the sandbox is told it)")
+)
+
+// Answerer is who would answer an approval: the name recorded, the hex SHA-256 of the key it
+// answers with, and which tenants' approvals it may see.
+type Answerer struct {
+	Name    string
+	KeyHash string
+	Sees    func(tenant string) bool
+}
+
+// Check says whether who may answer approval id so (every way of answering asks it): the
+// approval is pending and of a tenant who sees, a denial has a reason, and an approval does not
+// come from the key that leased the sandbox (unless AllowSelf). It returns the approval.
+func (a *Registry) Check(ctx context.Context, id string, who Answerer, approve bool, reason string) (Approval, error) {
+	ap, ok := a.Get(id)
+	if !ok || !who.Sees(ap.Tenant) {
+		return Approval{}, fmt.Errorf("%w: %s", ErrNoApproval, id)
+	}
+	if !approve && strings.TrimSpace(reason) == "" {
+		return ap, ErrNeedReason
+	}
+	if !approve || a.cfg.AllowSelf {
+		return ap, nil
+	}
+	if a.cfg.LeaseKey == nil {
+		return ap, fmt.Errorf("who leased %s cannot be known here, so its requests cannot be approved", ap.Lease)
+	}
+	key, err := a.cfg.LeaseKey(ctx, ap.Tenant, ap.Lease)
+	if err != nil {
+		return ap, fmt.Errorf("lease %s of approval %s cannot be read, so who leased it is unknown: %v", ap.Lease, ap.ID, err)
+	}
+	if key != "" && key == who.KeyHash {
+		return ap, ErrSelfApproval
+	}
+	return ap, nil
+}
 
 // New returns an empty registry.
 func New(cfg Config) *Registry {

@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	guard := newGuard(cfg)
-	approvals := newApprovals(cfg, sink, log)
+	approvals := newApprovals(cfg, sink, mgr, log)
 	if gw, err = startGateway(cfg, backend, authority, cache, sink, creds, verifier, mgr, guard, approvals, reg, log); err != nil {
 		apiLn.Close()
 		return err
@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 		return err
 	}
 	defer closeAPI()
-	reviewURL, closeReview, err := startReview(cfg, deps, trail, approvals, mgr, log)
+	reviewURL, closeReview, err := startReview(cfg, deps, trail, approvals, log)
 	if err != nil {
 		return err
 	}

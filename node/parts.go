@@ -135,7 +135,7 @@ func apiReviewers(cfg config.Config) map[string]api.Reviewer {
 
 // startReview serves the review page on its own listener (TLS when review.tls is set) and
 // returns its URL ("" when review.listen is empty) and what stops it.
-func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval.Registry, mgr *pool.Manager, log *slog.Logger) (string, func(), error) {
+func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval.Registry, log *slog.Logger) (string, func(), error) {
 	if cfg.Review.Listen == "" {
 		return "", func() {}, nil
 	}
@@ -146,11 +146,7 @@ func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval
 	dir := AuditDir(cfg)
 	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewers,
 		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Logger: log,
-		Checkpoint: a.signed.Load, Approvals: approvals, AllowSelfApproval: cfg.Gateway.Approvals.AllowSelf,
-		LeaseKey: func(ctx context.Context, tenant, lease string) (string, error) {
-			l, err := mgr.Get(ctx, tenant, lease)
-			return l.Key, err
-		},
+		Checkpoint: a.signed.Load, Approvals: approvals,
 		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
 			if err := a.sink.Flush(ctx); err != nil {
 				return nil, err
@@ -476,13 +472,17 @@ func runPool(ctx context.Context, mgr *pool.Manager, reg prometheus.Registerer) 
 
 // newApprovals is the registry of requests the gateway holds for reviewers, telling the
 // configured webhook of each new one.
-func newApprovals(cfg config.Config, sink audit.Sink, log *slog.Logger) *approval.Registry {
+func newApprovals(cfg config.Config, sink audit.Sink, mgr *pool.Manager, log *slog.Logger) *approval.Registry {
 	a := cfg.Gateway.Approvals
 	var notify func(approval.Approval)
 	if a.Webhook != "" {
 		notify = approval.Webhook(a.Webhook, cfg.Node, &http.Client{Timeout: 5 * time.Second}, log)
 	}
-	return approval.New(approval.Config{Hold: a.Hold, TTL: a.TTL, Node: cfg.Node, Audit: sink, Notify: notify})
+	return approval.New(approval.Config{Hold: a.Hold, TTL: a.TTL, Node: cfg.Node, Audit: sink, Notify: notify, AllowSelf: a.AllowSelf,
+		LeaseKey: func(ctx context.Context, tenant, lease string) (string, error) {
+			l, err := mgr.Get(ctx, tenant, lease)
+			return l.Key, err
+		}})
 }
 
 // startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
@@ -501,7 +501,7 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 		Receipt: func(ctx context.Context, tenant, lease string) ([]byte, error) {
 			return receipt.Make(ctx, sink, signer, tenant, lease)
 		},
-		Approvals: approvals, Reviewers: apiReviewers(cfg), AllowSelfApproval: cfg.Gateway.Approvals.AllowSelf,
+		Approvals: approvals, Reviewers: apiReviewers(cfg),
 		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil

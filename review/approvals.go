@@ -1,6 +1,7 @@
 package review
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -27,8 +28,8 @@ func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
 	s.render(w, "approvals.html", d)
 }
 
-// answer approves (once or for the lease) or denies a held request in the session's name; the
-// key that leased may not approve its own request.
+// answer approves (once or for the lease) or denies a held request in the session's name, as
+// approval.Check allows (never by the key that leased).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	sess := sessionOf(r)
 	if s.cfg.Approvals == nil {
@@ -39,11 +40,6 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusTooManyRequests, "too many answers from this session; wait a second")
 		return
 	}
-	ap, ok := s.cfg.Approvals.Get(r.PathValue("id"))
-	if !ok || !sess.sees(ap.Tenant) {
-		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no approval %q is pending for this session", r.PathValue("id")))
-		return
-	}
 	decision, reason := r.PostFormValue("decision"), strings.TrimSpace(r.PostFormValue("reason"))
 	approve, forLease := false, false
 	switch decision {
@@ -52,31 +48,27 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	case "approve-lease":
 		approve, forLease = true, true
 	case "deny":
-		if reason == "" {
-			s.fail(w, r, http.StatusBadRequest, "a denial needs a reason (the sandbox is told it)")
-			return
-		}
 	default:
 		s.fail(w, r, http.StatusBadRequest, "decision is approve-once, approve-lease or deny")
 		return
 	}
-	if approve && !s.cfg.AllowSelfApproval {
-		if s.cfg.LeaseKey == nil {
-			s.fail(w, r, http.StatusConflict, "who leased the sandbox cannot be known here, so its requests cannot be approved")
-			return
-		}
-		key, err := s.cfg.LeaseKey(r.Context(), ap.Tenant, ap.Lease)
-		if err != nil {
-			s.fail(w, r, http.StatusConflict, fmt.Sprintf("lease %s cannot be read, so who leased it is unknown: %v", ap.Lease, err))
-			return
-		}
-		if key != "" && key == sess.keyHash {
-			s.fail(w, r, http.StatusForbidden, "the key that leased the sandbox cannot approve its own request")
-			return
-		}
+	ap, err := s.cfg.Approvals.Check(r.Context(), r.PathValue("id"), approval.Answerer{Name: sess.Who, KeyHash: sess.keyHash, Sees: sess.sees},
+		approve, reason)
+	if err == nil {
+		_, err = s.cfg.Approvals.Answer(ap.ID, sess.Who, approve, forLease, reason)
 	}
-	if _, err := s.cfg.Approvals.Answer(ap.ID, sess.Who, approve, forLease, reason); err != nil {
-		s.fail(w, r, http.StatusNotFound, err.Error())
+	switch {
+	case errors.Is(err, approval.ErrNoApproval):
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no approval %q is pending for this session", r.PathValue("id")))
+		return
+	case errors.Is(err, approval.ErrSelfApproval):
+		s.fail(w, r, http.StatusForbidden, err.Error())
+		return
+	case errors.Is(err, approval.ErrNeedReason):
+		s.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusConflict, err.Error())
 		return
 	}
 	http.Redirect(w, r, "/approvals", http.StatusSeeOther)

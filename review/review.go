@@ -62,11 +62,8 @@ type Config struct {
 	// Verify checks the chain of one lease's records with the node's public key.
 	Verify func(ctx context.Context, lease string) (*audit.Report, error)
 	// Approvals are the requests the node's gateway holds for reviewers, answered on the
-	// Approvals view; nil shows none. LeaseKey returns the hex SHA-256 of the API key that
-	// leased a lease, which may not approve its requests unless AllowSelfApproval.
-	Approvals         *approval.Registry
-	LeaseKey          func(ctx context.Context, tenant, lease string) (string, error)
-	AllowSelfApproval bool
+	// Approvals view; nil shows none.
+	Approvals *approval.Registry
 	// SessionTTL is how long a session lasts (0: 8 hours).
 	SessionTTL time.Duration
 	Logger     *slog.Logger

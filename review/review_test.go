@@ -479,11 +479,11 @@ func TestApprovalsView(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	reg := approval.New(approval.Config{Hold: 20 * time.Second, Audit: sink})
+	reg := approval.New(approval.Config{Hold: 20 * time.Second, Audit: sink,
+		LeaseKey: func(context.Context, string, string) (string, error) { return tokenHash(keyAcme), nil }})
 	s, _ := New(Config{Trail: sink, Sink: sink, Approvals: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Keys:      map[string]string{tokenHash(keyAcme): "acme", tokenHash(keyGlobex): "globex"},
-		Reviewers: map[string]Reviewer{tokenHash(keyAll): {Name: "secops", Tenants: []string{AllTenants}}},
-		LeaseKey:  func(context.Context, string, string) (string, error) { return tokenHash(keyAcme), nil }})
+		Reviewers: map[string]Reviewer{tokenHash(keyAll): {Name: "secops", Tenants: []string{AllTenants}}}})
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	f := &fixture{t: t, srv: srv}

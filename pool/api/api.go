@@ -75,8 +75,6 @@ type Config struct {
 	// Reviewers maps the hex SHA-256 of each reviewer key to its reviewer: the API takes those
 	// keys on the approval endpoints only (they cannot lease or run anything).
 	Reviewers map[string]Reviewer
-	// AllowSelfApproval lets the key that leased approve its lease's own requests.
-	AllowSelfApproval bool
 	// PeerTransport carries forwarded calls (TLS towards other nodes' APIs); nil means
 	// http.DefaultTransport.
 	PeerTransport http.RoundTripper

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/airlock-dev/airlock/approval"
 )
@@ -68,9 +67,9 @@ type AnswerRequest struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-// answerApproval answers one approval. Only a caller who may see its tenant may, and not the key
-// that leased (unless the config allows it): a sandbox's own agent approving its own request
-// would make the approval a formality.
+// answerApproval answers one approval, as approval.Check allows: only a caller who may see its
+// tenant, and not the key that leased (a sandbox's own agent approving its own request would
+// make the approval a formality).
 func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) {
 	var req AnswerRequest
 	if !readJSON(w, r, &req) {
@@ -81,34 +80,30 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.Decision == "approve" && (req.For == "" || req.For == "once" || req.For == "lease"):
 		approve = true
-	case req.Decision == "deny" && strings.TrimSpace(req.Reason) != "":
 	case req.Decision == "deny":
-		writeError(w, http.StatusBadRequest, "bad_request", "a denial needs a reason (the sandbox is told it)")
-		return
 	default:
 		writeError(w, http.StatusBadRequest, "bad_request", `decision is "approve" (for "once" or "lease") or "deny" with a reason`)
 		return
 	}
-	ap, ok := s.cfg.Approvals.Get(r.PathValue("id"))
-	if !ok || !who.sees(ap.Tenant) {
+	ap, err := s.cfg.Approvals.Check(r.Context(), r.PathValue("id"),
+		approval.Answerer{Name: who.name, KeyHash: who.keyHash, Sees: who.sees}, approve, req.Reason)
+	if err == nil {
+		ap, err = s.cfg.Approvals.Answer(ap.ID, who.name, approve, req.For == "lease", req.Reason)
+	}
+	switch {
+	case errors.Is(err, approval.ErrNoApproval):
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no approval %s is pending on this node for this key", r.PathValue("id")))
 		return
-	}
-	if !s.cfg.AllowSelfApproval {
-		l, err := s.cfg.Pool.Get(r.Context(), ap.Tenant, ap.Lease)
-		switch {
-		case err != nil:
-			writeError(w, http.StatusConflict, "lease_unknown", fmt.Sprintf("lease %s of approval %s cannot be read, so who leased it is unknown: %v", ap.Lease, ap.ID, err))
-			return
-		case l.Key != "" && l.Key == who.keyHash:
-			writeError(w, http.StatusForbidden, "self_approval", "the key that leased the sandbox cannot approve its own request (another key or a reviewer must)")
-			return
-		}
-	}
-	done, err := s.cfg.Approvals.Answer(ap.ID, who.name, approve, req.For == "lease", req.Reason)
-	if errors.Is(err, approval.ErrNoApproval) {
-		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, approval.ErrSelfApproval):
+		writeError(w, http.StatusForbidden, "self_approval", err.Error())
+		return
+	case errors.Is(err, approval.ErrNeedReason):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusConflict, "lease_unknown", err.Error())
 		return
 	}
+	done := ap
 	writeJSON(w, http.StatusOK, done)
 }
