@@ -117,6 +117,13 @@ func TestApprovalRoundTrip(t *testing.T) {
 		t.Fatalf("another request after a lease grant: %+v", got)
 	}
 
+	// The method in lower case is held too (the scope allows every method; an upstream may
+	// read it as POST).
+	req, _ := http.NewRequest("post", "https://api.example.test/deploy/lower", strings.NewReader("x"))
+	if resp, err := h.client().Do(req); err != nil || resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Rule") != "approval-pending" {
+		t.Fatalf("a lower-case post: %v %v", err, resp)
+	}
+
 	// A restart: nothing pending, nothing granted; the request waits again.
 	h.proxyHandler().cfg.Approvals = approval.New(approval.Config{Hold: 100 * time.Millisecond, Audit: h.sink})
 	if got := heldPost(h, "/deploy"); got.status != http.StatusForbidden || got.rule != "approval-pending" {

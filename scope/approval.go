@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -89,7 +90,9 @@ func (a Approval) canonical() (Approval, error) {
 
 // Holds reports whether a request of method to path waits for a reviewer.
 func (a Approval) Holds(method, p string) bool {
-	if !a.On || len(a.Methods) > 0 && !slices.Contains(a.Methods, method) {
+	// Methods compare without case: an upstream may read "post" as POST, and a request the
+	// scope lets through on any method must not slip past its approval in lower case.
+	if !a.On || len(a.Methods) > 0 && !slices.ContainsFunc(a.Methods, func(m string) bool { return strings.EqualFold(m, method) }) {
 		return false
 	}
 	if len(a.Paths) == 0 {

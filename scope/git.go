@@ -10,8 +10,9 @@ import (
 // Git narrows a scope to git's smart HTTP protocol: requests on the scope are only fetches from
 // and pushes to Repos, a push may update only the refs Push matches (path.Match globs over the
 // full ref name, a trailing "/*" also covering deeper refs), and deletes a ref only when Delete
-// is set. Repos are "owner/name" as the URL path names them, without ".git", compared without
-// regard to case (as the large hosts compare them).
+// is set. Repos are "owner/name" as the URL path names them, without ".git", compared exactly: a
+// server on a file system that tells case apart (git http-backend) holds ACME/App and acme/app
+// as two repositories.
 type Git struct {
 	Repos  []string `json:"repos" yaml:"repos"`
 	Push   []string `json:"push,omitempty" yaml:"push"`
@@ -100,7 +101,7 @@ func GitRequest(method, p, query string) (repo, service string, ok bool) {
 // AllowsRepo reports whether repo is one of the scope's repositories.
 func (g *Git) AllowsRepo(repo string) bool {
 	for _, r := range g.Repos {
-		if strings.EqualFold(r, repo) {
+		if r == repo {
 			return true
 		}
 	}

@@ -56,8 +56,8 @@ func TestGitRequest(t *testing.T) {
 			t.Errorf("AllowsRef(%q) = %v", ref, !want)
 		}
 	}
-	if !g.AllowsRepo("ACME/App") || g.AllowsRepo("acme/app2") {
-		t.Error("repositories compare without case, and exactly otherwise")
+	if !g.AllowsRepo("acme/app") || g.AllowsRepo("ACME/App") || g.AllowsRepo("acme/app2") {
+		t.Error("repositories compare exactly (a server that tells case apart has ACME/App as another repository)")
 	}
 }
 
@@ -71,5 +71,19 @@ func TestParseLeavesItsInputAlone(t *testing.T) {
 	}
 	if in[0].Methods[0] != "get" || in[0].Approval.Methods[0] != "post" || in[0].Git.Repos[0] != "/acme/app.git" {
 		t.Fatalf("Parse changed its input: %+v %+v %+v", in[0].Methods, in[0].Approval, in[0].Git)
+	}
+}
+
+// An approval holds a method in any case: the scope allows every method, and an upstream may read
+// "post" as POST.
+func TestApprovalHoldsMethodInAnyCase(t *testing.T) {
+	a := Approval{On: true, Methods: []string{"POST"}, Paths: []string{"/deploy/*"}}
+	for _, m := range []string{"POST", "post", "Post"} {
+		if !a.Holds(m, "/deploy/x") {
+			t.Errorf("%s /deploy/x is not held", m)
+		}
+	}
+	if a.Holds("GET", "/deploy/x") || a.Holds("POST", "/other") {
+		t.Error("an approval holds what it does not name")
 	}
 }
