@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzFraming$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzPathMatchedIsPathSent$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzReadPushCommands$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run XXX -fuzz '^FuzzScrubSampling$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzTrailRoundTrip$$' -fuzztime $(FUZZTIME) ./audit
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 	$(GO) test -run XXX -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./dnsfilter

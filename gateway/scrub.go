@@ -37,13 +37,21 @@ const minForm = 4
 // ("Bearer [redacted]"), so a reader still sees what kind of credential went. Safe for
 // concurrent use once built.
 //
-// Matching scans each byte once: the first four bytes of every form are kept in a bit filter and
-// a table, so most positions cost one table probe however many forms there are.
+// Matching samples the text instead of probing every byte: every form is at least short bytes
+// long, so any occurrence spans one of the positions short-3 apart that the scan looks at, and
+// the four bytes there are one of the form's four-byte windows at offsets 0 to short-4. Those
+// windows are kept in a bit filter (windows), so most samples cost one probe, and a text with
+// no form in it is read at about one position in short-3 (one in 30 or so for a 32-character
+// token); a sample that passes tries each start it could belong to, through the first-window
+// filter and the table by first four bytes. Leftmost, then longest, forms are replaced, as a
+// byte-by-byte scan would.
 type scrubber struct {
 	forms   []form
 	buckets map[uint32][]form // by their first four bytes, longest first
-	filter  [1 << 16 / 64]uint64
-	keep    int // the longest form minus one: what a stream must hold back
+	filter  [1 << 16 / 64]uint64 // first four bytes of every form
+	windows [1 << 16 / 64]uint64 // every form's four-byte windows at offsets 0 to short-4
+	short   int                  // the shortest form's length
+	keep    int                  // the longest form minus one: what a stream must hold back
 }
 
 type form struct{ b, repl []byte }
@@ -91,13 +99,22 @@ func newScrubber(secrets, written []string) *scrubber {
 
 // index fills the lookup tables from forms.
 func (s *scrubber) index() {
-	s.buckets, s.filter, s.keep = map[uint32][]form{}, [1 << 16 / 64]uint64{}, 0
+	s.buckets, s.filter, s.windows, s.keep, s.short = map[uint32][]form{}, [1 << 16 / 64]uint64{}, [1 << 16 / 64]uint64{}, 0, 0
 	for _, f := range s.forms {
 		k := binary.LittleEndian.Uint32(f.b)
 		s.buckets[k] = append(s.buckets[k], f)
 		h := filterHash(k)
 		s.filter[h/64] |= 1 << (h % 64)
 		s.keep = max(s.keep, len(f.b)-1)
+		if s.short == 0 || len(f.b) < s.short {
+			s.short = len(f.b)
+		}
+	}
+	for _, f := range s.forms {
+		for o := 0; o+minForm <= s.short; o++ {
+			h := filterHash(binary.LittleEndian.Uint32(f.b[o:]))
+			s.windows[h/64] |= 1 << (h % 64)
+		}
 	}
 	for k, fs := range s.buckets {
 		slices.SortFunc(fs, func(a, b form) int { return len(b.b) - len(a.b) })
@@ -176,31 +193,61 @@ func (s *scrubber) match(b []byte, k uint32) (form, bool) {
 // scrub returns b with every form replaced, and whether any was; b itself is returned when none
 // was found.
 func (s *scrubber) scrub(b []byte) ([]byte, bool) {
-	var out []byte
-	last := 0
-	for i := 0; i+minForm <= len(b); {
-		k := binary.LittleEndian.Uint32(b[i:])
-		h := filterHash(k)
-		if s.filter[h>>6]&(1<<(h&63)) == 0 {
-			i++
-			continue
-		}
-		f, ok := s.match(b[i:], k)
-		if !ok {
-			i++
-			continue
-		}
-		if out == nil {
-			out = make([]byte, 0, len(b))
-		}
-		out = append(append(out, b[last:i]...), f.repl...)
-		i += len(f.b)
-		last = i
-	}
-	if out == nil {
+	if _, _, ok := s.next(b, 0); !ok {
 		return b, false
 	}
-	return append(out, b[last:]...), true
+	out, _, _ := s.scrubFrom(make([]byte, 0, len(b)), b, true)
+	return out, true
+}
+
+// scrubFrom appends to out the part of b that bytes after it cannot change, scrubbed, and
+// returns how much of b that was: with final, all of it; else up to where a form starting later
+// could still run past b's end (the last keep bytes, or the end of the last form replaced),
+// so a stream cut anywhere is scrubbed exactly as the whole text would be.
+func (s *scrubber) scrubFrom(out, b []byte, final bool) ([]byte, int, bool) {
+	last, found := 0, false
+	for i := 0; ; {
+		p, f, ok := s.next(b, i)
+		if !ok || !final && p+s.keep >= len(b) {
+			break
+		}
+		found = true
+		out = append(append(out, b[last:p]...), f.repl...)
+		i = p + len(f.b)
+		last = i
+	}
+	end := len(b)
+	if !final {
+		end = max(last, len(b)-s.keep)
+	}
+	return append(out, b[last:end]...), end, found
+}
+
+// next finds the leftmost form starting at i or after in b (the longest there), sampling every
+// short-3 positions: a form starting at p covers the sample in [p, p+short-4], and a sample
+// that passes the window filter tries, in order, every start that could have put it there.
+func (s *scrubber) next(b []byte, i int) (int, form, bool) {
+	if len(s.forms) == 0 {
+		return 0, form{}, false
+	}
+	span := s.short - minForm // how far before a sample a form covering it can start
+	for j := i + span; j+minForm <= len(b); j += span + 1 {
+		h := filterHash(binary.LittleEndian.Uint32(b[j:]))
+		if s.windows[h>>6]&(1<<(h&63)) == 0 {
+			continue
+		}
+		for p := max(i, j-span); p <= j; p++ {
+			k := binary.LittleEndian.Uint32(b[p:])
+			h := filterHash(k)
+			if s.filter[h>>6]&(1<<(h&63)) == 0 {
+				continue
+			}
+			if f, ok := s.match(b[p:], k); ok {
+				return p, f, true
+			}
+		}
+	}
+	return 0, form{}, false
 }
 
 func (s *scrubber) scrubString(v string) string {
@@ -232,8 +279,9 @@ type scrubReader struct {
 	src      io.ReadCloser
 	s        *scrubber
 	trailers http.Header
-	buf      []byte
-	out      []byte
+	buf      []byte // read and not yet decided
+	out      []byte // decided and not yet returned, in obuf
+	obuf     []byte
 	eof      bool
 }
 
@@ -250,21 +298,16 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		n, err := r.src.Read(chunk)
 		r.buf = append(r.buf, chunk[:n]...)
 		copyBuffers.Put(chunk)
-		if b, found := r.s.scrub(r.buf); found {
-			r.buf = b
+		if err != nil && err != io.EOF {
+			return 0, err
 		}
-		if err != nil {
-			if err != io.EOF {
-				return 0, err
-			}
-			r.eof = true
-			r.out, r.buf = r.buf, nil
+		r.eof = err == io.EOF
+		var used int
+		r.obuf, used, _ = r.s.scrubFrom(r.obuf[:0], r.buf, r.eof)
+		r.out = r.obuf
+		r.buf = append(r.buf[:0], r.buf[used:]...)
+		if r.eof {
 			r.s.scrubHeaders(r.trailers)
-			continue
-		}
-		if cut := len(r.buf) - r.s.keep; cut > 0 {
-			r.out = append(r.out[:0], r.buf[:cut]...)
-			r.buf = append(r.buf[:0], r.buf[cut:]...)
 		}
 	}
 	n := copy(p, r.out)

@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/rule"
@@ -195,4 +197,78 @@ func BenchmarkScrub1MiB(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(s.forms)), "forms")
+}
+
+// scrubEveryPosition is the reference the sampling scan must agree with: at each position in
+// turn, the longest form starting there is replaced.
+func scrubEveryPosition(s *scrubber, b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		var best []byte
+		var repl []byte
+		for _, f := range s.forms {
+			if bytes.HasPrefix(b[i:], f.b) && len(f.b) > len(best) {
+				best, repl = f.b, f.repl
+			}
+		}
+		if best == nil {
+			out = append(out, b[i])
+			i++
+			continue
+		}
+		out = append(out, repl...)
+		i += len(best)
+	}
+	return out
+}
+
+// TestScrubSamplingFindsWhatEveryPositionFinds plants forms of short and long secrets at every
+// offset, overlapping, adjacent, cut at the end and at chunk boundaries of a stream, and checks
+// that the sampling scan and the stream reader replace exactly what a scan of every position
+// replaces.
+func TestScrubSamplingFindsWhatEveryPositionFinds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, secrets := range [][]string{{"abcd"}, {"s3cr3t"}, {"tok-0123456789abcdef0123456789abcdef"}, {"user", "hunter22"}} {
+		s := newScrubber(secrets, []string{"Bearer " + secrets[0]})
+		alphabet := []byte("abcdefs3cr3tok-0123456789%+/=Bearer \"\\")
+		for round := range 400 {
+			var b []byte
+			for len(b) < 200+round {
+				if rng.IntN(4) == 0 {
+					f := s.forms[rng.IntN(len(s.forms))].b
+					if rng.IntN(3) == 0 {
+						f = f[:rng.IntN(len(f))] // a form cut short must stay
+					}
+					b = append(b, f...)
+					continue
+				}
+				b = append(b, alphabet[rng.IntN(len(alphabet))])
+			}
+			want := scrubEveryPosition(s, b)
+			got, _ := s.scrub(b)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("secrets %q, input %q:\nsampled %q\nwant    %q", secrets, b, got, want)
+			}
+			streamed, err := io.ReadAll(s.reader(io.NopCloser(iotest.OneByteReader(bytes.NewReader(b))), nil))
+			if err != nil || !bytes.Equal(streamed, want) {
+				t.Fatalf("secrets %q, input %q read a byte at a time:\nstreamed %q (%v)\nwant     %q", secrets, b, streamed, err, want)
+			}
+		}
+	}
+}
+
+// FuzzScrubSampling checks the sampling scan against the every-position scan on any input.
+func FuzzScrubSampling(f *testing.F) {
+	f.Add([]byte("xx tok-0123456789abcdef Bearer tok-0123456789abcdef yy"), "tok-0123456789abcdef")
+	f.Add([]byte("abcdabcd"), "abcd")
+	f.Fuzz(func(t *testing.T, b []byte, secret string) {
+		s := newScrubber([]string{secret}, []string{"Bearer " + secret})
+		if s == nil {
+			return
+		}
+		want := scrubEveryPosition(s, b)
+		if got, _ := s.scrub(b); !bytes.Equal(got, want) {
+			t.Fatalf("secret %q, input %q: sampled %q, want %q", secret, b, got, want)
+		}
+	})
 }
