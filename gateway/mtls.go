@@ -14,10 +14,31 @@ import (
 // injected as a client certificate, one transport per lease and certificate (its connections
 // carry that certificate, so they are never shared with another lease).
 type transports struct {
-	base *http.Transport
+	base *http.Transport // HTTP/2 where the upstream offers it, for a sandbox that speaks it
+	h1   *http.Transport // HTTP/1.1 only, for a sandbox that speaks HTTP/1.1
 
 	mu   sync.Mutex
-	mtls map[string]*mtlsTransport // lease + "\x00" + certificate serial
+	mtls map[string]*mtlsTransport // protocol + lease + "\x00" + certificate serial
+}
+
+// newTransports serves each request in the protocol its sandbox spoke: an HTTP/1.1 client's
+// requests go upstream in HTTP/1.1, whose framing adds nothing to a body (over HTTP/2 a 1 GiB
+// download went at 62 % of direct TLS, over HTTP/1.1 at 80 %), and an HTTP/2 client's in
+// HTTP/2 where the upstream offers it (gRPC needs it end to end).
+func newTransports(base *http.Transport) *transports {
+	h1 := base.Clone()
+	h1.ForceAttemptHTTP2 = false
+	h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // non-nil and empty: no HTTP/2
+	h1.TLSClientConfig.NextProtos = nil
+	return &transports{base: base, h1: h1}
+}
+
+// protoBase is the transport for x's protocol.
+func (ts *transports) protoBase(x *exchange) *http.Transport {
+	if x.h2 {
+		return ts.base
+	}
+	return ts.h1
 }
 
 type mtlsTransport struct {
@@ -28,17 +49,20 @@ type mtlsTransport struct {
 // of returns the transport x's request goes on.
 func (ts *transports) of(x *exchange) (http.RoundTripper, error) {
 	if x.entry == nil || x.entry.Inject.Kind != broker.InjectClientCert {
-		return ts.base, nil
+		return ts.protoBase(x), nil
 	}
-	t, err := ts.forCert(x.b.Lease, x.secret)
+	t, err := ts.forCert(ts.protoBase(x), x.b.Lease, x.secret)
 	if err != nil {
 		return nil, refuse(http.StatusBadGateway, rule.CredentialDown, "credential "+x.entry.Name+": "+err.Error(), "")
 	}
 	return t, nil
 }
 
-func (ts *transports) forCert(lease string, s broker.Secret) (*http.Transport, error) {
+func (ts *transports) forCert(base *http.Transport, lease string, s broker.Secret) (*http.Transport, error) {
 	key := lease + "\x00" + s["serial"]
+	if base == ts.base {
+		key = "h2\x00" + key
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if m := ts.mtls[key]; m != nil {
@@ -48,7 +72,7 @@ func (ts *transports) forCert(lease string, s broker.Secret) (*http.Transport, e
 	if err != nil {
 		return nil, err
 	}
-	t := ts.base.Clone()
+	t := base.Clone()
 	t.TLSClientConfig = t.TLSClientConfig.Clone()
 	t.TLSClientConfig.Certificates = []tls.Certificate{cert}
 	t.MaxIdleConnsPerHost = 4

@@ -60,6 +60,33 @@ func TestHTTP2BothWays(t *testing.T) {
 	}
 }
 
+// TestHTTP1StaysHTTP1 sends HTTP/1.1 requests, interleaved with HTTP/2 ones on another client,
+// to an upstream that offers HTTP/2: each goes upstream in the protocol its client spoke, on
+// connections that are never shared between the two.
+func TestHTTP1StaysHTTP1(t *testing.T) {
+	h := newProtoHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream-proto=%s", r.Proto)
+	}))
+	pu, _ := url.Parse(h.proxy.URL)
+	h1 := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: h.ca.Pool()}}}
+	h2 := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: h.ca.Pool()}, ForceAttemptHTTP2: true}}
+	for i := range 4 {
+		c, want := h1, "HTTP/1.1"
+		if i%2 == 1 {
+			c, want = h2, "HTTP/2.0"
+		}
+		resp, err := c.Get("https://api.example.test/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "upstream-proto="+want || resp.Proto != want {
+			t.Fatalf("request %d: the sandbox spoke %s, the upstream heard %q", i, resp.Proto, b)
+		}
+	}
+}
+
 func TestLargeStreamedBodies(t *testing.T) {
 	const size = 32 << 20
 	h := newProtoHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -128,7 +128,7 @@ func New(cfg Config) *Proxy {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 60 * time.Second,
 	}
-	p.transports = &transports{base: transport}
+	p.transports = newTransports(transport)
 	return p
 }
 
@@ -203,11 +203,21 @@ func (b *bufferPool) Put(s []byte) { b.p.Put(&s) }
 
 var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { s := make([]byte, 32<<10); return &s }}}
 
+// bulkBuffers carry answers of a MiB or more: each write to the sandbox costs a few small TLS
+// records of framing (chunk headers, the server's buffer), which a larger write spreads thinner.
+var bulkBuffers = &bufferPool{p: sync.Pool{New: func() any { s := make([]byte, bulkBuffer); return &s }}}
+
+const (
+	bulkBuffer = 256 << 10 // the size of bulkBuffers
+	bulkBody   = 1 << 20   // the size from which an answer of known length is copied through them
+)
+
 // exchange is one request's state, from identification to its audit record. It is passed from
 // step to step, never carried in a context.
 type exchange struct {
 	start    time.Time
 	method   string
+	h2       bool // the sandbox spoke HTTP/2: the request goes upstream in it where it can
 	json     bool // the client asked for refusals in JSON
 	src      netip.Addr
 	b        binding.Binding
@@ -242,7 +252,7 @@ func (x *exchange) sendTo() (scheme, host string, port int) {
 
 // newExchange starts the exchange of r.
 func newExchange(r *http.Request) *exchange {
-	x := &exchange{start: time.Now(), method: r.Method, json: strings.Contains(r.Header.Get("Accept"), "application/json"),
+	x := &exchange{start: time.Now(), method: r.Method, h2: r.ProtoMajor == 2, json: strings.Contains(r.Header.Get("Accept"), "application/json"),
 		meter: &meter{}}
 	if r.Method != http.MethodConnect && r.URL != nil {
 		x.path = r.URL.EscapedPath()

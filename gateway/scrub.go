@@ -47,14 +47,21 @@ const minForm = 4
 // byte-by-byte scan would.
 type scrubber struct {
 	forms   []form
-	buckets map[uint32][]form // by their first four bytes, longest first
+	buckets map[uint32][]form    // by their first four bytes, longest first
 	filter  [1 << 16 / 64]uint64 // first four bytes of every form
 	windows [1 << 16 / 64]uint64 // every form's four-byte windows at offsets 0 to short-4
+	at      map[uint32][]window  // the same windows, by their four bytes
 	short   int                  // the shortest form's length
 	keep    int                  // the longest form minus one: what a stream must hold back
 }
 
 type form struct{ b, repl []byte }
+
+// window is a form's four bytes at offset o.
+type window struct {
+	f form
+	o int
+}
 
 // newScrubber builds the scrubber for the secret values and the values written into the
 // request; nil when no value is long enough to scrub.
@@ -110,10 +117,13 @@ func (s *scrubber) index() {
 			s.short = len(f.b)
 		}
 	}
+	s.at = map[uint32][]window{}
 	for _, f := range s.forms {
 		for o := 0; o+minForm <= s.short; o++ {
-			h := filterHash(binary.LittleEndian.Uint32(f.b[o:]))
+			k := binary.LittleEndian.Uint32(f.b[o:])
+			h := filterHash(k)
 			s.windows[h/64] |= 1 << (h % 64)
+			s.at[k] = append(s.at[k], window{f, o})
 		}
 	}
 	for k, fs := range s.buckets {
@@ -224,27 +234,29 @@ func (s *scrubber) scrubFrom(out, b []byte, final bool) ([]byte, int, bool) {
 }
 
 // next finds the leftmost form starting at i or after in b (the longest there), sampling every
-// short-3 positions: a form starting at p covers the sample in [p, p+short-4], and a sample
-// that passes the window filter tries, in order, every start that could have put it there.
+// short-3 positions: a form starting at p covers the sample in [p, p+short-4] with one of its
+// windows, so the first sample some form covers holds the leftmost form's start.
 func (s *scrubber) next(b []byte, i int) (int, form, bool) {
 	if len(s.forms) == 0 {
 		return 0, form{}, false
 	}
 	span := s.short - minForm // how far before a sample a form covering it can start
 	for j := i + span; j+minForm <= len(b); j += span + 1 {
-		h := filterHash(binary.LittleEndian.Uint32(b[j:]))
+		k := binary.LittleEndian.Uint32(b[j:])
+		h := filterHash(k)
 		if s.windows[h>>6]&(1<<(h&63)) == 0 {
 			continue
 		}
-		for p := max(i, j-span); p <= j; p++ {
-			k := binary.LittleEndian.Uint32(b[p:])
-			h := filterHash(k)
-			if s.filter[h>>6]&(1<<(h&63)) == 0 {
-				continue
+		start := -1
+		for _, w := range s.at[k] {
+			p := j - w.o
+			if p >= i && (start < 0 || p < start) && bytes.HasPrefix(b[p:], w.f.b) {
+				start = p
 			}
-			if f, ok := s.match(b[p:], k); ok {
-				return p, f, true
-			}
+		}
+		if start >= 0 {
+			f, _ := s.match(b[start:], binary.LittleEndian.Uint32(b[start:]))
+			return start, f, true
 		}
 	}
 	return 0, form{}, false
@@ -294,10 +306,10 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		if r.eof {
 			return 0, io.EOF
 		}
-		chunk := copyBuffers.Get()
-		n, err := r.src.Read(chunk)
-		r.buf = append(r.buf, chunk[:n]...)
-		copyBuffers.Put(chunk)
+		// Read straight into buf's free space, as much as the caller asks for at once.
+		r.buf = slices.Grow(r.buf, max(len(p), 32<<10))
+		n, err := r.src.Read(r.buf[len(r.buf):cap(r.buf)])
+		r.buf = r.buf[:len(r.buf)+n]
 		if err != nil && err != io.EOF {
 			return 0, err
 		}
