@@ -42,6 +42,21 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 	p.intercept(r.Context(), conn, r.RemoteAddr, x)
 }
 
+// sandboxCurves are the key exchanges an interception offers a sandbox of the node: X25519 and
+// P-256, not the hybrid post-quantum X25519MLKEM768 that Go clients put first. That connection
+// runs from the sandbox to the gateway on the node's own bridge, where no one records it to
+// break later, while ML-KEM was 37 % of the gateway's CPU for a new connection. A client outside
+// the pool (identified by a task token) may come over a network, so it gets Go's defaults, the
+// hybrid first, as do the gateway's own connections upstream.
+var sandboxCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
+
+func curvesFor(x *exchange) []tls.CurveID {
+	if x.bearer != "" {
+		return nil
+	}
+	return sandboxCurves
+}
+
 // intercept terminates the sandbox's TLS on conn with a certificate for x.host from the
 // deployment CA, after checking that the server name it asks for is x.host, and serves the
 // requests inside, each decided on its own (serveIntercepted). It returns when the connection
@@ -56,8 +71,9 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 	}
 	var sniErr error
 	tconn := tls.Server(conn, &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"},
+		MinVersion:       tls.VersionTLS12,
+		NextProtos:       []string{"h2", "http/1.1"},
+		CurvePreferences: curvesFor(x),
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			sni := hello.ServerName
 			if sni != "" {

@@ -162,3 +162,25 @@ func TestWebSocketUpgrade(t *testing.T) {
 		t.Fatalf("echo %q %v", line, err)
 	}
 }
+
+// TestSandboxKeyExchange: a sandbox's intercepted TLS agrees X25519 even when its client puts
+// the hybrid post-quantum exchange first (it is the costly half of a new connection, on a hop
+// that stays on the node), and a client outside the pool keeps Go's defaults.
+func TestSandboxKeyExchange(t *testing.T) {
+	h := newProtoHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	pu, _ := url.Parse(h.proxy.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{
+		RootCAs: h.ca.Pool(), CurvePreferences: []tls.CurveID{tls.X25519MLKEM768, tls.X25519},
+	}}}
+	resp, err := c.Get("https://api.example.test/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.TLS == nil || resp.TLS.CurveID != tls.X25519 {
+		t.Fatalf("the sandbox's TLS agreed %v, want X25519", resp.TLS.CurveID)
+	}
+	if got := curvesFor(&exchange{bearer: "a-task-token"}); got != nil {
+		t.Fatalf("a client outside the pool is offered %v, want Go's defaults", got)
+	}
+}
