@@ -14,6 +14,7 @@ all: build
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/airlock-agent ./cmd/airlock-agent
 
 deps:
 	@scripts/deps.sh

@@ -460,7 +460,9 @@ func (m *Manager) fill(ctx context.Context, name string) {
 	}
 	if err != nil {
 		m.counts.Unlock()
-		m.log.Error("pool refill", "template", name, "err", err)
+		if ctx.Err() == nil { // a stopping node's store calls fail; that is no refill failure
+			m.log.Error("pool refill", "template", name, "err", err)
+		}
 		return
 	}
 	need := t.MinWarm - warm - m.creating[name]

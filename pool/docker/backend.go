@@ -60,7 +60,7 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		Node: cfg.Node, Network: cfg.Network, Bridge: cfg.Bridge, Subnet: cfg.Subnet,
 		ProxyURL: "http://" + net.JoinHostPort(host.String(), strconv.Itoa(cfg.GatewayPort)),
 		CABundle: filepath.Join(cfg.StateDir, "ca-bundle.pem"), TrustStore: filepath.Join(cfg.StateDir, "ca-truststore.p12"),
-		ResolvConf: filepath.Join(cfg.StateDir, "resolv.conf"),
+		ResolvConf: filepath.Join(cfg.StateDir, "resolv.conf"), Agent: SelfAgent(),
 	})
 	if err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -26,6 +25,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/docker/agent"
 )
 
 // Labels every container and network carries.
@@ -53,6 +53,10 @@ type Config struct {
 	// TrustStore is a host file: the same roots as a PKCS#12 trust store, mounted read-only.
 	TrustStore string
 	ResolvConf string
+	// Agent is a host executable that serves as the sandbox's exec agent (any binary importing
+	// package agent; SelfAgent is this one), mounted read-only into every sandbox; empty means
+	// every command is an engine exec.
+	Agent string
 }
 
 // Runtime implements pool.Runtime with Docker. Safe for concurrent use.
@@ -61,6 +65,7 @@ type Runtime struct {
 	cli    *client.Client
 	gw     netip.Addr
 	checks checked
+	agents agents
 }
 
 var _ pool.Runtime = (*Runtime)(nil)
@@ -286,6 +291,9 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		},
 		RestartPolicy: container.RestartPolicy{Name: "no"},
 	}
+	if r.cfg.Agent != "" {
+		hc.Binds = append(hc.Binds, r.cfg.Agent+":"+agent.Path+":ro")
+	}
 	cc := &container.Config{
 		Image:      t.Image,
 		User:       fmt.Sprintf("%d:%d", uid, gid),
@@ -331,12 +339,17 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		destroy()
 		return pool.Sandbox{}, fmt.Errorf("docker: sandbox address %q: %w", ep.IPAddress, err)
 	}
-	return pool.Sandbox{ID: created.ID, Template: t.Name, Node: r.cfg.Node, Addr: addr, Created: time.Now()}, nil
+	sb := pool.Sandbox{ID: created.ID, Template: t.Name, Node: r.cfg.Node, Addr: addr, Created: time.Now()}
+	// Started while the sandbox warms (Check waits for it), so that a lease's first command
+	// finds it serving.
+	r.startAgent(ctx, sb)
+	return sb, nil
 }
 
 // Check runs a probe inside sb, as the sandbox user: TCP connections to the gateway and to the
 // resolver (which serves TCP too) from the sandbox's own namespace. It needs bash in the image.
 func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
+	r.agents.wait(sb.ID, 10*time.Second)
 	u, err := url.Parse(r.cfg.ProxyURL)
 	if err != nil {
 		return err
@@ -367,6 +380,7 @@ const (
 
 // Destroy removes the container and its anonymous volumes.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	r.agents.drop(id)
 	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: remove %s: %w", short(id), err)
@@ -411,6 +425,11 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}
 	if marker != "" {
 		env = append(env, execMarker+"="+marker)
+	}
+	if !req.TTY {
+		if code, ran, err := r.agentExec(ctx, sb, req, env, stdin, stdout, stderr); ran {
+			return code, err
+		}
 	}
 	cmd := req.Cmd
 	if req.TTY {
@@ -469,18 +488,29 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	if err != nil {
 		return -1, fmt.Errorf("docker: exec stream: %w", err)
 	}
-	// The stream can end a moment before the engine records the exit code.
-	for range 50 {
-		ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
+	return r.execExit(ctx, ex.ID)
+}
+
+// execExit returns the exit code of an exec whose output stream has ended. The stream can end a
+// moment before the engine records the exit, usually well under a millisecond later: it is
+// asked again after 1 ms, then ever less often, for up to about a second.
+func (r *Runtime) execExit(ctx context.Context, id string) (int, error) {
+	pause, waited := time.Millisecond, time.Duration(0)
+	for {
+		ins, err := r.cli.ContainerExecInspect(ctx, id)
 		if err != nil {
 			return -1, fmt.Errorf("docker: exec inspect: %w", err)
 		}
 		if !ins.Running {
 			return ins.ExitCode, nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		if waited > time.Second {
+			return -1, fmt.Errorf("docker: exec %s still running %s after its output ended", id, waited.Round(time.Millisecond))
+		}
+		time.Sleep(pause)
+		waited += pause
+		pause = min(2*pause, 50*time.Millisecond)
 	}
-	return -1, errors.New("docker: exec did not report an exit code")
 }
 
 // killExec kills the exec's process and all its descendants. The engine has no call for it, so

@@ -1,0 +1,207 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/docker/agent"
+)
+
+// SelfAgent is the exec agent for this process's sandboxes: airlock-agent beside its executable
+// (a 2 MB static binary, some 3 MiB resident per sandbox), else the executable itself, which
+// serves as one too (it imports package agent through this one) at the cost of its size; empty
+// when neither can be found.
+func SelfAgent() string {
+	p, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if p, err = filepath.EvalSymlinks(p); err != nil {
+		return ""
+	}
+	if small := filepath.Join(filepath.Dir(p), "airlock-agent"); isFile(small) {
+		return small
+	}
+	return p
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// agents holds each sandbox's exec agent: started once by an engine exec when the sandbox is
+// made (or, for one adopted after a restart, at its first command), it runs every later
+// command without the engine. A sandbox whose agent is gone (its image cannot run it, or code
+// in it killed it) runs commands by engine exec, and its agent is started again in the
+// background.
+type agents struct {
+	mu       sync.Mutex
+	conns    map[string]*agent.Conn
+	starting map[string]chan struct{} // closed when the start ends
+}
+
+func (a *agents) get(id string) *agent.Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conns[id]
+}
+
+func (a *agents) drop(id string) {
+	a.mu.Lock()
+	c := a.conns[id]
+	delete(a.conns, id)
+	a.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// claim reports whether the caller should start id's agent (none is running or starting).
+func (a *agents) claim(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c := a.conns[id]; c != nil && c.Alive() || a.starting[id] != nil {
+		return false
+	}
+	if a.starting == nil {
+		a.starting = map[string]chan struct{}{}
+	}
+	a.starting[id] = make(chan struct{})
+	return true
+}
+
+func (a *agents) started(id string, c *agent.Conn) {
+	a.mu.Lock()
+	if ch := a.starting[id]; ch != nil {
+		close(ch)
+		delete(a.starting, id)
+	}
+	if c != nil {
+		if a.conns == nil {
+			a.conns = map[string]*agent.Conn{}
+		}
+		a.conns[id] = c
+	}
+	a.mu.Unlock()
+}
+
+// wait waits, at most d, for a start of id's agent under way to end.
+func (a *agents) wait(id string, d time.Duration) {
+	a.mu.Lock()
+	ch := a.starting[id]
+	a.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(d):
+	}
+}
+
+// startAgent starts sb's agent in the background and checks that it runs a command; on any
+// failure the sandbox goes on without one (its commands are engine execs).
+func (r *Runtime) startAgent(ctx context.Context, sb pool.Sandbox) {
+	if r.cfg.Agent == "" || !r.agents.claim(sb.ID) {
+		return
+	}
+	go r.runAgent(ctx, sb)
+}
+
+func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
+	var conn *agent.Conn
+	defer func() { r.agents.started(sb.ID, conn) }()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
+		Cmd: []string{agent.Path}, Env: []string{agent.Env + "=1"},
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return
+	}
+	// The attachment outlives this call: it is the agent's streams for the sandbox's life.
+	att, err := r.cli.ContainerExecAttach(context.WithoutCancel(ctx), ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
+		pw.CloseWithError(cmpErr(err, io.EOF))
+	}()
+	c := agent.NewConn(pr, att.Conn, func() { att.Close(); pr.Close() })
+	if code, err := c.Run(ctx, agent.Command{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || code != 0 {
+		c.Close()
+		return
+	}
+	conn = c
+}
+
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// agentExec runs req through sb's agent; ran is false when there is none serving, and then
+// the command has not started (the caller runs it by engine exec). A command cut off by its
+// timeout or its caller is killed with its process group, and, as with an engine exec, every
+// process carrying its marker.
+func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, env []string, stdin io.Reader,
+	stdout, stderr io.Writer) (code int, ran bool, err error) {
+	if r.cfg.Agent == "" {
+		return 0, false, nil
+	}
+	c := r.agents.get(sb.ID)
+	if c == nil || !c.Alive() {
+		r.startAgent(ctx, sb)
+		return 0, false, nil
+	}
+	runCtx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	code, err = c.Run(runCtx, agent.Command{Argv: req.Cmd, Env: env, Dir: req.Workdir, Stdin: stdin != nil}, stdin, stdout, stderr)
+	switch {
+	case err == nil:
+		return code, true, nil
+	case errors.Is(err, agent.ErrGone) && !errors.Is(err, agent.Started):
+		r.startAgent(ctx, sb)
+		return 0, false, nil
+	case runCtx.Err() != nil:
+		if marker := envMarker(env); marker != "" {
+			r.signalMarked(context.WithoutCancel(ctx), sb, marker, "KILL")
+		}
+		if ctx.Err() == nil {
+			return -1, true, fmt.Errorf("%w after %s and was killed", pool.ErrTimedOut, req.Timeout)
+		}
+		return -1, true, ctx.Err()
+	default:
+		return -1, true, fmt.Errorf("docker: exec: %w", err)
+	}
+}
+
+// envMarker is the exec marker in env, if any.
+func envMarker(env []string) string {
+	for _, kv := range env {
+		if len(kv) > len(execMarker) && kv[:len(execMarker)+1] == execMarker+"=" {
+			return kv[len(execMarker)+1:]
+		}
+	}
+	return ""
+}
