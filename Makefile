@@ -74,7 +74,7 @@ bench-gateway:
 bench-dns:
 	@scripts/bench-dns.sh
 
-bench-pool: image
+bench-pool: image build
 	@scripts/bench-pool.sh
 
 clean:

@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v curl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl >/dev/null
-out=$(go run ./bench/poolbench -n "${LEASES:-400}" -cold "${COLD:-20}" -node -rounds "${ROUNDS:-3}" -warm "${WARM:-10}" -requests "${REQUESTS:-50}")
+# Built beside bin/airlock-agent (make build), which the node it runs mounts into its sandboxes.
+go build -o bin/poolbench ./bench/poolbench
+out=$(bin/poolbench -n "${LEASES:-400}" -cold "${COLD:-20}" -node -rounds "${ROUNDS:-3}" -warm "${WARM:-10}" -requests "${REQUESTS:-50}")
 echo "$out"
 {
 	echo "# Pool benchmark"
@@ -17,7 +19,7 @@ echo "$out"
 	echo "one after another. The whole-node tables come from a node run in the benchmark's process with"
 	echo "the dev stack (Redis, a Vault dev server, the demo upstream) and real warm sandboxes under"
 	echo "each runtime: a lease goes through the HTTP API (the dev issuer mints its token), and its"
-	echo "first exec runs \`true\` in the sandbox. The gateway's added latency is the same HTTPS GET"
+	echo "first exec runs \`true\` in the sandbox, through its exec agent. The gateway's added latency is the same HTTPS GET"
 	echo "with curl from inside a sandbox through the gateway (which injects the demo credential) less"
 	echo "the host's own curl straight to the upstream, loading the same CA bundle. The lease path"
 	echo "alone is the HTTP API, pre-minted EdDSA task tokens verified per lease, the atomic claim and"

@@ -8,9 +8,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/wait"
 )
 
 func main() {
@@ -65,34 +66,76 @@ func main() {
 		}
 	}
 	defer figs.ratios()
-	dir, _ := os.MkdirTemp("", "poolbench")
+	if err := leasePath(ctx, *leases); err != nil {
+		log.Fatalf("the lease-path phase: %v", err)
+	}
+}
+
+// poolLog is where a pool under benchmark says what went wrong: warnings and errors to stderr,
+// so that a pool that does not fill says why instead of leaving a wait to give up in silence.
+func poolLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// leasePath measures the lease path alone, n leases per concurrency level, over sandboxes
+// registered by a runtime that starts nothing.
+func leasePath(ctx context.Context, n int) error {
+	dir, err := os.MkdirTemp("", "poolbench")
+	if err != nil {
+		return err
+	}
 	defer os.RemoveAll(dir)
 	sink, err := audit.OpenFile(audit.FileConfig{Dir: dir + "/audit"})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer sink.Close()
+	warmWant := n + 50
 	env, err := pooltest.Start(ctx, dir, pooltest.EnvConfig{Node: "bench",
-		Templates: []pool.Template{{MinWarm: *leases + 50, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}},
-		Pool:      func(c *pool.Config) { c.Audit, c.RefillParallel = sink, 8 }})
+		Templates: []pool.Template{{MinWarm: warmWant, MaxTotal: 100000, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour}},
+		Pool:      func(c *pool.Config) { c.Audit, c.RefillParallel, c.Logger = sink, 8, poolLog() }})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer env.Close()
-	mgr, cache, iss := env.Manager, env.Cache, env.Issuer
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	cache, iss := env.Cache, env.Issuer
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
 	key := "bench-key"
-	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: map[string]string{api.HashKey(key): "bench"}, Logger: quiet})}
+	srv := &http.Server{Handler: api.New(api.Config{Pool: env.Manager, Keys: map[string]string{api.HashKey(key): "bench"}, Logger: poolLog()})}
 	go srv.Serve(l)
+	defer srv.Close()
 	c := &client.Client{Addr: "http://" + l.Addr().String(), Token: key,
 		HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	for {
-		ps, _ := c.Pools(ctx)
-		if len(ps) == 1 && ps[0].Warm >= *leases+50 && cache.Live() {
-			break
+	// full waits for the pool to hold warmWant warm sandboxes, saying what it last saw if it
+	// gives up: the count, or the API's error.
+	full := func(when string) error {
+		var last string
+		err := wait.Until(2*time.Minute, fmt.Sprintf("the pool to hold %d warm sandboxes %s", warmWant, when), func() bool {
+			ps, err := c.Pools(ctx)
+			switch {
+			case err != nil:
+				last = "the API answered: " + err.Error()
+			case len(ps) != 1:
+				last = fmt.Sprintf("the API listed %d pools", len(ps))
+			default:
+				last = fmt.Sprintf("%d warm, %d leased", ps[0].Warm, ps[0].Leased)
+				if !cache.Live() {
+					last += ", the binding cache not yet subscribed"
+				}
+				return ps[0].Warm >= warmWant && cache.Live()
+			}
+			return false
+		})
+		if err != nil {
+			return fmt.Errorf("%w (last seen: %s)", err, last)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
+	if err := full("before the first round"); err != nil {
+		return err
 	}
 	scopes := []scope.Scope{{Host: "api.github.com", Methods: []string{"GET"}}, {Host: "*.pythonhosted.org"}}
 	fmt.Println("The lease path alone (sandboxes registered by a runtime that starts nothing):")
@@ -100,15 +143,19 @@ func main() {
 	fmt.Println("| concurrent clients | leases | p50 ms | p99 ms | leases/s |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, conc := range []int{1, 10, 50} {
-		toks := make(chan string, *leases)
-		for i := range *leases {
-			t, _ := iss.Mint(fmt.Sprintf("task-%d-%d", conc, i), "bench", scopes, 10*time.Minute)
+		toks := make(chan string, n)
+		for i := range n {
+			t, err := iss.Mint(fmt.Sprintf("task-%d-%d", conc, i), "bench", scopes, 10*time.Minute)
+			if err != nil {
+				return err
+			}
 			toks <- t
 		}
 		close(toks)
 		var mu sync.Mutex
 		var lat []time.Duration
 		var ids []string
+		var errs []error
 		var wg sync.WaitGroup
 		start := time.Now()
 		for range conc {
@@ -119,37 +166,37 @@ func main() {
 					s := time.Now()
 					lv, err := c.Lease(ctx, api.LeaseRequest{Template: "default", Token: t})
 					d := time.Since(s)
-					if err != nil {
-						log.Printf("lease: %v", err)
-						continue
-					}
 					mu.Lock()
-					lat, ids = append(lat, d), append(ids, lv.ID)
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						lat, ids = append(lat, d), append(ids, lv.ID)
+					}
 					mu.Unlock()
 				}
 			}()
 		}
 		wg.Wait()
 		total := time.Since(start)
-		slices.Sort(lat)
-		p := func(q float64) float64 { return float64(lat[int(float64(len(lat)-1)*q)].Microseconds()) / 1000 }
-		fmt.Printf("| %d | %d | %.2f | %.2f | %.0f |\n", conc, len(lat), p(0.5), p(0.99), float64(len(lat))/total.Seconds())
-		for _, id := range ids {
-			c.Release(ctx, id)
+		if len(errs) > 0 {
+			return fmt.Errorf("%d of %d leases at %d clients failed: %w", len(errs), n, conc, errors.Join(errs[:min(len(errs), 3)]...))
 		}
-		for {
-			ps, _ := c.Pools(ctx)
-			if ps[0].Warm >= *leases+50 {
-				break
+		fmt.Printf("| %d | %d | %.2f | %.2f | %.0f |\n", conc, len(lat), ms(pct(lat, 0.5)), ms(pct(lat, 0.99)), float64(len(lat))/total.Seconds())
+		for _, id := range ids {
+			if err := c.Release(ctx, id); err != nil {
+				return fmt.Errorf("release %s: %w", id, err)
 			}
-			time.Sleep(20 * time.Millisecond)
+		}
+		if err := full(fmt.Sprintf("after the round at %d clients", conc)); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // coldStarts creates n hardened sandboxes one after another on the local engine, reporting the
-// time each Create took (container create, start and address) and the memory each idle sandbox
-// uses, then removes them and their network.
+// time each Create took (container create, start and address; the exec agent starts after) and
+// the memory each idle sandbox uses, its agent included, then removes them and their network.
 // The default image's figures go into figs, for the runsc/runc ratios.
 func coldStarts(n int, image, runtime string, figs figures) {
 	ctx := context.Background()
@@ -160,7 +207,8 @@ func coldStarts(n int, image, runtime string, figs figures) {
 	os.WriteFile(store, []byte{}, 0o644)
 	os.WriteFile(resolv, []byte("nameserver 10.216.0.1\n"), 0o644)
 	rt, err := docker.New(docker.Config{Node: "poolbench", Network: "airlock-poolbench", Bridge: "airlock-pb",
-		Subnet: netip.MustParsePrefix("10.216.0.0/24"), ProxyURL: "http://10.216.0.1:3128", CABundle: bundle, TrustStore: store, ResolvConf: resolv})
+		Subnet: netip.MustParsePrefix("10.216.0.0/24"), ProxyURL: "http://10.216.0.1:3128", CABundle: bundle, TrustStore: store, ResolvConf: resolv,
+		Agent: docker.SelfAgent()})
 	if err != nil {
 		log.Fatal(err)
 	}

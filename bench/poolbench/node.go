@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -88,7 +87,7 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 	ready := make(chan node.Ready, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- node.Run(ctx, cfg, deps, slog.New(slog.NewTextHandler(io.Discard, nil)), func(r node.Ready) { ready <- r })
+		done <- node.Run(ctx, cfg, deps, poolLog(), func(r node.Ready) { ready <- r })
 	}()
 	defer func() {
 		cancel()
@@ -123,27 +122,32 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 		}
 	}
 
-	fmt.Printf("Whole node, real warm sandboxes (%d per template; %d rounds of %d leases per level; the dev issuer mints each lease's token):\n\n", n.Warm, n.Rounds, n.Warm)
-	fmt.Println("| runtime | concurrent clients | leases | lease p50 ms | lease p99 ms | first exec p50 ms | first exec p99 ms |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Printf("Whole node, real warm sandboxes (%d per template; %d rounds of %d leases per level; the dev issuer mints each lease's token).\n", n.Warm, n.Rounds, n.Warm)
+	fmt.Println("Each client leases, runs `true` through the API and releases, one lease after another; lease to first")
+	fmt.Println("command is the lease and that exec together, what a backend waits for its first result:")
+	fmt.Println()
+	fmt.Println("| runtime | clients | leases | lease p50 ms | p99 | first exec p50 ms | p99 | lease to first command p50 ms | p99 | release p50 ms | p99 |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, rt := range rts {
 		for _, conc := range []int{1, 10} {
-			var lat, first []time.Duration
+			var all cycle
 			for range n.Rounds {
 				if err := warm(rt); err != nil {
 					return err
 				}
-				l, f, err := leaseRound(ctx, c, rt, n.Warm, conc)
+				cy, err := leaseRound(ctx, c, rt, n.Warm, conc)
 				if err != nil {
 					return err
 				}
-				lat, first = append(lat, l...), append(first, f...)
+				all.add(cy)
 			}
-			figs.set(rt, fmt.Sprintf("warm lease p50 @%d", conc), ms(pct(lat, 0.5)))
-			figs.set(rt, fmt.Sprintf("warm lease p99 @%d", conc), ms(pct(lat, 0.99)))
-			figs.set(rt, fmt.Sprintf("first exec p50 @%d", conc), ms(pct(first, 0.5)))
-			fmt.Printf("| %s | %d | %d | %.2f | %.2f | %.1f | %.1f |\n", rt, conc, len(lat),
-				ms(pct(lat, 0.5)), ms(pct(lat, 0.99)), ms(pct(first, 0.5)), ms(pct(first, 0.99)))
+			figs.set(rt, fmt.Sprintf("warm lease p50 @%d", conc), ms(pct(all.lease, 0.5)))
+			figs.set(rt, fmt.Sprintf("warm lease p99 @%d", conc), ms(pct(all.lease, 0.99)))
+			figs.set(rt, fmt.Sprintf("lease to first command p50 @%d", conc), ms(pct(all.first, 0.5)))
+			figs.set(rt, fmt.Sprintf("lease to first command p99 @%d", conc), ms(pct(all.first, 0.99)))
+			fmt.Printf("| %s | %d | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", rt, conc, len(all.lease),
+				ms(pct(all.lease, 0.5)), ms(pct(all.lease, 0.99)), ms(pct(all.exec, 0.5)), ms(pct(all.exec, 0.99)),
+				ms(pct(all.first, 0.5)), ms(pct(all.first, 0.99)), ms(pct(all.release, 0.5)), ms(pct(all.release, 0.99)))
 		}
 	}
 
@@ -232,11 +236,20 @@ func runLatency(ctx context.Context, c *client.Client, k int) error {
 	return nil
 }
 
-// leaseRound takes k leases of template from conc clients at once, timing each lease and then
-// its first exec (`true`), and releases them.
-func leaseRound(ctx context.Context, c *client.Client, template string, k, conc int) (lat, first []time.Duration, err error) {
+// cycle is one lease as an agent backend lives it, timed in its parts: the lease, its first
+// command (`true`), and the release; first is what the backend waits before its first result.
+type cycle struct{ lease, exec, first, release []time.Duration }
+
+func (c *cycle) add(o cycle) {
+	c.lease, c.exec = append(c.lease, o.lease...), append(c.exec, o.exec...)
+	c.first, c.release = append(c.first, o.first...), append(c.release, o.release...)
+}
+
+// leaseRound takes k leases of template from conc clients at once; each client leases, runs
+// `true` and releases, one lease after another, timing each part.
+func leaseRound(ctx context.Context, c *client.Client, template string, k, conc int) (cycle, error) {
 	var mu sync.Mutex
-	var ids []string
+	var out cycle
 	var errs []error
 	work := make(chan struct{}, k)
 	for range k {
@@ -258,25 +271,28 @@ func leaseRound(ctx context.Context, c *client.Client, template string, k, conc 
 					mu.Unlock()
 					continue
 				}
-				s = time.Now()
+				e := time.Now()
 				code, err := c.Exec(ctx, lv.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
-				f := time.Since(s)
+				f := time.Since(e)
+				r := time.Now()
+				rerr := c.Release(ctx, lv.ID)
+				rel := time.Since(r)
 				mu.Lock()
-				ids = append(ids, lv.ID)
-				if err != nil || code != 0 {
+				switch {
+				case err != nil || code != 0:
 					errs = append(errs, fmt.Errorf("first exec in %s: exit %d, %v", lv.ID, code, err))
-				} else {
-					lat, first = append(lat, d), append(first, f)
+				case rerr != nil:
+					errs = append(errs, fmt.Errorf("release %s: %v", lv.ID, rerr))
+				default:
+					out.lease, out.exec = append(out.lease, d), append(out.exec, f)
+					out.first, out.release = append(out.first, d+f), append(out.release, rel)
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	for _, id := range ids {
-		c.Release(ctx, id)
-	}
-	return lat, first, errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
 // curlTimes is a shell command that makes k GET requests to url with curl, printing each one's
