@@ -444,24 +444,17 @@ func flushesEachWrite(resp *http.Response) bool {
 
 // copyBody copies an answer's body to w through a pooled buffer, flushing each write when asked;
 // it returns the bytes written and the first read or write error. A bulk body (of known length,
-// a MiB or more) goes through a larger buffer that each write fills to half at least, since a
-// read returns one TLS record (16 KiB) and each write to the sandbox costs its own framing.
+// a MiB or more) is copied by copyBulk.
 func copyBody(w http.ResponseWriter, body io.Reader, flush, bulk bool) (int64, error) {
-	pool, fill := copyBuffers, 1
-	if bulk {
-		pool, fill = bulkBuffers, bulkBuffer/2
+	if bulk && !flush {
+		return copyBulk(w, body)
 	}
-	buf := pool.Get()
-	defer pool.Put(buf)
+	buf := copyBuffers.Get()
+	defer copyBuffers.Put(buf)
 	rc := http.NewResponseController(w)
 	var n int64
 	for {
 		k, rerr := body.Read(buf)
-		for rerr == nil && k < fill {
-			var more int
-			more, rerr = body.Read(buf[k:])
-			k += more
-		}
 		if k > 0 {
 			m, werr := w.Write(buf[:k])
 			n += int64(m)
@@ -472,6 +465,75 @@ func copyBody(w http.ResponseWriter, body io.Reader, flush, bulk bool) (int64, e
 				if err := rc.Flush(); err != nil {
 					return n, err
 				}
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// readAhead is how many reads of a bulk body copyBulk may hold while the sandbox takes a write.
+const readAhead = 8
+
+// copyBulk copies a bulk body with its reads in a goroutine of their own, and each write taking
+// everything read by then (up to bulkBuffer): a read returns one TLS record (16 KiB) and each
+// write to the sandbox costs its framing (a chunked answer's, in TLS records of their own), so a
+// fast body goes in large writes, while a slow one waits for nothing: a write never waits for a
+// read that has not happened.
+func copyBulk(w io.Writer, body io.Reader) (int64, error) {
+	type chunk struct {
+		b   []byte
+		n   int
+		err error
+	}
+	reads := make(chan chunk, readAhead)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			b := copyBuffers.Get()
+			k, err := body.Read(b)
+			select {
+			case reads <- chunk{b, k, err}:
+			case <-done:
+				copyBuffers.Put(b)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	out := bulkBuffers.Get()
+	defer bulkBuffers.Put(out)
+	var n int64
+	for {
+		c := <-reads
+		batch := append(out[:0], c.b[:c.n]...)
+		copyBuffers.Put(c.b)
+		rerr := c.err
+		for rerr == nil && len(batch)+copyBuffer <= cap(out) {
+			var more chunk
+			select {
+			case more = <-reads:
+			default:
+			}
+			if more.b == nil {
+				break
+			}
+			batch = append(batch, more.b[:more.n]...)
+			copyBuffers.Put(more.b)
+			rerr = more.err
+		}
+		if len(batch) > 0 {
+			m, werr := w.Write(batch)
+			n += int64(m)
+			if werr != nil {
+				return n, werr
 			}
 		}
 		if rerr == io.EOF {

@@ -201,15 +201,15 @@ type bufferPool struct{ p sync.Pool }
 func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
 func (b *bufferPool) Put(s []byte) { b.p.Put(&s) }
 
-var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { s := make([]byte, 32<<10); return &s }}}
+var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { s := make([]byte, copyBuffer); return &s }}}
 
-// bulkBuffers carry answers of a MiB or more: each write to the sandbox costs a few small TLS
-// records of framing (chunk headers, the server's buffer), which a larger write spreads thinner.
+// bulkBuffers carry the writes of answers of a MiB or more (copyBulk).
 var bulkBuffers = &bufferPool{p: sync.Pool{New: func() any { s := make([]byte, bulkBuffer); return &s }}}
 
 const (
+	copyBuffer = 32 << 10  // the size of copyBuffers
 	bulkBuffer = 256 << 10 // the size of bulkBuffers
-	bulkBody   = 1 << 20   // the size from which an answer of known length is copied through them
+	bulkBody   = 1 << 20   // the size from which an answer of known length is copied by copyBulk
 )
 
 // exchange is one request's state, from identification to its audit record. It is passed from

@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+	"time"
+)
+
+// TestCopyBulkCopiesEverything copies bodies of many sizes, read in pieces of every size, and
+// a body that fails after some bytes: every byte arrives in order, and the read error comes
+// back after what was read before it.
+func TestCopyBulkCopiesEverything(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, size := range []int{0, 1, copyBuffer - 1, copyBuffer, bulkBuffer + 3, 3<<20 + 17} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(rng.Uint32())
+		}
+		for _, r := range []io.Reader{bytes.NewReader(body), iotest.HalfReader(bytes.NewReader(body)), iotest.DataErrReader(bytes.NewReader(body))} {
+			var out bytes.Buffer
+			n, err := copyBulk(&out, r)
+			if err != nil || n != int64(size) || !bytes.Equal(out.Bytes(), body) {
+				t.Fatalf("size %d: copied %d, err %v, same %v", size, n, err, bytes.Equal(out.Bytes(), body))
+			}
+		}
+	}
+	boom := errors.New("upstream cut the body")
+	var out bytes.Buffer
+	n, err := copyBulk(&out, io.MultiReader(bytes.NewReader(make([]byte, 100000)), iotest.ErrReader(boom)))
+	if !errors.Is(err, boom) || n != 100000 {
+		t.Fatalf("a body cut short: copied %d, err %v", n, err)
+	}
+}
+
+// gatedReader returns its pieces one at a time, each only once the test lets it.
+type gatedReader struct {
+	pieces [][]byte
+	next   chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if len(g.pieces) == 0 {
+		return 0, io.EOF
+	}
+	<-g.next
+	n := copy(p, g.pieces[0])
+	g.pieces = g.pieces[1:]
+	return n, nil
+}
+
+type signalWriter struct{ wrote chan []byte }
+
+func (s signalWriter) Write(p []byte) (int, error) {
+	s.wrote <- append([]byte(nil), p...)
+	return len(p), nil
+}
+
+// TestCopyBulkHoldsNothingBack: bytes a slow body has given are written before its next read
+// returns, so a trickling upstream reaches the sandbox as it comes.
+func TestCopyBulkHoldsNothingBack(t *testing.T) {
+	g := &gatedReader{pieces: [][]byte{[]byte("first"), []byte("second")}, next: make(chan struct{})}
+	w := signalWriter{wrote: make(chan []byte, 4)}
+	done := make(chan error, 1)
+	go func() { _, err := copyBulk(w, g); done <- err }()
+	for _, want := range []string{"first", "second"} {
+		g.next <- struct{}{}
+		select {
+		case got := <-w.wrote:
+			if string(got) != want {
+				t.Fatalf("wrote %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q was read but not written while the next read waits", want)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("the sandbox went away") }
+
+// TestCopyBulkStopsOnWriteError: a write that fails ends the copy with its error, and the
+// reading goroutine ends too (its next read fails once the body is closed, as relay does).
+func TestCopyBulkStopsOnWriteError(t *testing.T) {
+	pr, pw := io.Pipe()
+	go pw.Write(make([]byte, 1000))
+	done := make(chan error, 1)
+	go func() { _, err := copyBulk(failingWriter{}, pr); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a failed write was not reported")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("copyBulk did not return after a failed write")
+	}
+	pr.Close()
+}
