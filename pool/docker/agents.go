@@ -180,7 +180,7 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 	switch {
 	case err == nil:
 		return code, true, nil
-	case errors.Is(err, agent.ErrGone) && !errors.Is(err, agent.Started):
+	case errors.Is(err, agent.ErrGone) && !errors.Is(err, agent.ErrStarted):
 		r.startAgent(ctx, sb)
 		return 0, false, nil
 	case runCtx.Err() != nil:

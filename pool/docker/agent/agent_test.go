@@ -118,7 +118,7 @@ func TestAgentKillsOnCancel(t *testing.T) {
 	}
 }
 
-// TestAgentGone: a command running when the agent dies gets ErrGone marked Started (it must not
+// TestAgentGone: a command running when the agent dies gets ErrGone marked ErrStarted (it must not
 // be run again another way); a command after that gets ErrGone without it.
 func TestAgentGone(t *testing.T) {
 	c, cmd := startAgent(t)
@@ -131,8 +131,8 @@ func TestAgentGone(t *testing.T) {
 	cmd.Process.Kill()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrGone) || !errors.Is(err, Started) {
-			t.Fatalf("running command: %v, want ErrGone and Started", err)
+		if !errors.Is(err, ErrGone) || !errors.Is(err, ErrStarted) {
+			t.Fatalf("running command: %v, want ErrGone and ErrStarted", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a command of a dead agent did not return within 10 s")
@@ -140,8 +140,8 @@ func TestAgentGone(t *testing.T) {
 	if c.Alive() {
 		t.Fatal("the agent is dead but reported alive")
 	}
-	if _, err := c.Run(context.Background(), Command{Argv: []string{"true"}}, nil, io.Discard, io.Discard); !errors.Is(err, ErrGone) || errors.Is(err, Started) {
-		t.Fatalf("after: %v, want ErrGone without Started", err)
+	if _, err := c.Run(context.Background(), Command{Argv: []string{"true"}}, nil, io.Discard, io.Discard); !errors.Is(err, ErrGone) || errors.Is(err, ErrStarted) {
+		t.Fatalf("after: %v, want ErrGone without ErrStarted", err)
 	}
 }
 

@@ -129,12 +129,12 @@ func (c *Conn) send(f Frame) error {
 	return nil
 }
 
-// Started is Run's error when the command may have started: it must not be run again elsewhere.
-var Started = errors.New("the command may have run")
+// ErrStarted is Run's error when the command may have started: it must not be run again elsewhere.
+var ErrStarted = errors.New("the command may have run")
 
 // Run runs cmd and returns its exit code once it has exited and its output has ended. When ctx
 // ends first, the command's process group is killed and ctx's error returned. An error that
-// wraps ErrGone without Started means the command never started, so it can be run another way.
+// wraps ErrGone without ErrStarted means the command never started, so it can be run another way.
 func (c *Conn) Run(ctx context.Context, cmd Command, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	payload, err := json.Marshal(cmd)
 	if err != nil {
@@ -155,7 +155,7 @@ func (c *Conn) Run(ctx context.Context, cmd Command, stdin io.Reader, stdout, st
 	c.calls[id] = cl
 	c.mu.Unlock()
 	if err := c.send(Frame{Type: Start, ID: id, Payload: payload}); err != nil {
-		return -1, fmt.Errorf("%w (%w)", err, Started)
+		return -1, fmt.Errorf("%w (%w)", err, ErrStarted)
 	}
 	if stdin != nil {
 		go func() {
@@ -176,7 +176,7 @@ func (c *Conn) Run(ctx context.Context, cmd Command, stdin io.Reader, stdout, st
 	case code := <-cl.exit:
 		return code, nil
 	case <-c.done:
-		return -1, fmt.Errorf("%w (%w)", c.gone(), Started)
+		return -1, fmt.Errorf("%w (%w)", c.gone(), ErrStarted)
 	case <-ctx.Done():
 	}
 	c.send(Frame{Type: Kill, ID: id})
