@@ -49,6 +49,7 @@ type agents struct {
 	mu       sync.Mutex
 	conns    map[string]*agent.Conn
 	starting map[string]chan struct{} // closed when the start ends
+	dropped  map[string]bool          // destroyed while its agent was starting
 }
 
 func (a *agents) get(id string) *agent.Conn {
@@ -61,6 +62,12 @@ func (a *agents) drop(id string) {
 	a.mu.Lock()
 	c := a.conns[id]
 	delete(a.conns, id)
+	if a.starting[id] != nil {
+		if a.dropped == nil {
+			a.dropped = map[string]bool{}
+		}
+		a.dropped[id] = true
+	}
 	a.mu.Unlock()
 	if c != nil {
 		c.Close()
@@ -86,6 +93,13 @@ func (a *agents) started(id string, c *agent.Conn) {
 	if ch := a.starting[id]; ch != nil {
 		close(ch)
 		delete(a.starting, id)
+	}
+	if a.dropped[id] {
+		delete(a.dropped, id)
+		if c != nil {
+			defer c.Close() // its sandbox is gone
+		}
+		c = nil
 	}
 	if c != nil {
 		if a.conns == nil {
