@@ -50,7 +50,14 @@ type agents struct {
 	conns    map[string]*agent.Conn
 	starting map[string]chan struct{} // closed when the start ends
 	dropped  map[string]bool          // destroyed while its agent was starting
+	failed   map[string]time.Time     // when a start last failed: not tried again for a while
 }
+
+// retryAfter is how long a sandbox whose agent would not start runs its commands by engine
+// exec before its agent is tried again: an image that cannot run it would otherwise cost an
+// engine exec more for every command. (An agent that dies after it started is started again
+// at once, by the next command.)
+const retryAfter = time.Minute
 
 func (a *agents) get(id string) *agent.Conn {
 	a.mu.Lock()
@@ -62,6 +69,7 @@ func (a *agents) drop(id string) {
 	a.mu.Lock()
 	c := a.conns[id]
 	delete(a.conns, id)
+	delete(a.failed, id)
 	if a.starting[id] != nil {
 		if a.dropped == nil {
 			a.dropped = map[string]bool{}
@@ -81,6 +89,9 @@ func (a *agents) claim(id string) bool {
 	if c := a.conns[id]; c != nil && c.Alive() || a.starting[id] != nil {
 		return false
 	}
+	if t, ok := a.failed[id]; ok && time.Since(t) < retryAfter {
+		return false
+	}
 	if a.starting == nil {
 		a.starting = map[string]chan struct{}{}
 	}
@@ -94,7 +105,8 @@ func (a *agents) started(id string, c *agent.Conn) {
 		close(ch)
 		delete(a.starting, id)
 	}
-	if a.dropped[id] {
+	gone := a.dropped[id]
+	if gone {
 		delete(a.dropped, id)
 		if c != nil {
 			defer c.Close() // its sandbox is gone
@@ -106,6 +118,12 @@ func (a *agents) started(id string, c *agent.Conn) {
 			a.conns = map[string]*agent.Conn{}
 		}
 		a.conns[id] = c
+		delete(a.failed, id)
+	} else if !gone {
+		if a.failed == nil {
+			a.failed = map[string]time.Time{}
+		}
+		a.failed[id] = time.Now()
 	}
 	a.mu.Unlock()
 }

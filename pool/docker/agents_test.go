@@ -3,6 +3,7 @@ package docker
 import (
 	"io"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/pool/docker/agent"
 )
@@ -32,4 +33,29 @@ func TestAgentOfADestroyedSandboxIsNotKept(t *testing.T) {
 	if a.get("sb2") == nil {
 		t.Fatal("a started agent was not kept")
 	}
+}
+
+// TestFailedAgentStartWaits: a sandbox whose agent would not start is not tried again at every
+// command (each try is an engine exec), but after retryAfter; a good start clears that.
+func TestFailedAgentStartWaits(t *testing.T) {
+	var a agents
+	if !a.claim("sb") {
+		t.Fatal("the first claim was refused")
+	}
+	a.started("sb", nil) // it failed
+	if a.claim("sb") {
+		t.Fatal("a sandbox whose agent just failed to start is tried again at once")
+	}
+	a.mu.Lock()
+	a.failed["sb"] = time.Now().Add(-retryAfter - time.Second)
+	a.mu.Unlock()
+	if !a.claim("sb") {
+		t.Fatal("the agent is not tried again after retryAfter")
+	}
+	pr, _ := io.Pipe()
+	a.started("sb", agent.NewConn(pr, io.Discard, func() { pr.Close() }))
+	if a.get("sb") == nil || len(a.failed) != 0 {
+		t.Fatal("a good start did not clear the failure")
+	}
+	a.drop("sb")
 }
