@@ -215,6 +215,8 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 	case errors.Is(err, agent.ErrGone) && !errors.Is(err, agent.ErrStarted):
 		r.startAgent(ctx, sb)
 		return 0, false, nil
+	case errors.Is(err, agent.ErrTooLarge):
+		return 0, false, nil // the engine takes a command line as long as the kernel does
 	case runCtx.Err() != nil:
 		if marker := envMarker(env); marker != "" {
 			r.signalMarked(context.WithoutCancel(ctx), sb, marker, "KILL")

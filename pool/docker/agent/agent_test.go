@@ -205,3 +205,16 @@ func TestStoppedAgentIsGivenUp(t *testing.T) {
 		t.Fatal("an agent that reads nothing is still used")
 	}
 }
+
+// TestTooLargeIsNotSent: a command over MaxPayload is refused before anything is sent, with an
+// error that says it can be run another way, and the agent goes on serving.
+func TestTooLargeIsNotSent(t *testing.T) {
+	c, _ := startAgent(t)
+	_, err := c.Run(context.Background(), Command{Argv: []string{"echo", strings.Repeat("x", MaxPayload)}}, nil, io.Discard, io.Discard)
+	if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrStarted) {
+		t.Fatalf("err %v, want ErrTooLarge", err)
+	}
+	if code, out, _, err := run(t, c, Command{Argv: []string{"echo", "ok"}}, nil); err != nil || code != 0 || out != "ok\n" {
+		t.Fatalf("after: exit %d, %q, %v", code, out, err)
+	}
+}

@@ -129,6 +129,10 @@ func (c *Conn) send(f Frame) error {
 	return nil
 }
 
+// ErrTooLarge is Run's error for a command whose frame would be over MaxPayload; it was not
+// sent, so it can be run another way.
+var ErrTooLarge = errors.New("a command too large for the agent")
+
 // ErrStarted is Run's error when the command may have started: it must not be run again elsewhere.
 var ErrStarted = errors.New("the command may have run")
 
@@ -141,7 +145,7 @@ func (c *Conn) Run(ctx context.Context, cmd Command, stdin io.Reader, stdout, st
 		return -1, err
 	}
 	if len(payload) > MaxPayload {
-		return -1, fmt.Errorf("a command of %d bytes is more than the agent takes (%d)", len(payload), MaxPayload)
+		return -1, fmt.Errorf("%w: a command of %d bytes (at most %d)", ErrTooLarge, len(payload), MaxPayload)
 	}
 	cl := &call{stdout: stdout, stderr: stderr, exit: make(chan int, 1)}
 	c.mu.Lock()
