@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -22,7 +23,7 @@ func TestCopyBulkCopiesEverything(t *testing.T) {
 		}
 		for _, r := range []io.Reader{bytes.NewReader(body), iotest.HalfReader(bytes.NewReader(body)), iotest.DataErrReader(bytes.NewReader(body))} {
 			var out bytes.Buffer
-			n, err := copyBulk(&out, r)
+			n, err := copyBulk(&out, io.NopCloser(r))
 			if err != nil || n != int64(size) || !bytes.Equal(out.Bytes(), body) {
 				t.Fatalf("size %d: copied %d, err %v, same %v", size, n, err, bytes.Equal(out.Bytes(), body))
 			}
@@ -30,7 +31,7 @@ func TestCopyBulkCopiesEverything(t *testing.T) {
 	}
 	boom := errors.New("upstream cut the body")
 	var out bytes.Buffer
-	n, err := copyBulk(&out, io.MultiReader(bytes.NewReader(make([]byte, 100000)), iotest.ErrReader(boom)))
+	n, err := copyBulk(&out, io.NopCloser(io.MultiReader(bytes.NewReader(make([]byte, 100000)), iotest.ErrReader(boom))))
 	if !errors.Is(err, boom) || n != 100000 {
 		t.Fatalf("a body cut short: copied %d, err %v", n, err)
 	}
@@ -65,7 +66,7 @@ func TestCopyBulkHoldsNothingBack(t *testing.T) {
 	g := &gatedReader{pieces: [][]byte{[]byte("first"), []byte("second")}, next: make(chan struct{})}
 	w := signalWriter{wrote: make(chan []byte, 4)}
 	done := make(chan error, 1)
-	go func() { _, err := copyBulk(w, g); done <- err }()
+	go func() { _, err := copyBulk(w, io.NopCloser(g)); done <- err }()
 	for _, want := range []string{"first", "second"} {
 		g.next <- struct{}{}
 		select {
@@ -86,13 +87,38 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("the sandbox went away") }
 
-// TestCopyBulkStopsOnWriteError: a write that fails ends the copy with its error, and the
-// reading goroutine ends too (its next read fails once the body is closed, as relay does).
+// watchedBody counts the reads under way, and ends the one that waits when it is closed.
+type watchedBody struct {
+	reading atomic.Int32
+	first   atomic.Bool
+	closed  chan struct{}
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.reading.Add(1)
+	defer b.reading.Add(-1)
+	if b.first.CompareAndSwap(false, true) {
+		return len(p), nil
+	}
+	<-b.closed // a slow upstream: nothing more until the body is closed
+	return 0, errors.New("read on closed body")
+}
+
+func (b *watchedBody) Close() error {
+	select {
+	case <-b.closed:
+	default:
+		close(b.closed)
+	}
+	return nil
+}
+
+// TestCopyBulkStopsOnWriteError: a write that fails ends the copy with its error, and no read of
+// the body is under way once it returns (the caller reads the trailers a read fills in).
 func TestCopyBulkStopsOnWriteError(t *testing.T) {
-	pr, pw := io.Pipe()
-	go pw.Write(make([]byte, 1000))
+	body := &watchedBody{closed: make(chan struct{})}
 	done := make(chan error, 1)
-	go func() { _, err := copyBulk(failingWriter{}, pr); done <- err }()
+	go func() { _, err := copyBulk(failingWriter{}, body); done <- err }()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -101,5 +127,7 @@ func TestCopyBulkStopsOnWriteError(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("copyBulk did not return after a failed write")
 	}
-	pr.Close()
+	if n := body.reading.Load(); n != 0 {
+		t.Fatalf("%d reads of the body still under way after copyBulk returned", n)
+	}
 }

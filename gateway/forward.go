@@ -445,7 +445,7 @@ func flushesEachWrite(resp *http.Response) bool {
 // copyBody copies an answer's body to w through a pooled buffer, flushing each write when asked;
 // it returns the bytes written and the first read or write error. A bulk body (of known length,
 // a MiB or more) is copied by copyBulk.
-func copyBody(w http.ResponseWriter, body io.Reader, flush, bulk bool) (int64, error) {
+func copyBody(w http.ResponseWriter, body io.ReadCloser, flush, bulk bool) (int64, error) {
 	if bulk && !flush {
 		return copyBulk(w, body)
 	}
@@ -483,17 +483,25 @@ const readAhead = 8
 // everything read by then (up to bulkBuffer): a read returns one TLS record (16 KiB) and each
 // write to the sandbox costs its framing (a chunked answer's, in TLS records of their own), so a
 // fast body goes in large writes, while a slow one waits for nothing: a write never waits for a
-// read that has not happened.
-func copyBulk(w io.Writer, body io.Reader) (int64, error) {
+// read that has not happened. When a write fails, body is closed so that a read under way
+// ends: the reads are over when copyBulk returns, as the caller then reads the trailers.
+func copyBulk(w io.Writer, body io.ReadCloser) (n int64, err error) {
 	type chunk struct {
 		b   []byte
 		n   int
 		err error
 	}
 	reads := make(chan chunk, readAhead)
-	done := make(chan struct{})
-	defer close(done)
+	done, finished := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(done)
+		if err != nil {
+			body.Close()
+		}
+		<-finished
+	}()
 	go func() {
+		defer close(finished)
 		for {
 			b := copyBuffers.Get()
 			k, err := body.Read(b)
@@ -510,7 +518,6 @@ func copyBulk(w io.Writer, body io.Reader) (int64, error) {
 	}()
 	out := bulkBuffers.Get()
 	defer bulkBuffers.Put(out)
-	var n int64
 	for {
 		c := <-reads
 		batch := append(out[:0], c.b[:c.n]...)
