@@ -104,6 +104,5 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "lease_unknown", err.Error())
 		return
 	}
-	done := ap
-	writeJSON(w, http.StatusOK, done)
+	writeJSON(w, http.StatusOK, ap)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,7 +172,7 @@ func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
-		pw.CloseWithError(cmpErr(err, io.EOF))
+		pw.CloseWithError(err) // nil: the reader sees EOF
 	}()
 	c := agent.NewConn(pr, att.Conn, func() { att.Close(); pr.Close() })
 	if code, err := c.Run(ctx, agent.Command{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || code != 0 {
@@ -179,13 +180,6 @@ func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
 		return
 	}
 	conn = c
-}
-
-func cmpErr(err, otherwise error) error {
-	if err != nil {
-		return err
-	}
-	return otherwise
 }
 
 // agentExec runs req through sb's agent; ran is false when there is none serving, and then
@@ -233,8 +227,8 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 // envMarker is the exec marker in env, if any.
 func envMarker(env []string) string {
 	for _, kv := range env {
-		if len(kv) > len(execMarker) && kv[:len(execMarker)+1] == execMarker+"=" {
-			return kv[len(execMarker)+1:]
+		if m, ok := strings.CutPrefix(kv, execMarker+"="); ok {
+			return m
 		}
 	}
 	return ""

@@ -120,44 +120,45 @@ func (s *server) start(id uint32, c Command) {
 		return
 	}
 	cmd := &exec.Cmd{Path: path, Args: c.Argv, Env: env, Dir: c.Dir, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	outR, outW, err := os.Pipe()
+	// Pipes the agent makes itself, not exec's: exec's are closed once the command exits, and
+	// what it left running may still write (the engine's streams wait for it too).
+	var mine, theirs []*os.File // the agent's ends, and the command's (closed once it started)
+	pipe := func(agentReads bool) (*os.File, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		if agentReads {
+			mine, theirs = append(mine, r), append(theirs, w)
+			return w, nil
+		}
+		mine, theirs = append(mine, w), append(theirs, r)
+		return r, nil
+	}
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	if cmd.Stdout, err = pipe(true); err == nil {
+		cmd.Stderr, err = pipe(true)
+	}
+	if err == nil && c.Stdin {
+		cmd.Stdin, err = pipe(false)
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
+	closeAll(theirs)
 	if err != nil {
+		closeAll(mine)
 		s.fail(id, err.Error())
 		return
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		s.fail(id, err.Error())
-		return
-	}
+	outR, errR := mine[0], mine[1]
 	var inW *os.File
 	if c.Stdin {
-		var inR *os.File
-		if inR, inW, err = os.Pipe(); err != nil {
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
-			s.fail(id, err.Error())
-			return
-		}
-		cmd.Stdin = inR
-		defer inR.Close()
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
-		s.fail(id, err.Error())
-		return
+		inW = mine[2]
 	}
 	s.mu.Lock()
 	s.cmds[id] = &running{pid: cmd.Process.Pid, stdin: inW}
