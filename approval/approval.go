@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -91,6 +92,20 @@ var (
 	// ErrNeedReason is returned for a denial without a reason.
 	ErrNeedReason = errors.New("a denial needs a reason (the sandbox is told it)")
 )
+
+// Reviewer is a reviewer key's identity, as the review page and the API's approval endpoints
+// take it: its name, and the tenants whose leases it reads and whose approvals it answers
+// (AllTenants among them: every tenant). A reviewer key cannot lease or run anything.
+type Reviewer struct {
+	Name    string
+	Tenants []string
+}
+
+// AllTenants, in a reviewer's tenants, stands for every tenant.
+const AllTenants = "*"
+
+// Everyone reports whether r reads every tenant.
+func (r Reviewer) Everyone() bool { return slices.Contains(r.Tenants, AllTenants) }
 
 // Answerer is who would answer an approval: the name recorded, the hex SHA-256 of the key it
 // answers with, and which tenants' approvals it may see.

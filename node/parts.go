@@ -124,11 +124,12 @@ func openAudit(ctx context.Context, cfg config.Config, store *redisstore.Store, 
 	return a, func() { a.sink.Close() }, nil
 }
 
-// apiReviewers are the reviewer keys as the API takes them (on its approval endpoints only).
-func apiReviewers(cfg config.Config) map[string]api.Reviewer {
-	out := map[string]api.Reviewer{}
+// reviewerKeys are the configured reviewer keys by the hex SHA-256 of the key, as the review
+// page and the API's approval endpoints take them.
+func reviewerKeys(cfg config.Config) map[string]approval.Reviewer {
+	out := map[string]approval.Reviewer{}
 	for _, k := range cfg.Review.Reviewers {
-		out[strings.ToLower(k.SHA256)] = api.Reviewer{Name: k.Name, Tenants: k.Tenants}
+		out[strings.ToLower(k.SHA256)] = approval.Reviewer{Name: k.Name, Tenants: k.Tenants}
 	}
 	return out
 }
@@ -139,12 +140,8 @@ func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval
 	if cfg.Review.Listen == "" {
 		return "", func() {}, nil
 	}
-	reviewers := map[string]review.Reviewer{}
-	for _, k := range cfg.Review.Reviewers {
-		reviewers[strings.ToLower(k.SHA256)] = review.Reviewer{Name: k.Name, Tenants: k.Tenants}
-	}
 	dir := AuditDir(cfg)
-	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewers,
+	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewerKeys(cfg),
 		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Logger: log,
 		Checkpoint: a.signed.Load, Approvals: approvals,
 		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
@@ -501,7 +498,7 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 		Receipt: func(ctx context.Context, tenant, lease string) ([]byte, error) {
 			return receipt.Make(ctx, sink, signer, tenant, lease)
 		},
-		Approvals: approvals, Reviewers: apiReviewers(cfg),
+		Approvals: approvals, Reviewers: reviewerKeys(cfg),
 		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil

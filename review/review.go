@@ -33,16 +33,12 @@ type Trail interface {
 	Written() uint64
 }
 
-// Reviewer is a reviewer key's identity: its name, and the tenants whose leases it may read
-// (AllTenants in the list: every tenant). Reviewer keys read and mark; they cannot lease, run
-// or change anything, and the API does not take them.
-type Reviewer struct {
-	Name    string
-	Tenants []string
-}
+// Reviewer is a reviewer key's identity (approval.Reviewer): on this page it reads, marks and
+// answers approvals.
+type Reviewer = approval.Reviewer
 
 // AllTenants, in a reviewer's tenants, lets it read every tenant's leases.
-const AllTenants = "*"
+const AllTenants = approval.AllTenants
 
 // Config is what a Server needs.
 type Config struct {

@@ -196,7 +196,7 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 	hash := tokenHash(strings.TrimSpace(r.PostFormValue("key")))
 	var sess *session
 	if rv, ok := s.cfg.Reviewers[hash]; ok {
-		sess = &session{Who: rv.Name, Reviewer: true, Tenants: rv.Tenants, All: slices.Contains(rv.Tenants, AllTenants), keyHash: hash}
+		sess = &session{Who: rv.Name, Reviewer: true, Tenants: rv.Tenants, All: rv.Everyone(), keyHash: hash}
 	} else if t, ok := s.cfg.Keys[hash]; ok {
 		sess = &session{Who: "tenant:" + t, Tenants: []string{t}, keyHash: hash}
 	}

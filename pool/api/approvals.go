@@ -10,11 +10,8 @@ import (
 	"github.com/airlock-dev/airlock/approval"
 )
 
-// Reviewer is a reviewer key's identity: its name and the tenants it reads ("*": every one).
-type Reviewer struct {
-	Name    string
-	Tenants []string
-}
+// Reviewer is a reviewer key's identity (approval.Reviewer).
+type Reviewer = approval.Reviewer
 
 // approverID is who answers an approval: a reviewer key, or a tenant's API key.
 type approverID struct {
@@ -40,7 +37,7 @@ func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
 		if t, known := s.cfg.Keys[hash]; hash != "" && known {
 			who = approverID{name: "tenant:" + t, keyHash: hash, tenants: []string{t}}
 		} else if rv, known := s.cfg.Reviewers[hash]; hash != "" && known {
-			who = approverID{name: rv.Name, keyHash: hash, tenants: rv.Tenants, all: slices.Contains(rv.Tenants, "*")}
+			who = approverID{name: rv.Name, keyHash: hash, tenants: rv.Tenants, all: rv.Everyone()}
 		} else {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "an API key or a reviewer key is required as 'Authorization: Bearer KEY'")
 			return
