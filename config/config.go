@@ -291,6 +291,12 @@ type Pool struct {
 	KeepOnStop bool `yaml:"keep_on_stop"`
 	// HealthEvery is how often warm sandboxes are probed.
 	HealthEvery time.Duration `yaml:"health_every"`
+	// RefillParallel is how many sandboxes the refill makes at once (0: pool's default, the
+	// best measured on the engine of a 2-core machine; see docs/bench-pool.md).
+	RefillParallel int `yaml:"refill_parallel"`
+	// MemoryBudgetMB bounds the memory limits of all the node's sandboxes together, warm,
+	// leased and being made: no sandbox is made past it. 0: the host's physical memory.
+	MemoryBudgetMB int64 `yaml:"memory_budget_mb"`
 }
 
 // Dev holds what only the all-in-one dev node does.
@@ -358,7 +364,7 @@ func DefaultTemplate() pool.Template {
 	return pool.Template{
 		Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace",
 		CPUs: 1, MemoryMB: 512, Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc",
-		MinWarm: 2, MaxTotal: 16, OnEmpty: "wait", WaitFor: 10 * time.Second, DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
+		MinWarm: 2, MaxWarm: 16, MaxTotal: 32, OnEmpty: "wait", WaitFor: 10 * time.Second, AfterWait: "cold", DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
 	}
 }
 
@@ -366,7 +372,7 @@ func DefaultTemplate() pool.Template {
 // Debian's nodejs and npm): the default's hardening and sizes, its own image, one warm sandbox.
 func Toolchain(name string) pool.Template {
 	t := DefaultTemplate()
-	t.Name, t.Image, t.MinWarm = name, "airlock/"+name+":latest", 1
+	t.Name, t.Image, t.MinWarm, t.MaxWarm = name, "airlock/"+name+":latest", 1, 4
 	t.MemoryMB, t.WorkspaceMB = 1024, 512
 	return t
 }
@@ -375,7 +381,7 @@ func Toolchain(name string) pool.Template {
 // sandbox and the host's: the embedded defaults warm it where the engine has runsc.
 func GVisor() pool.Template {
 	t := DefaultTemplate()
-	t.Name, t.Runtime, t.MinWarm = "gvisor", "runsc", 1
+	t.Name, t.Runtime, t.MinWarm, t.MaxWarm = "gvisor", "runsc", 1, 4
 	return t
 }
 
@@ -503,6 +509,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Pool.HealthEvery < 0 {
 		bad("pool.health_every", "must be >= 0")
+	}
+	if c.Pool.RefillParallel < 0 || c.Pool.RefillParallel > 64 {
+		bad("pool.refill_parallel", "must be between 0 and 64")
+	}
+	if c.Pool.MemoryBudgetMB < 0 {
+		bad("pool.memory_budget_mb", "must be >= 0")
 	}
 	if c.Redis.Grace < 0 || c.Redis.Grace > time.Minute {
 		bad("redis.grace", "must be between 0 and 1m")

@@ -35,6 +35,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/node"
+	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/wait"
 )
 
@@ -689,4 +690,25 @@ func lines(s string) []string {
 		}
 	}
 	return out
+}
+
+// settled reports whether template's pool on n holds what it aims at (its warm target, at
+// least min_warm) with nothing being made, with the pool's status and what `airlock pools
+// --json` showed.
+func (n *nodeProc) settled(t *testing.T, template string) (pool.PoolStatus, bool, string) {
+	t.Helper()
+	out, errs, code := n.cli(t, "pools", "--json")
+	if code != 0 {
+		return pool.PoolStatus{}, false, errs
+	}
+	var ps []pool.PoolStatus
+	if err := json.Unmarshal([]byte(out), &ps); err != nil {
+		return pool.PoolStatus{}, false, out
+	}
+	for _, p := range ps {
+		if p.Template == template {
+			return p, p.Warm >= p.MinWarm && p.Warm == p.Target && p.Creating == 0, out
+		}
+	}
+	return pool.PoolStatus{}, false, out
 }

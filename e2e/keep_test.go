@@ -39,9 +39,9 @@ func TestKeepOnStopAdoptsSandboxes(t *testing.T) {
 
 	n := startNode(t, spec, dir+"/state", cfgPath)
 	l := n.lease(t, "api.example.test")
-	eventually(t, 30*time.Second, "the pool to be warm 2/2 again", func() bool {
-		out, _, _ := n.cli(t, "pools")
-		return strings.Contains(out, "warm 2/2")
+	eventually(t, 30*time.Second, "the pool to be warm at its target again", func() bool {
+		_, ok, _ := n.settled(t, "default")
+		return ok
 	})
 	warmBefore := containers()
 	n.kill() // kill -9: no cleanup runs; its Redis (append-only file) dies with it

@@ -134,9 +134,10 @@ func TestLeasesExclusiveAndEphemeral(t *testing.T) {
 				t.Fatalf("exec on a released lease: exit %d, %s", code, errs)
 			}
 			var out string
-			if err := waitUntil(90*time.Second, "the pool to refill to warm 2/2 with nothing leased", func() bool {
-				out, _, _ = n.cli(t, "pools")
-				return strings.Contains(out, "warm 2/2") && strings.Contains(out, "leased 0")
+			if err := waitUntil(90*time.Second, "the pool to refill to its target with nothing leased", func() bool {
+				p, ok, all := n.settled(t, "default")
+				out = all
+				return ok && p.Leased == 0
 			}); err != nil {
 				t.Fatalf("%v; airlock pools says:\n%s", err, out)
 			}

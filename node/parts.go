@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -346,10 +347,43 @@ func newPool(cfg config.Config, backend pool.Backend, store *redisstore.Store, c
 	return pool.New(pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(catalog(), t) },
-		HealthEvery: cfg.Pool.HealthEvery, KeepOnStop: cfg.Pool.KeepOnStop, Release: creds.vault.Release, Revoke: creds.vault.Revoke, Logger: log,
+		HealthEvery: cfg.Pool.HealthEvery, RefillParallel: cfg.Pool.RefillParallel, MemoryBudgetMB: memoryBudget(cfg.Pool.MemoryBudgetMB, log),
+		KeepOnStop: cfg.Pool.KeepOnStop, Release: creds.vault.Release, Revoke: creds.vault.Revoke, Logger: log,
 		API: apiURL, OutputHead: cfg.Audit.OutputHead,
 		Redact: func(lease, text string) string { return broker.Redact(text, creds.vault.Values(lease)...) },
 	})
+}
+
+// memoryBudget is the node's memory budget for its sandboxes: the one configured, else the
+// host's physical memory (0, no budget, where it cannot be read).
+func memoryBudget(configured int64, log *slog.Logger) int64 {
+	if configured > 0 {
+		return configured
+	}
+	mb, err := hostMemoryMB()
+	if err != nil {
+		log.Warn("the host's memory is unknown, so the sandboxes have no memory budget; set pool.memory_budget_mb", "err", err)
+		return 0
+	}
+	return mb
+}
+
+// hostMemoryMB reads MemTotal from /proc/meminfo, in MiB.
+func hostMemoryMB() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemTotal %q: %w", strings.TrimSpace(rest), err)
+			}
+			return kb >> 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemTotal")
 }
 
 // checkCredentials refuses a task whose scopes name a credential the catalog would not send to

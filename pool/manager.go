@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -41,8 +42,13 @@ type Config struct {
 	// through both.
 	Verify    func(raw, tenant string) (token.Task, error)
 	CheckTask func(t token.Task) error
-	// RefillParallel bounds concurrent sandbox creations; zero means 2.
+	// RefillParallel bounds the refill's concurrent sandbox creations; zero means
+	// DefaultRefillParallel.
 	RefillParallel int
+	// MemoryBudgetMB, when set, bounds the memory limits of all this node's sandboxes together
+	// (warm, leased and being made, of every template): no sandbox is made past it, by the
+	// refill or for a lease.
+	MemoryBudgetMB int64
 	// HealthEvery is how often warm sandboxes are checked; zero means 30s.
 	HealthEvery time.Duration
 	// Release, when set, revokes what was minted for a lease's task (per-task Vault material)
@@ -66,6 +72,11 @@ type Config struct {
 	Logger     *slog.Logger
 }
 
+// DefaultRefillParallel is how many sandboxes the refill makes at once unless told: the most
+// creates per second measured on the Docker engine of a 2-core machine, whose engine work
+// overlaps up to about this many (docs/bench-pool.md).
+const DefaultRefillParallel = 4
+
 // Manager runs one node's pool. Safe for concurrent use.
 type Manager struct {
 	cfg        Config
@@ -77,8 +88,12 @@ type Manager struct {
 	log        *slog.Logger
 	sem        chan struct{}
 	mu         sync.Mutex
-	counts     sync.Mutex // the warm set's changes by the manager itself, and creating
-	creating   map[string]int
+	counts     sync.Mutex               // the warm set's changes by the manager itself, and what follows
+	creating   map[string]int           // per template: sandboxes being made, or held out of the warm set for a while
+	pending    map[string]int           // per template: sandboxes claimed, handed or started for a lease not bound yet
+	waiters    map[string][]*waiter     // per template: leases waiting for a sandbox, oldest first
+	sizers     map[string]*sizer        // per template: its warm target
+	now        func() time.Time         // the sizers' clock: time.Now but in tests
 	images     map[string]templateImage // per template: the image new sandboxes are made from
 	refreshing atomic.Bool
 	metrics    *Metrics // nil until NewMetrics
@@ -100,13 +115,14 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.RefillParallel == 0 {
-		cfg.RefillParallel = 2
+		cfg.RefillParallel = DefaultRefillParallel
 	}
 	if cfg.HealthEvery == 0 {
 		cfg.HealthEvery = 30 * time.Second
 	}
 	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
-		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, images: map[string]templateImage{},
+		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, pending: map[string]int{}, waiters: map[string][]*waiter{},
+		sizers: map[string]*sizer{}, now: time.Now, images: map[string]templateImage{},
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{}}
 	for _, t := range cfg.Templates {
 		if errs := t.Validate(); len(errs) > 0 {
@@ -116,6 +132,17 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("template %q: defined twice", t.Name)
 		}
 		m.templates[t.Name] = t
+		m.sizers[t.Name] = newSizer(t.MinWarm, t.WarmCeiling())
+	}
+	if cfg.MemoryBudgetMB > 0 {
+		var floor int64
+		for _, t := range cfg.Templates {
+			floor += int64(t.MinWarm) * t.MemoryMB
+		}
+		if floor > cfg.MemoryBudgetMB {
+			return nil, fmt.Errorf("the templates' min_warm sandboxes have %d MiB of memory limits together, more than the node's memory budget of %d MiB: "+
+				"lower min_warm or memory_mb, or raise pool.memory_budget_mb", floor, cfg.MemoryBudgetMB)
+		}
 	}
 	return m, nil
 }
@@ -426,17 +453,15 @@ func (m *Manager) hold(ctx context.Context, name string) (Sandbox, error) {
 	return sb, err
 }
 
-// settle ends a hold, or a creation: sb goes into the warm set when keep (and registering it
-// works), else it is forgotten and destroyed; either way it stops counting as being created.
+// settle ends a hold, or a creation: sb goes to the lease that has waited longest for one of
+// its template, else into the warm set, when keep (and registering it works); else it is
+// forgotten and destroyed. Either way it stops counting as being created.
 func (m *Manager) settle(ctx context.Context, sb Sandbox, keep bool) {
 	m.counts.Lock()
-	if keep {
-		if err := m.warm.AddWarm(ctx, sb); err != nil {
-			m.log.Error("sandbox registration failed", "template", sb.Template, "err", err)
-			keep = false
-		}
-	}
 	m.creating[sb.Template]--
+	if keep {
+		keep = m.offerLocked(ctx, sb)
+	}
 	m.counts.Unlock()
 	if !keep {
 		m.warm.Forget(ctx, sb)
@@ -444,7 +469,120 @@ func (m *Manager) settle(ctx context.Context, sb Sandbox, keep bool) {
 	}
 }
 
-// fill creates sandboxes until the template's pool holds MinWarm (bounded by MaxTotal).
+// offerLocked gives sb, a checked sandbox no lease holds, to the oldest waiting lease of its
+// template (counted then as pending until that lease binds it), or else puts it in the warm
+// set; it reports false if neither worked (then the caller destroys it). counts is held.
+func (m *Manager) offerLocked(ctx context.Context, sb Sandbox) bool {
+	if q := m.waiters[sb.Template]; len(q) > 0 {
+		q[0].ch <- sb // buffered, and each waiter is handed one sandbox at most
+		m.waiters[sb.Template] = q[1:]
+		m.pending[sb.Template]++
+		return true
+	}
+	if err := m.warm.AddWarm(ctx, sb); err != nil {
+		m.log.Error("sandbox registration failed", "template", sb.Template, "err", err)
+		return false
+	}
+	return true
+}
+
+// waiter is a lease waiting for a sandbox: settle hands it one on ch.
+type waiter struct {
+	ch chan Sandbox
+}
+
+// leave takes w out of template's queue. A sandbox handed to it meanwhile is returned, still
+// counted as pending, for the caller to use or give back (unclaim).
+func (m *Manager) leave(template string, w *waiter) (Sandbox, bool) {
+	m.counts.Lock()
+	defer m.counts.Unlock()
+	q := m.waiters[template]
+	for i := range q {
+		if q[i] == w {
+			m.waiters[template] = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	select {
+	case sb := <-w.ch:
+		return sb, true
+	default:
+		return Sandbox{}, false
+	}
+}
+
+// reserve counts one sandbox of t as pending for a lease, before the lease claims or starts
+// it, so a refill meanwhile cannot take its room under max_total or the memory budget;
+// unclaim ends that.
+func (m *Manager) reserve(t Template) {
+	m.counts.Lock()
+	m.pending[t.Name]++
+	m.counts.Unlock()
+}
+
+// unclaim ends a reservation (the lease bound its sandbox, or has none); with sb, a sandbox
+// claimed for a lease that will not use it, that sandbox goes back to the warm set or the
+// oldest waiting lease.
+func (m *Manager) unclaim(ctx context.Context, t Template, sb *Sandbox) {
+	m.counts.Lock()
+	m.pending[t.Name]--
+	keep := sb == nil || m.offerLocked(ctx, *sb)
+	m.counts.Unlock()
+	if !keep {
+		m.warm.Forget(ctx, *sb)
+		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+	}
+}
+
+// census is what the store holds of this node's pools: warm and leased sandboxes per
+// template (of every template when all, else of one).
+type census struct{ warm, leased map[string]int }
+
+func (m *Manager) census(ctx context.Context, one string, all bool) (census, error) {
+	c := census{warm: map[string]int{}, leased: map[string]int{}}
+	names := []string{one}
+	if all {
+		names = names[:0]
+		for name := range m.templates {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		w, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
+		if err != nil {
+			return c, err
+		}
+		l, err := m.leasedCount(ctx, name)
+		if err != nil {
+			return c, err
+		}
+		c.warm[name], c.leased[name] = w, l
+	}
+	return c, nil
+}
+
+// roomLocked is how many more sandboxes of t this node may make now: what max_total leaves of
+// the template's warm, leased, pending and creating sandboxes, and what the memory budget
+// leaves of every template's together. counts is held.
+func (m *Manager) roomLocked(t Template, c census) int {
+	room := math.MaxInt
+	if t.MaxTotal > 0 {
+		room = t.MaxTotal - c.warm[t.Name] - c.leased[t.Name] - m.creating[t.Name] - m.pending[t.Name]
+	}
+	if budget := m.cfg.MemoryBudgetMB; budget > 0 && t.MemoryMB > 0 {
+		var used int64
+		for name, u := range m.templates {
+			used += int64(c.warm[name]+c.leased[name]+m.creating[name]+m.pending[name]) * u.MemoryMB
+		}
+		room = min(room, int((budget-used)/t.MemoryMB))
+	}
+	return max(room, 0)
+}
+
+// fill brings the template's pool to its target (see sizer) and the leases waiting for it:
+// it starts the sandboxes missing (as many as max_total and the memory budget leave room for,
+// at most RefillParallel being made at once), or, with no lease waiting, destroys the warm
+// ones above the target.
 func (m *Manager) fill(ctx context.Context, name string) {
 	t := m.templates[name]
 	if _, err := m.image(ctx, name); err != nil {
@@ -453,11 +591,7 @@ func (m *Manager) fill(ctx context.Context, name string) {
 	// The counts and the change to them go together (see hold): two refills at once, or one
 	// beside a health check, cannot both see the same gap.
 	m.counts.Lock()
-	warm, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
-	var leased int
-	if err == nil {
-		leased, err = m.leasedCount(ctx, name)
-	}
+	c, err := m.census(ctx, name, m.cfg.MemoryBudgetMB > 0)
 	if err != nil {
 		m.counts.Unlock()
 		if ctx.Err() == nil { // a stopping node's store calls fail; that is no refill failure
@@ -465,14 +599,29 @@ func (m *Manager) fill(ctx context.Context, name string) {
 		}
 		return
 	}
-	need := t.MinWarm - warm - m.creating[name]
-	if t.MaxTotal > 0 {
-		need = min(need, t.MaxTotal-warm-leased-m.creating[name])
+	target := m.sizers[name].update(m.now())
+	waiting := len(m.waiters[name])
+	warm := c.warm[name]
+	// No more than the engine makes at once is asked for: a creation queued behind the parallel
+	// bound would hold room under max_total that a cold start could use meanwhile, and the
+	// refill runs again every second and at every lease and release.
+	need := min(target+waiting-warm-m.creating[name], m.roomLocked(t, c), m.cfg.RefillParallel-m.creating[name])
+	surplus := 0
+	if waiting == 0 && m.creating[name] == 0 {
+		surplus = warm - target
 	}
 	if need > 0 {
 		m.creating[name] += need
 	}
 	m.counts.Unlock()
+	for range surplus {
+		sb, err := m.hold(ctx, name)
+		if err != nil {
+			break
+		}
+		m.settle(ctx, sb, false)
+		m.metrics.shrank()
+	}
 	var wg sync.WaitGroup
 	for range need {
 		wg.Add(1)
@@ -504,10 +653,14 @@ func (m *Manager) fill(ctx context.Context, name string) {
 				ok = false
 			}
 			keep := ok && !m.stale(sb)
-			m.settle(ctx, sb, keep)
 			if keep {
-				m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID, "addr", sb.Addr, "took", time.Since(start))
+				took := time.Since(start)
+				m.counts.Lock()
+				m.sizers[name].created(took)
+				m.counts.Unlock()
+				m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID, "addr", sb.Addr, "took", took)
 			}
+			m.settle(ctx, sb, keep)
 		}()
 	}
 	wg.Wait()
@@ -578,6 +731,7 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	defer m.unclaim(ctx, t, nil) // bound, or destroyed: either way no longer pending
 	l := Lease{
 		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
 		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start, Key: req.Key,
@@ -749,53 +903,138 @@ func (m *Manager) claimFresh(ctx context.Context, t Template) (Sandbox, error) {
 	}
 }
 
-// claim takes a warm sandbox; when there is none it waits for the refill or starts one, as the
-// template says, and reports which happened.
+// claim takes a sandbox of t for a lease: a warm one; when there is none, as the template's
+// on_empty says, it waits for the first to become warm (leases served in the order they
+// came), then starts one or refuses (after_wait), or starts one at once, or refuses at once.
+// It reports which happened: "warm", "waited" or "cold". The sandbox stays counted as pending
+// until the caller calls unclaim.
 func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error) {
-	sb, err := m.claimFresh(ctx, t)
-	m.kick(t.Name)
-	if err == nil {
-		return sb, "warm", nil
-	}
-	if !errors.Is(err, ErrNoWarm) {
-		return Sandbox{}, "", err
-	}
-	if t.OnEmpty == "cold" {
-		if t.MaxTotal > 0 {
-			warm, _ := m.warm.WarmCount(ctx, m.cfg.Node, t.Name)
-			leased, _ := m.leasedCount(ctx, t.Name)
-			if warm+leased >= t.MaxTotal {
-				return Sandbox{}, "", fmt.Errorf("%w: template %q is at its max_total of %d sandboxes", ErrNoWarm, t.Name, t.MaxTotal)
-			}
+	now := time.Now()
+	m.counts.Lock()
+	m.sizers[t.Name].leased(m.now())
+	queued := len(m.waiters[t.Name]) > 0
+	m.pending[t.Name]++
+	m.counts.Unlock()
+	if !queued { // a lease that came later does not pass one that waits
+		sb, err := m.claimFresh(ctx, t)
+		if err == nil {
+			m.kick(t.Name)
+			m.metrics.started("warm", 0)
+			return sb, "warm", nil
 		}
-		sb, err := m.create(ctx, t)
-		if err != nil {
-			return Sandbox{}, "", fmt.Errorf("cold start of template %q failed: %w", t.Name, err)
+		if !errors.Is(err, ErrNoWarm) {
+			m.unclaim(ctx, t, nil)
+			return Sandbox{}, "", err
 		}
-		m.metrics.coldStart()
-		return sb, "cold", nil
+	}
+	m.unclaim(ctx, t, nil)
+	switch t.OnEmpty {
+	case "refuse":
+		m.kick(t.Name)
+		return Sandbox{}, "", fmt.Errorf("%w: template %q had no warm sandbox and refuses a lease then (on_empty: refuse; its pool: min_warm %d, max_warm %d)",
+			ErrNoWarm, t.Name, t.MinWarm, t.WarmCeiling())
+	case "cold":
+		m.kick(t.Name)
+		return m.coldStart(ctx, t, now)
 	}
 	wait := t.WaitFor
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
+	sb, err := m.await(ctx, t, wait)
+	switch {
+	case err == nil:
+		m.metrics.started("waited", time.Since(now))
+		return sb, "waited", nil
+	case !errors.Is(err, ErrNoWarm) || t.AfterWait == "refuse":
+		return Sandbox{}, "", err
+	}
+	return m.coldStart(ctx, t, now)
+}
+
+// await queues a lease for a sandbox of t and waits, at most wait, for the refill (or another
+// node's warm set) to give it one; the sandbox it returns is counted as pending.
+func (m *Manager) await(ctx context.Context, t Template, wait time.Duration) (Sandbox, error) {
+	w := &waiter{ch: make(chan Sandbox, 1)}
+	m.counts.Lock()
+	m.waiters[t.Name] = append(m.waiters[t.Name], w)
+	m.sizers[t.Name].waited(m.now(), 1)
+	m.counts.Unlock()
+	m.kick(t.Name)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	// The queue is served by this node's refill; a sandbox put in the warm set beside it (by
+	// another node's lease giving one back, or a health check ending as the lease came) is
+	// looked for now and then by the oldest waiter.
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	for {
 		select {
+		case sb := <-w.ch:
+			return sb, nil
+		case <-poll.C:
+			if !m.oldest(t.Name, w) {
+				continue
+			}
+			m.reserve(t)
+			sb, err := m.claimFresh(ctx, t)
+			if err != nil {
+				m.unclaim(ctx, t, nil)
+				continue
+			}
+			if handed, ok := m.leave(t.Name, w); ok {
+				m.unclaim(ctx, t, &handed) // two for one lease: the one handed goes on
+			}
+			return sb, nil
+		case <-timer.C:
+			if sb, ok := m.leave(t.Name, w); ok {
+				return sb, nil
+			}
+			return Sandbox{}, fmt.Errorf("%w: template %q had no warm sandbox within %s (min_warm %d, max_warm %d, max_total %d)",
+				ErrNoWarm, t.Name, wait, t.MinWarm, t.WarmCeiling(), t.MaxTotal)
 		case <-ctx.Done():
-			return Sandbox{}, "", ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
-		sb, err := m.claimFresh(ctx, t)
-		if err == nil {
-			return sb, "waited", nil
-		}
-		if !errors.Is(err, ErrNoWarm) {
-			return Sandbox{}, "", err
+			if sb, ok := m.leave(t.Name, w); ok {
+				m.unclaim(ctx, t, &sb)
+			}
+			return Sandbox{}, ctx.Err()
 		}
 	}
-	return Sandbox{}, "", fmt.Errorf("%w: template %q had no warm sandbox within %s (min_warm %d, max_total %d); "+
-		"set on_empty: cold to start one per lease instead", ErrNoWarm, t.Name, wait, t.MinWarm, t.MaxTotal)
+}
+
+// oldest reports whether w is the first of template's waiting leases.
+func (m *Manager) oldest(template string, w *waiter) bool {
+	m.counts.Lock()
+	defer m.counts.Unlock()
+	q := m.waiters[template]
+	return len(q) > 0 && q[0] == w
+}
+
+// coldStart starts a sandbox of t for one lease, if max_total and the memory budget leave
+// room for it; it is counted as pending from the start.
+func (m *Manager) coldStart(ctx context.Context, t Template, asked time.Time) (Sandbox, string, error) {
+	m.counts.Lock()
+	c, err := m.census(ctx, t.Name, m.cfg.MemoryBudgetMB > 0)
+	room := 0
+	if err == nil {
+		if room = m.roomLocked(t, c); room > 0 {
+			m.pending[t.Name]++
+		}
+	}
+	m.counts.Unlock()
+	switch {
+	case err != nil:
+		return Sandbox{}, "", err
+	case room == 0:
+		return Sandbox{}, "", fmt.Errorf("%w: template %q has no warm sandbox and no room for another: it is at its max_total of %d sandboxes or the node's memory budget",
+			ErrNoWarm, t.Name, t.MaxTotal)
+	}
+	sb, err := m.create(ctx, t)
+	if err != nil {
+		m.unclaim(ctx, t, nil)
+		return Sandbox{}, "", fmt.Errorf("cold start of template %q failed: %w", t.Name, err)
+	}
+	m.metrics.started("cold", time.Since(asked))
+	return sb, "cold", nil
 }
 
 func (m *Manager) kick(template string) {
@@ -980,8 +1219,19 @@ type PoolStatus struct {
 	Leased   int    `json:"leased"`
 	MinWarm  int    `json:"min_warm"`
 	MaxTotal int    `json:"max_total"`
-	Runtime  string `json:"runtime"`            // the OCI runtime its sandboxes run under: runc, runsc
-	Platform string `json:"platform,omitempty"` // gVisor's platform under runsc: systrap, ptrace, kvm
+	// MaxWarm is the ceiling of the warm target; Target is how many warm sandboxes the pool
+	// aims at now (between MinWarm and MaxWarm, following LeaseRate, leases per second over
+	// the last minute, times CreateSeconds, the recent time to create and check one, and
+	// growing at once when leases wait). Creating is how many are being made; Waiting how many
+	// leases wait for one.
+	MaxWarm       int     `json:"max_warm"`
+	Target        int     `json:"target"`
+	Creating      int     `json:"creating"`
+	Waiting       int     `json:"waiting"`
+	LeaseRate     float64 `json:"lease_rate"`
+	CreateSeconds float64 `json:"create_seconds"`
+	Runtime       string  `json:"runtime"`            // the OCI runtime its sandboxes run under: runc, runsc
+	Platform      string  `json:"platform,omitempty"` // gVisor's platform under runsc: systrap, ptrace, kvm
 	// Image is the image id new sandboxes are made from; ImageError says why there is none
 	// (missing, or failing the hardening checks).
 	Image      string `json:"image,omitempty"`
@@ -1008,7 +1258,12 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxTotal: t.MaxTotal}
+		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxWarm: t.WarmCeiling(), MaxTotal: t.MaxTotal}
+		m.counts.Lock()
+		sz := m.sizers[t.Name]
+		ps.Target, ps.Creating, ps.Waiting = sz.target, m.creating[t.Name], len(m.waiters[t.Name])
+		ps.LeaseRate, ps.CreateSeconds = sz.rate(m.now()), sz.create.Seconds()
+		m.counts.Unlock()
 		ps.Runtime, ps.Platform = t.RuntimePlatform()
 		m.mu.Lock()
 		if im := m.images[t.Name]; im.err != nil {

@@ -123,7 +123,7 @@ func TestTokenRules(t *testing.T) {
 func TestEmptyPool(t *testing.T) {
 	t.Run("wait gives up with a reason", func(t *testing.T) {
 		tmpl := base
-		tmpl.OnEmpty, tmpl.WaitFor = "wait", 200*time.Millisecond
+		tmpl.OnEmpty, tmpl.WaitFor, tmpl.AfterWait = "wait", 200*time.Millisecond, "refuse"
 		e := newEnv(t, tmpl, make(chan struct{})) // creations block: the pool stays empty
 		_, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
 		if !errors.Is(err, pool.ErrNoWarm) || !strings.Contains(err.Error(), "within 200ms") {

@@ -16,6 +16,9 @@ type Metrics struct {
 	createFails  prometheus.Counter
 	unhealthies  prometheus.Counter
 	drains       prometheus.Counter
+	shrinks      prometheus.Counter
+	starts       *prometheus.CounterVec
+	waits        prometheus.Histogram
 }
 
 // NewMetrics registers the pool's metrics on reg and attaches them to m. Pool sizes are read
@@ -46,21 +49,39 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) *Metrics {
 			Name: "airlock_pool_drained_total", Help: "Warm sandboxes destroyed because their template's image was rebuilt.",
 		}),
 	}
-	sizes := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "airlock_pool_sandboxes", Help: "Sandboxes by template and state (warm, leased).",
-	}, []string{"template", "state"})
-	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, mt.unhealthies, mt.drains, poolCollector{m: m, desc: sizes})
+	mt.shrinks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "airlock_pool_shrunk_total", Help: "Warm sandboxes destroyed because the pool's target fell below them.",
+	})
+	mt.starts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "airlock_pool_lease_starts_total", Help: "Leases by how their sandbox came: warm, waited (for the refill) or cold (started for the lease).",
+	}, []string{"start"})
+	mt.waits = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "airlock_pool_lease_wait_seconds", Help: "How long leases that found no warm sandbox waited for one (waited and cold starts).",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 60},
+	})
+	c := poolCollector{m: m,
+		sizes:  prometheus.NewDesc("airlock_pool_sandboxes", "Sandboxes by template and state (warm, leased, creating), and leases waiting for one (waiting).", []string{"template", "state"}, nil),
+		target: prometheus.NewDesc("airlock_pool_warm_target", "How many warm sandboxes the template's pool aims at now, between min_warm and max_warm.", []string{"template"}, nil),
+		rate:   prometheus.NewDesc("airlock_pool_lease_rate", "Leases asked for per second, the higher of the last minute's and the last ten seconds' rate.", []string{"template"}, nil),
+		create: prometheus.NewDesc("airlock_pool_create_seconds", "The moving average of the time to create and check one sandbox, which the target is sized with.", []string{"template"}, nil),
+	}
+	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, mt.unhealthies, mt.drains, mt.shrinks, mt.starts, mt.waits, c)
 	m.metrics = mt
 	return mt
 }
 
-// poolCollector reads pool sizes from the store at scrape time.
+// poolCollector reads pool sizes from the store, and the sizing of each pool, at scrape time.
 type poolCollector struct {
-	m    *Manager
-	desc *prometheus.GaugeVec
+	m                           *Manager
+	sizes, target, rate, create *prometheus.Desc
 }
 
-func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { c.desc.Describe(ch) }
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.sizes
+	ch <- c.target
+	ch <- c.rate
+	ch <- c.create
+}
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -69,12 +90,18 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	c.desc.Reset()
-	for _, p := range ps {
-		c.desc.WithLabelValues(p.Template, "warm").Set(float64(p.Warm))
-		c.desc.WithLabelValues(p.Template, "leased").Set(float64(p.Leased))
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	c.desc.Collect(ch)
+	for _, p := range ps {
+		gauge(c.sizes, float64(p.Warm), p.Template, "warm")
+		gauge(c.sizes, float64(p.Leased), p.Template, "leased")
+		gauge(c.sizes, float64(p.Creating), p.Template, "creating")
+		gauge(c.sizes, float64(p.Waiting), p.Template, "waiting")
+		gauge(c.target, float64(p.Target), p.Template)
+		gauge(c.rate, p.LeaseRate, p.Template)
+		gauge(c.create, p.CreateSeconds, p.Template)
+	}
 }
 
 func (mt *Metrics) observeLease(d time.Duration) {
@@ -94,9 +121,24 @@ func (mt *Metrics) observeCreate(d time.Duration, err error) {
 	mt.refill.Observe(d.Seconds())
 }
 
-func (mt *Metrics) coldStart() {
-	if mt != nil {
+// started counts a lease by how its sandbox came ("warm", "waited", "cold"), and how long
+// one that found none warm waited.
+func (mt *Metrics) started(how string, waited time.Duration) {
+	if mt == nil {
+		return
+	}
+	mt.starts.WithLabelValues(how).Inc()
+	if how == "cold" {
 		mt.coldStarts.Inc()
+	}
+	if how != "warm" {
+		mt.waits.Observe(waited.Seconds())
+	}
+}
+
+func (mt *Metrics) shrank() {
+	if mt != nil {
+		mt.shrinks.Inc()
 	}
 }
 

@@ -57,11 +57,19 @@ type Template struct {
 	// each platform is its own engine runtime (EngineRuntime), which `make runsc` registers.
 	Platform string            `yaml:"platform"`
 	Env      map[string]string `yaml:"env"` // non-secret environment
-	MinWarm  int               `yaml:"min_warm"`
-	// OnEmpty says what a lease does when no sandbox is warm: "wait" (default) up to WaitFor for
-	// the refill, or "cold" to start one for this lease.
-	OnEmpty    string        `yaml:"on_empty"`
-	WaitFor    time.Duration `yaml:"wait_for"`
+	// MinWarm is the floor of the warm pool and MaxWarm its ceiling: between them the node
+	// sizes the pool to the lease rate (see PoolStatus.Target). A MaxWarm at or below MinWarm
+	// keeps the pool at MinWarm; neither goes past MaxTotal or the node's memory budget.
+	MinWarm int `yaml:"min_warm"`
+	MaxWarm int `yaml:"max_warm"`
+	// OnEmpty says what a lease does when no sandbox is warm: "wait" (default) up to WaitFor
+	// for the first sandbox to become warm, leases served in the order they came, and then what
+	// AfterWait says; "cold" starts one for this lease at once; "refuse" refuses it at once.
+	OnEmpty string        `yaml:"on_empty"`
+	WaitFor time.Duration `yaml:"wait_for"`
+	// AfterWait is what a lease that waited WaitFor in vain does: "cold" (default) starts a
+	// sandbox for it, "refuse" refuses it.
+	AfterWait  string        `yaml:"after_wait"`
 	MaxTotal   int           `yaml:"max_total"`
 	DefaultTTL time.Duration `yaml:"default_ttl"`
 	MaxTTL     time.Duration `yaml:"max_ttl"`
@@ -112,6 +120,16 @@ func (t Template) EngineRuntime() string {
 		return rt
 	}
 	return rt + "-" + platform
+}
+
+// WarmCeiling is the most warm sandboxes the node sizes t's pool up to: MaxWarm, at least
+// MinWarm, and at most MaxTotal where that is set.
+func (t Template) WarmCeiling() int {
+	c := max(t.MinWarm, t.MaxWarm)
+	if t.MaxTotal > 0 {
+		c = min(c, t.MaxTotal)
+	}
+	return c
 }
 
 // Built reports whether t's image is built from a Dockerfile or a devcontainer.json.
@@ -169,8 +187,14 @@ func (t Template) Validate() []error {
 	if t.MinWarm < 0 || (t.MaxTotal > 0 && t.MinWarm > t.MaxTotal) {
 		bad("min_warm", "must be between 0 and max_total")
 	}
-	if t.OnEmpty != "" && t.OnEmpty != "wait" && t.OnEmpty != "cold" {
-		bad("on_empty", "%q is not wait or cold", t.OnEmpty)
+	if t.MaxWarm < 0 {
+		bad("max_warm", "must be >= 0")
+	}
+	if t.OnEmpty != "" && t.OnEmpty != "wait" && t.OnEmpty != "cold" && t.OnEmpty != "refuse" {
+		bad("on_empty", "%q is not wait, cold or refuse", t.OnEmpty)
+	}
+	if t.AfterWait != "" && t.AfterWait != "cold" && t.AfterWait != "refuse" {
+		bad("after_wait", "%q is not cold or refuse", t.AfterWait)
 	}
 	if t.WaitFor < 0 || t.WaitFor > 5*time.Minute {
 		bad("wait_for", "must be between 0 and 5m")

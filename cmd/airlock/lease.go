@@ -108,7 +108,9 @@ func cmdPools(args []string) int {
 	}
 	return emit(*asJSON, ps, func() {
 		for _, p := range ps {
-			fmt.Printf("%-14s node %-8s runtime %-13s warm %d/%d  leased %d  max %d\n", p.Template, p.Node, p.RuntimeName(), p.Warm, p.MinWarm, p.Leased, p.MaxTotal)
+			fmt.Printf("%-14s node %-8s runtime %-13s warm %d (target %d of %d-%d)  creating %d  waiting %d  leased %d  max %d\n",
+				p.Template, p.Node, p.RuntimeName(), p.Warm, p.Target, p.MinWarm, p.MaxWarm, p.Creating, p.Waiting, p.Leased, p.MaxTotal)
+			fmt.Printf("%-14s leases %.2f/s, a sandbox made in %.2fs\n", "", p.LeaseRate, p.CreateSeconds)
 			if p.ImageError != "" {
 				fmt.Printf("%-14s image: %s\n", "", strings.ReplaceAll(p.ImageError, "\n", "\n"+strings.Repeat(" ", 22)))
 			}

@@ -45,7 +45,7 @@ func init() {
 		{"mcp", mcpUsage, cmdMCP, nil},
 		{"image", "airlock image build [default|python|node ...]\n  builds the shipped sandbox images locally (debootstrap, docker import)\n", cmdImage, []string{"build"}},
 		{"template", "airlock template build [--config FILE] [NAME ...]\n  builds templates from their Dockerfile or devcontainer.json\n", cmdTemplate, []string{"build"}},
-		{"pools", "airlock pools [--json]\n  each template's pool: runtime, warm, leased\n", cmdPools, nil},
+		{"pools", "airlock pools [--json]\n  each template's pool: runtime, warm and its target, creating, waiting, leased, the lease rate and create time\n", cmdPools, nil},
 		{"completion", "airlock completion bash|zsh\n  a shell completion script: source <(airlock completion bash)\n", cmdCompletion, []string{"bash", "zsh"}},
 		{"version", "airlock version (or airlock --version)\n", func([]string) int { fmt.Println("airlock", version); return 0 }, nil},
 		{"help", "airlock help [COMMAND]\n", cmdHelp, nil},

@@ -155,6 +155,13 @@ func (r *Runtime) Destroyed(id string) bool {
 	return false
 }
 
+// Alive is how many sandboxes Create made that Destroy has not removed.
+func (r *Runtime) Alive() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Created() - len(r.destroyed)
+}
+
 // List reports Running.
 func (r *Runtime) List(context.Context) ([]pool.Sandbox, error) { return r.Running, nil }
 

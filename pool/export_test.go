@@ -1,0 +1,11 @@
+package pool
+
+import "time"
+
+// SetSizingClock makes m's pool sizing read the time from now, for tests that drive a pool
+// through minutes of idling.
+func SetSizingClock(m *Manager, now func() time.Time) {
+	m.counts.Lock()
+	m.now = now
+	m.counts.Unlock()
+}
