@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
 # make bench-pool: cold start and memory per idle sandbox of each shipped image on the local
-# engine, under runc and (the default image) under runsc; a whole node with real warm sandboxes
-# under each runtime: warm leases and their first exec at 1 and 10 clients, and the gateway's
-# added latency seen from inside a sandbox; the lease path alone (API, token verification,
-# Redis) at 1, 10 and 50 clients; and the runsc/runc ratio of each figure.
+# engine, under runc and (the default image) under runsc; the engine's sandbox throughput at 1
+# to 8 creations at once (what the refill's parallel bound is chosen by); a whole node with real
+# warm sandboxes under each runtime: warm leases and their first exec at 1 and 10 clients, and
+# the gateway's added latency seen from inside a sandbox; bursts of 1, 8, 16 and 32 clients
+# looping lease, `true`, release against `airlock up` on its embedded defaults (BEFORE=<git
+# revision> also runs that revision's build, side by side); the lease path alone (API, token
+# verification, Redis) at 1, 10 and 50 clients; and the runsc/runc ratio of each figure.
 # The tables go to stdout and to docs/bench-pool.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v curl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl >/dev/null
 # Built beside bin/airlock-agent (make build), which the node it runs mounts into its sandboxes.
 go build -o bin/poolbench ./bench/poolbench
+builds="after=bin/airlock"
+if [ -n "${BEFORE:-}" ]; then
+	# The earlier revision's airlock, built in a work tree of its own, beside its own agent.
+	wt=$(mktemp -d)
+	trap 'git worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
+	git worktree add --detach "$wt" "$BEFORE" >/dev/null
+	(cd "$wt" && go build -o bin/airlock ./cmd/airlock && CGO_ENABLED=0 go build -o bin/airlock-agent ./cmd/airlock-agent)
+	builds="before=$wt/bin/airlock,$builds"
+fi
+engine=$(bin/poolbench -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}")
+echo "$engine"
 out=$(bin/poolbench -n "${LEASES:-400}" -cold "${COLD:-20}" -node -rounds "${ROUNDS:-3}" -warm "${WARM:-10}" -requests "${REQUESTS:-50}")
 echo "$out"
+burst=$(bin/poolbench -burst "$builds" -burst-for "${BURST_FOR:-60s}" -burst-levels "${BURST_LEVELS:-1,8,16,32}")
+echo "$burst"
 {
 	echo "# Pool benchmark"
 	echo
@@ -24,7 +40,12 @@ echo "$out"
 	echo "the host's own curl straight to the upstream, loading the same CA bundle. The lease path"
 	echo "alone is the HTTP API, pre-minted EdDSA task tokens verified per lease, the atomic claim and"
 	echo "the binding write and announcement in a real redis-server, over sandboxes registered by a"
-	echo "runtime that starts nothing: the lease path makes no Docker call."
+	echo "runtime that starts nothing: the lease path makes no Docker call. The bursts run \`airlock up\`"
+	echo "itself, as a user would, each build in a state directory of its own."
+	echo
+	echo "$engine"
 	echo
 	echo "$out"
+	echo
+	echo "$burst"
 } >docs/bench-pool.md

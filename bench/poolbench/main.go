@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,7 +46,51 @@ func main() {
 	flag.IntVar(&nr.Warm, "warm", 10, "with -node: warm sandboxes per runtime, leased in each round")
 	flag.StringVar(&nr.Vault, "vault", "bin/vault", "with -node: the Vault binary (make vault)")
 	flag.IntVar(&nr.Requests, "requests", 50, "with -node: requests per connection mode for the gateway's latency")
+	burst := flag.String("burst", "", "run bursts against these airlock builds under `airlock up`, each name=binary, comma-separated (then nothing else runs)")
+	var plan burstPlan
+	levels := flag.String("burst-levels", "1,8,16,32", "with -burst: concurrent clients of each level")
+	flag.DurationVar(&plan.For, "burst-for", time.Minute, "with -burst: how long each level loops")
+	flag.DurationVar(&plan.Gap, "burst-gap", 10*time.Second, "with -burst: the pause between levels")
+	flag.IntVar(&plan.Trace, "burst-trace", 16, "with -burst: the level whose pool target is printed second by second")
+	flag.DurationVar(&plan.Idle, "burst-idle", 10*time.Minute, "with -burst: how long to wait for an idle pool to shrink to its floor")
+	engine := flag.String("engine", "", "measure the engine's sandbox throughput at these numbers at once, comma-separated (then nothing else runs)")
+	engineN := flag.Int("engine-n", 40, "with -engine: sandboxes per level")
 	flag.Parse()
+	if *engine != "" {
+		var ps []int
+		for _, s := range strings.Split(*engine, ",") {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				log.Fatalf("-engine: %q is not a number", s)
+			}
+			ps = append(ps, n)
+		}
+		if err := engineThroughput(*engineN, ps); err != nil {
+			log.Fatalf("the engine phase: %v", err)
+		}
+		return
+	}
+	if *burst != "" {
+		var runs []burstRun
+		for _, nb := range strings.Split(*burst, ",") {
+			name, bin, ok := strings.Cut(nb, "=")
+			if !ok {
+				log.Fatalf("-burst: %q is not name=binary", nb)
+			}
+			runs = append(runs, burstRun{Name: name, Binary: bin})
+		}
+		for _, s := range strings.Split(*levels, ",") {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				log.Fatalf("-burst-levels: %q is not a number of clients", s)
+			}
+			plan.Levels = append(plan.Levels, n)
+		}
+		if err := burstBench(context.Background(), runs, plan); err != nil {
+			log.Fatalf("the burst phase: %v", err)
+		}
+		return
+	}
 	figs := figures{}
 	rts := []string{"runc"}
 	if *gvisor != "" && engineHas("runsc") {
@@ -271,4 +317,87 @@ func coldStarts(n int, image, runtime string, figs figures) {
 func engineHas(name string) bool {
 	out, err := exec.Command("docker", "info", "--format", "{{range $k, $v := .Runtimes}}{{$k}} {{end}}").Output()
 	return err == nil && slices.Contains(strings.Fields(string(out)), name)
+}
+
+// engineThroughput measures how many sandboxes per second the local engine makes and removes
+// with p at once, for each p of parallel: each of p workers loops creating a hardened sandbox,
+// running `true` in it (so its exec agent is up, as the refill's check waits for), and
+// destroying it, n sandboxes in all per level; what the refill's parallel bound is chosen by.
+func engineThroughput(n int, parallel []int) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "poolbench-engine")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bundle, store, resolv := dir+"/bundle.pem", dir+"/truststore.p12", dir+"/resolv.conf"
+	os.WriteFile(bundle, []byte{}, 0o644)
+	os.WriteFile(store, []byte{}, 0o644)
+	os.WriteFile(resolv, []byte("nameserver 10.217.0.1\n"), 0o644)
+	rt, err := docker.New(docker.Config{Node: "poolbench-engine", Network: "airlock-pbengine", Bridge: "airlock-pbe",
+		Subnet: netip.MustParsePrefix("10.217.0.0/24"), ProxyURL: "http://10.217.0.1:3128", CABundle: bundle, TrustStore: store, ResolvConf: resolv,
+		Agent: docker.SelfAgent()})
+	if err != nil {
+		return err
+	}
+	if err := rt.EnsureNetwork(ctx); err != nil {
+		return err
+	}
+	defer rt.RemoveNetwork(ctx)
+	t := pool.Template{Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
+		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc"}
+	fmt.Printf("The engine's sandbox throughput (runc; each worker loops create, run `true`, destroy; %d sandboxes per level):\n\n", n)
+	fmt.Println("| at once | sandboxes/s | create p50 ms | create p99 ms | first `true` p50 ms | destroy p50 ms | destroy p99 ms |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, p := range parallel {
+		jobs := make(chan struct{}, n)
+		for range n {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+		var mu sync.Mutex
+		var create, first, destroy []time.Duration
+		var errs []error
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range p {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range jobs {
+					s := time.Now()
+					sb, err := rt.Create(ctx, t)
+					c := time.Since(s)
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						continue
+					}
+					s = time.Now()
+					code, err := rt.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"true"}}, nil, io.Discard, io.Discard)
+					f := time.Since(s)
+					s = time.Now()
+					derr := rt.Destroy(ctx, sb.ID)
+					d := time.Since(s)
+					mu.Lock()
+					create, first, destroy = append(create, c), append(first, f), append(destroy, d)
+					if err == nil && code != 0 {
+						err = fmt.Errorf("`true` exited %d", code)
+					}
+					errs = append(errs, err, derr)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("at %d at once: %w", p, err)
+		}
+		fmt.Printf("| %d | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", p, float64(n)/took.Seconds(), ms(pct(create, 0.5)), ms(pct(create, 0.99)),
+			ms(pct(first, 0.5)), ms(pct(destroy, 0.5)), ms(pct(destroy, 0.99)))
+	}
+	fmt.Println()
+	return nil
 }
