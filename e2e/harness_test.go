@@ -417,6 +417,7 @@ type leaseJSON struct {
 	Sandbox string `json:"sandbox"`
 	Address string `json:"address"`
 	Task    string `json:"task"`
+	Start   string `json:"start"`
 }
 
 // lease leases a sandbox from the dev issuer with the scopes given (`host[=credential]`); it is

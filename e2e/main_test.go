@@ -34,6 +34,7 @@ var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-
   - {name: gvisor-ptrace, runtime: runsc, platform: ptrace, min_warm: 0, max_total: 2, on_empty: cold}
   - {name: built, min_warm: 2, max_total: 4, wait_for: 2m, build: {dockerfile: DIR/built/Dockerfile}}
   - {name: devc, min_warm: 1, max_total: 2, wait_for: 2m, devcontainer: DIR/devc/.devcontainer/devcontainer.json}
+  - {name: burst, min_warm: 0, max_warm: 3, max_total: 6, wait_for: 1m}
 `}
 
 // shared is the shared node and the upstream its sandboxes reach.
