@@ -84,6 +84,7 @@ type Manager struct {
 	warm       WarmSet
 	nodes      NodeRegistry
 	templates  map[string]Template
+	names      []string // the templates' names, in the configuration's order
 	refill     chan string
 	log        *slog.Logger
 	sem        chan struct{}
@@ -132,6 +133,7 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("template %q: defined twice", t.Name)
 		}
 		m.templates[t.Name] = t
+		m.names = append(m.names, t.Name)
 		m.sizers[t.Name] = newSizer(t.MinWarm, t.WarmCeiling())
 	}
 	if cfg.MemoryBudgetMB > 0 {
@@ -524,6 +526,7 @@ func (m *Manager) reserve(t Template) {
 // claimed for a lease that will not use it, that sandbox goes back to the warm set or the
 // oldest waiting lease.
 func (m *Manager) unclaim(ctx context.Context, t Template, sb *Sandbox) {
+	ctx = context.WithoutCancel(ctx) // a lease whose caller went away gives its sandbox back all the same
 	m.counts.Lock()
 	m.pending[t.Name]--
 	keep := sb == nil || m.offerLocked(ctx, *sb)
@@ -542,28 +545,23 @@ func (m *Manager) census(ctx context.Context, one string, all bool) (census, err
 	c := census{warm: map[string]int{}, leased: map[string]int{}}
 	names := []string{one}
 	if all {
-		names = names[:0]
-		for name := range m.templates {
-			names = append(names, name)
-		}
+		names = m.names
 	}
-	for _, name := range names {
-		w, err := m.warm.WarmCount(ctx, m.cfg.Node, name)
-		if err != nil {
-			return c, err
-		}
-		l, err := m.leasedCount(ctx, name)
-		if err != nil {
-			return c, err
-		}
-		c.warm[name], c.leased[name] = w, l
+	warm, leased, err := m.warm.Counts(ctx, m.cfg.Node, names)
+	if err != nil {
+		return c, err
+	}
+	for i, name := range names {
+		c.warm[name], c.leased[name] = warm[i], leased[i]
 	}
 	return c, nil
 }
 
 // roomLocked is how many more sandboxes of t this node may make now: what max_total leaves of
 // the template's warm, leased, pending and creating sandboxes, and what the memory budget
-// leaves of every template's together. counts is held.
+// leaves of every template's together, less what the other templates still lack of their
+// min_warm floors (one template's burst must not keep another below its floor). counts is
+// held.
 func (m *Manager) roomLocked(t Template, c census) int {
 	room := math.MaxInt
 	if t.MaxTotal > 0 {
@@ -573,6 +571,9 @@ func (m *Manager) roomLocked(t Template, c census) int {
 		var used int64
 		for name, u := range m.templates {
 			used += int64(c.warm[name]+c.leased[name]+m.creating[name]+m.pending[name]) * u.MemoryMB
+			if short := u.MinWarm - c.warm[name] - m.creating[name]; name != t.Name && short > 0 {
+				used += int64(short) * u.MemoryMB
+			}
 		}
 		room = min(room, int((budget-used)/t.MemoryMB))
 	}
@@ -648,8 +649,10 @@ func (m *Manager) fill(ctx context.Context, name string) {
 			// and not offered if its template was rebuilt while it was made.
 			ok := true
 			if err := m.cfg.Runtime.Check(ctx, sb); err != nil {
-				m.log.Error("new sandbox failed its health check; destroyed", "template", name, "err", err)
-				m.metrics.observeCreate(0, err)
+				if ctx.Err() == nil { // a stopping node's checks are cut short; that is no failure
+					m.log.Error("new sandbox failed its health check; destroyed", "template", name, "err", err)
+					m.metrics.observeCreate(0, err)
+				}
 				ok = false
 			}
 			keep := ok && !m.stale(sb)
@@ -664,10 +667,6 @@ func (m *Manager) fill(ctx context.Context, name string) {
 		}()
 	}
 	wg.Wait()
-}
-
-func (m *Manager) leasedCount(ctx context.Context, template string) (int, error) {
-	return m.leases.LeasedCount(ctx, m.cfg.Node, template)
 }
 
 // checkWarm checks every warm sandbox and replaces those that fail: each is taken out of the
@@ -928,6 +927,10 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 		}
 	}
 	m.unclaim(ctx, t, nil)
+	// Whatever on_empty says, this lease found nothing warm: the target rises for it.
+	m.counts.Lock()
+	m.sizers[t.Name].waited(m.now(), 1)
+	m.counts.Unlock()
 	switch t.OnEmpty {
 	case "refuse":
 		m.kick(t.Name)
@@ -958,7 +961,6 @@ func (m *Manager) await(ctx context.Context, t Template, wait time.Duration) (Sa
 	w := &waiter{ch: make(chan Sandbox, 1)}
 	m.counts.Lock()
 	m.waiters[t.Name] = append(m.waiters[t.Name], w)
-	m.sizers[t.Name].waited(m.now(), 1)
 	m.counts.Unlock()
 	m.kick(t.Name)
 	timer := time.NewTimer(wait)
@@ -1249,16 +1251,12 @@ func (p PoolStatus) RuntimeName() string {
 // Pools reports each template's pool.
 func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 	var out []PoolStatus
-	for _, t := range m.cfg.Templates {
-		warm, err := m.warm.WarmCount(ctx, m.cfg.Node, t.Name)
-		if err != nil {
-			return nil, err
-		}
-		leased, err := m.leasedCount(ctx, t.Name)
-		if err != nil {
-			return nil, err
-		}
-		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm, Leased: leased, MinWarm: t.MinWarm, MaxWarm: t.WarmCeiling(), MaxTotal: t.MaxTotal}
+	warm, leased, err := m.warm.Counts(ctx, m.cfg.Node, m.names)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range m.cfg.Templates {
+		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm[i], Leased: leased[i], MinWarm: t.MinWarm, MaxWarm: t.WarmCeiling(), MaxTotal: t.MaxTotal}
 		m.counts.Lock()
 		sz := m.sizers[t.Name]
 		ps.Target, ps.Creating, ps.Waiting = sz.target, m.creating[t.Name], len(m.waiters[t.Name])

@@ -385,10 +385,9 @@ type Leases interface {
 	ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
-	// Expired returns node's leases that expired at or before now; LeasedCount counts node's
-	// leases of a template. Both are cheap, since the reaper and the refiller call them often.
+	// Expired returns node's leases that expired at or before now; it is cheap, since the
+	// reaper calls it every second (WarmSet.Counts counts them for the refill).
 	Expired(ctx context.Context, node string, now time.Time) ([]Lease, error)
-	LeasedCount(ctx context.Context, node, template string) (int, error)
 	// Unbind removes the binding first and announces it, then the lease record.
 	Unbind(ctx context.Context, l Lease) error
 }
@@ -403,6 +402,10 @@ type WarmSet interface {
 	// Forget drops a sandbox from the warm set without touching the container.
 	Forget(ctx context.Context, sb Sandbox) error
 	ListWarm(ctx context.Context, node string) ([]Sandbox, error)
+	// Counts returns node's warm and leased sandboxes of each of templates, in one round
+	// trip: what the refill reads before it decides, with every template when the memory
+	// budget spans them.
+	Counts(ctx context.Context, node string, templates []string) (warm, leased []int, err error)
 }
 
 // NodeRegistry knows the live nodes of the deployment and where their APIs are, so any node can

@@ -20,6 +20,7 @@ if [ -n "${BEFORE:-}" ]; then
 	trap 'git worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 	git worktree add --detach "$wt" "$BEFORE" >/dev/null
 	(cd "$wt" && go build -o bin/airlock ./cmd/airlock && CGO_ENABLED=0 go build -o bin/airlock-agent ./cmd/airlock-agent)
+	ln -s "$PWD/bin/vault" "$wt/bin/vault" # airlock up runs the Vault dev server it finds beside itself
 	builds="before=$wt/bin/airlock,$builds"
 fi
 engine=$(bin/poolbench -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}")

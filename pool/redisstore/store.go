@@ -101,6 +101,25 @@ func (s *Store) WarmCount(ctx context.Context, node, template string) (int, erro
 	return int(n), wrap(err)
 }
 
+// Counts returns node's warm and leased sandboxes of each of templates, pipelined.
+func (s *Store) Counts(ctx context.Context, node string, templates []string) ([]int, []int, error) {
+	pipe := s.rdb.Pipeline()
+	warm := make([]*redis.IntCmd, len(templates))
+	leased := make([]*redis.IntCmd, len(templates))
+	for i, t := range templates {
+		warm[i] = pipe.LLen(ctx, s.key("warm", node, t))
+		leased[i] = pipe.SCard(ctx, s.key("tleases", node, t))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, wrap(err)
+	}
+	w, l := make([]int, len(templates)), make([]int, len(templates))
+	for i := range templates {
+		w[i], l[i] = int(warm[i].Val()), int(leased[i].Val())
+	}
+	return w, l, nil
+}
+
 // ListWarm returns node's warm sandboxes.
 func (s *Store) ListWarm(ctx context.Context, node string) ([]pool.Sandbox, error) {
 	keys, err := s.scan(ctx, s.key("warm", node, "*"))
@@ -297,12 +316,6 @@ func (s *Store) ListLeases(ctx context.Context, node string) ([]pool.Lease, erro
 // Expired returns node's leases whose expiry is at or before now, without reading the others.
 func (s *Store) Expired(ctx context.Context, node string, now time.Time) ([]pool.Lease, error) {
 	return s.leasesScored(ctx, node, strconv.FormatInt(now.UnixMilli(), 10))
-}
-
-// LeasedCount counts node's leases of template.
-func (s *Store) LeasedCount(ctx context.Context, node, template string) (int, error) {
-	n, err := s.rdb.SCard(ctx, s.key("tleases", node, template)).Result()
-	return int(n), wrap(err)
 }
 
 func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lease, error) {

@@ -168,3 +168,47 @@ func TestBindingVersionsOrderedByRedis(t *testing.T) {
 		t.Fatalf("unbind announced %+v, after version %d", e, v2)
 	}
 }
+
+// TestCounts reads every template's warm and leased sandboxes of a node in one call: each
+// template counted apart, another node's not at all, and an unbound lease no longer.
+func TestCounts(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	add := func(node, template string, i int) {
+		if err := s.AddWarm(ctx, pool.Sandbox{ID: fmt.Sprintf("sb-%s-%s-%d", node, template, i), Template: template, Node: node,
+			Addr: netip.AddrFrom4([4]byte{10, 1, byte(len(template)), byte(i + 2)})}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		add("n1", "default", i)
+	}
+	add("n1", "python", 0)
+	add("n2", "default", 0)
+	set, _ := scope.Parse([]scope.Scope{{Host: "a.example"}})
+	var leases []pool.Lease
+	for i := range 2 {
+		addr := netip.AddrFrom4([4]byte{10, 2, 0, byte(i + 2)})
+		l := pool.Lease{ID: fmt.Sprintf("l-%d", i), JTI: fmt.Sprintf("j-%d", i), Node: "n1", Task: "t", Template: "python",
+			Sandbox: pool.Sandbox{ID: fmt.Sprintf("sb-l-%d", i), Addr: addr}, Expires: time.Now().Add(time.Minute)}
+		if _, err := s.Bind(ctx, l, binding.Binding{Lease: l.ID, Node: "n1", Addr: addr, Task: "t", Expires: l.Expires, Scopes: set}); err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	check := func(wantWarm, wantLeased []int) {
+		t.Helper()
+		warm, leased, err := s.Counts(ctx, "n1", []string{"default", "python", "node"})
+		if err != nil || fmt.Sprint(warm) != fmt.Sprint(wantWarm) || fmt.Sprint(leased) != fmt.Sprint(wantLeased) {
+			t.Fatalf("Counts = %v, %v, %v; want %v, %v", warm, leased, err, wantWarm, wantLeased)
+		}
+	}
+	check([]int{3, 1, 0}, []int{0, 2, 0})
+	if _, err := s.Claim(ctx, "n1", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unbind(ctx, leases[0]); err != nil {
+		t.Fatal(err)
+	}
+	check([]int{2, 1, 0}, []int{0, 1, 0})
+}
