@@ -5,7 +5,7 @@ import "time"
 // SetSizingClock makes m's pool sizing read the time from now, for tests that drive a pool
 // through minutes of idling.
 func SetSizingClock(m *Manager, now func() time.Time) {
-	m.counts.Lock()
+	m.queue.Lock()
 	m.now = now
-	m.counts.Unlock()
+	m.queue.Unlock()
 }

@@ -79,22 +79,26 @@ const DefaultRefillParallel = 4
 
 // Manager runs one node's pool. Safe for concurrent use.
 type Manager struct {
-	cfg        Config
-	leases     Leases
-	warm       WarmSet
-	nodes      NodeRegistry
-	templates  map[string]Template
-	names      []string // the templates' names, in the configuration's order
-	refill     chan string
-	log        *slog.Logger
-	sem        chan struct{}
-	mu         sync.Mutex
-	counts     sync.Mutex               // the warm set's changes by the manager itself, and what follows
-	creating   map[string]int           // per template: sandboxes being made, or held out of the warm set for a while
+	cfg       Config
+	leases    Leases
+	warm      WarmSet
+	nodes     NodeRegistry
+	templates map[string]Template
+	names     []string // the templates' names, in the configuration's order
+	refill    chan string
+	log       *slog.Logger
+	sem       chan struct{}
+	mu        sync.Mutex
+	counts    sync.Mutex     // the warm set's changes by the manager itself, and creating
+	creating  map[string]int // per template: sandboxes being made, or held out of the warm set for a while
+	// queue guards what the lease path touches, so that it never waits behind the refill's
+	// store calls (which hold counts); taken after counts where both are.
+	queue      sync.Mutex
 	pending    map[string]int           // per template: sandboxes claimed, handed or started for a lease not bound yet
 	waiters    map[string][]*waiter     // per template: leases waiting for a sandbox, oldest first
 	sizers     map[string]*sizer        // per template: its warm target
 	now        func() time.Time         // the sizers' clock: time.Now but in tests
+	filling    map[string]int           // per template: 1 while a refill runs, 2 when another was asked for meanwhile
 	images     map[string]templateImage // per template: the image new sandboxes are made from
 	refreshing atomic.Bool
 	metrics    *Metrics // nil until NewMetrics
@@ -123,7 +127,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
 		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, pending: map[string]int{}, waiters: map[string][]*waiter{},
-		sizers: map[string]*sizer{}, now: time.Now, images: map[string]templateImage{},
+		sizers: map[string]*sizer{}, now: time.Now, filling: map[string]int{}, images: map[string]templateImage{},
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{}}
 	for _, t := range cfg.Templates {
 		if errs := t.Validate(); len(errs) > 0 {
@@ -193,8 +197,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case name := <-m.refill:
-			wg.Add(1)
-			go func() { defer wg.Done(); m.fill(ctx, name) }()
+			if m.startFill(name) {
+				wg.Add(1)
+				go func() { defer wg.Done(); m.fillAll(ctx, name) }()
+			}
 		case <-beat.C:
 			m.heartbeat(ctx)
 		case <-health.C:
@@ -462,7 +468,7 @@ func (m *Manager) settle(ctx context.Context, sb Sandbox, keep bool) {
 	m.counts.Lock()
 	m.creating[sb.Template]--
 	if keep {
-		keep = m.offerLocked(ctx, sb)
+		keep = m.offer(ctx, sb)
 	}
 	m.counts.Unlock()
 	if !keep {
@@ -471,16 +477,21 @@ func (m *Manager) settle(ctx context.Context, sb Sandbox, keep bool) {
 	}
 }
 
-// offerLocked gives sb, a checked sandbox no lease holds, to the oldest waiting lease of its
+// offer gives sb, a checked sandbox no lease holds, to the oldest waiting lease of its
 // template (counted then as pending until that lease binds it), or else puts it in the warm
-// set; it reports false if neither worked (then the caller destroys it). counts is held.
-func (m *Manager) offerLocked(ctx context.Context, sb Sandbox) bool {
+// set; it reports false if neither worked (then the caller destroys it). The store call is made
+// outside the queue's lock, which the lease path takes: a lease that begins to wait while sb
+// goes into the warm set finds it at its next look (see await).
+func (m *Manager) offer(ctx context.Context, sb Sandbox) bool {
+	m.queue.Lock()
 	if q := m.waiters[sb.Template]; len(q) > 0 {
 		q[0].ch <- sb // buffered, and each waiter is handed one sandbox at most
 		m.waiters[sb.Template] = q[1:]
 		m.pending[sb.Template]++
+		m.queue.Unlock()
 		return true
 	}
+	m.queue.Unlock()
 	if err := m.warm.AddWarm(ctx, sb); err != nil {
 		m.log.Error("sandbox registration failed", "template", sb.Template, "err", err)
 		return false
@@ -496,8 +507,8 @@ type waiter struct {
 // leave takes w out of template's queue. A sandbox handed to it meanwhile is returned, still
 // counted as pending, for the caller to use or give back (unclaim).
 func (m *Manager) leave(template string, w *waiter) (Sandbox, bool) {
-	m.counts.Lock()
-	defer m.counts.Unlock()
+	m.queue.Lock()
+	defer m.queue.Unlock()
 	q := m.waiters[template]
 	for i := range q {
 		if q[i] == w {
@@ -517,9 +528,9 @@ func (m *Manager) leave(template string, w *waiter) (Sandbox, bool) {
 // it, so a refill meanwhile cannot take its room under max_total or the memory budget;
 // unclaim ends that.
 func (m *Manager) reserve(t Template) {
-	m.counts.Lock()
+	m.queue.Lock()
 	m.pending[t.Name]++
-	m.counts.Unlock()
+	m.queue.Unlock()
 }
 
 // unclaim ends a reservation (the lease bound its sandbox, or has none); with sb, a sandbox
@@ -527,32 +538,50 @@ func (m *Manager) reserve(t Template) {
 // oldest waiting lease.
 func (m *Manager) unclaim(ctx context.Context, t Template, sb *Sandbox) {
 	ctx = context.WithoutCancel(ctx) // a lease whose caller went away gives its sandbox back all the same
-	m.counts.Lock()
+	m.queue.Lock()
 	m.pending[t.Name]--
-	keep := sb == nil || m.offerLocked(ctx, *sb)
-	m.counts.Unlock()
-	if !keep {
+	m.queue.Unlock()
+	if sb == nil {
+		return
+	}
+	if keep := m.offer(ctx, *sb); !keep {
 		m.warm.Forget(ctx, *sb)
 		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 	}
 }
 
-// census is what the store holds of this node's pools: warm and leased sandboxes per
-// template (of every template when all, else of one).
-type census struct{ warm, leased map[string]int }
+// census is what this node's pools hold: warm and leased sandboxes per template, from the
+// store, and those pending for a lease (of every template when all, else of one).
+type census struct{ warm, leased, pending map[string]int }
 
+// census reads the counts; counts is held, so the manager's own changes to the warm set wait.
+// The lease path changes the store and pending without it, in an order that lets pending, read
+// before and after the store and taken at its larger, never count a sandbox short: a lease
+// counts itself pending before it claims a warm sandbox, and stops after its lease is recorded.
+// It may count one twice for a moment, which makes the refill wait a second, never overfill.
 func (m *Manager) census(ctx context.Context, one string, all bool) (census, error) {
-	c := census{warm: map[string]int{}, leased: map[string]int{}}
+	c := census{warm: map[string]int{}, leased: map[string]int{}, pending: map[string]int{}}
 	names := []string{one}
 	if all {
 		names = m.names
 	}
+	pendingNow := func() []int {
+		m.queue.Lock()
+		defer m.queue.Unlock()
+		out := make([]int, len(names))
+		for i, name := range names {
+			out[i] = m.pending[name]
+		}
+		return out
+	}
+	before := pendingNow()
 	warm, leased, err := m.warm.Counts(ctx, m.cfg.Node, names)
 	if err != nil {
 		return c, err
 	}
+	after := pendingNow()
 	for i, name := range names {
-		c.warm[name], c.leased[name] = warm[i], leased[i]
+		c.warm[name], c.leased[name], c.pending[name] = warm[i], leased[i], max(before[i], after[i])
 	}
 	return c, nil
 }
@@ -565,12 +594,12 @@ func (m *Manager) census(ctx context.Context, one string, all bool) (census, err
 func (m *Manager) roomLocked(t Template, c census) int {
 	room := math.MaxInt
 	if t.MaxTotal > 0 {
-		room = t.MaxTotal - c.warm[t.Name] - c.leased[t.Name] - m.creating[t.Name] - m.pending[t.Name]
+		room = t.MaxTotal - c.warm[t.Name] - c.leased[t.Name] - m.creating[t.Name] - c.pending[t.Name]
 	}
 	if budget := m.cfg.MemoryBudgetMB; budget > 0 && t.MemoryMB > 0 {
 		var used int64
 		for name, u := range m.templates {
-			used += int64(c.warm[name]+c.leased[name]+m.creating[name]+m.pending[name]) * u.MemoryMB
+			used += int64(c.warm[name]+c.leased[name]+m.creating[name]+c.pending[name]) * u.MemoryMB
 			if short := u.MinWarm - c.warm[name] - m.creating[name]; name != t.Name && short > 0 {
 				used += int64(short) * u.MemoryMB
 			}
@@ -578,6 +607,37 @@ func (m *Manager) roomLocked(t Template, c census) int {
 		room = min(room, int((budget-used)/t.MemoryMB))
 	}
 	return max(room, 0)
+}
+
+// startFill reports whether a refill of template name should start now: not while one runs,
+// which runs once more when it ends instead (a burst of leases asks for one each).
+func (m *Manager) startFill(name string) bool {
+	m.queue.Lock()
+	defer m.queue.Unlock()
+	if m.filling[name] > 0 {
+		m.filling[name] = 2
+		return false
+	}
+	m.filling[name] = 1
+	return true
+}
+
+// fillAll runs fill for template name until no refill was asked for while the last one ran.
+func (m *Manager) fillAll(ctx context.Context, name string) {
+	for {
+		m.fill(ctx, name)
+		m.queue.Lock()
+		again := m.filling[name] == 2 && ctx.Err() == nil
+		if again {
+			m.filling[name] = 1
+		} else {
+			delete(m.filling, name)
+		}
+		m.queue.Unlock()
+		if !again {
+			return
+		}
+	}
 }
 
 // fill brings the template's pool to its target (see sizer) and the leases waiting for it:
@@ -600,8 +660,10 @@ func (m *Manager) fill(ctx context.Context, name string) {
 		}
 		return
 	}
+	m.queue.Lock()
 	target := m.sizers[name].update(m.now())
 	waiting := len(m.waiters[name])
+	m.queue.Unlock()
 	warm := c.warm[name]
 	// No more than the engine makes at once is asked for: a creation queued behind the parallel
 	// bound would hold room under max_total that a cold start could use meanwhile, and the
@@ -658,9 +720,9 @@ func (m *Manager) fill(ctx context.Context, name string) {
 			keep := ok && !m.stale(sb)
 			if keep {
 				took := time.Since(start)
-				m.counts.Lock()
+				m.queue.Lock()
 				m.sizers[name].created(took)
-				m.counts.Unlock()
+				m.queue.Unlock()
 				m.log.Debug("sandbox warm", "template", name, "sandbox", sb.ID, "addr", sb.Addr, "took", took)
 			}
 			m.settle(ctx, sb, keep)
@@ -909,11 +971,11 @@ func (m *Manager) claimFresh(ctx context.Context, t Template) (Sandbox, error) {
 // until the caller calls unclaim.
 func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error) {
 	now := time.Now()
-	m.counts.Lock()
+	m.queue.Lock()
 	m.sizers[t.Name].leased(m.now())
 	queued := len(m.waiters[t.Name]) > 0
 	m.pending[t.Name]++
-	m.counts.Unlock()
+	m.queue.Unlock()
 	if !queued { // a lease that came later does not pass one that waits
 		sb, err := m.claimFresh(ctx, t)
 		if err == nil {
@@ -928,9 +990,9 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 	}
 	m.unclaim(ctx, t, nil)
 	// Whatever on_empty says, this lease found nothing warm: the target rises for it.
-	m.counts.Lock()
+	m.queue.Lock()
 	m.sizers[t.Name].waited(m.now(), 1)
-	m.counts.Unlock()
+	m.queue.Unlock()
 	switch t.OnEmpty {
 	case "refuse":
 		m.kick(t.Name)
@@ -959,16 +1021,16 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 // node's warm set) to give it one; the sandbox it returns is counted as pending.
 func (m *Manager) await(ctx context.Context, t Template, wait time.Duration) (Sandbox, error) {
 	w := &waiter{ch: make(chan Sandbox, 1)}
-	m.counts.Lock()
+	m.queue.Lock()
 	m.waiters[t.Name] = append(m.waiters[t.Name], w)
-	m.counts.Unlock()
+	m.queue.Unlock()
 	m.kick(t.Name)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	// The queue is served by this node's refill; a sandbox put in the warm set beside it (by
-	// another node's lease giving one back, or a health check ending as the lease came) is
-	// looked for now and then by the oldest waiter.
-	poll := time.NewTicker(250 * time.Millisecond)
+	// The queue is served by this node's refill; a sandbox put in the warm set beside it (one
+	// offered as this lease began to wait, or by another node) is looked for every 100 ms by
+	// the oldest waiter, one store call.
+	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
@@ -1005,8 +1067,8 @@ func (m *Manager) await(ctx context.Context, t Template, wait time.Duration) (Sa
 
 // oldest reports whether w is the first of template's waiting leases.
 func (m *Manager) oldest(template string, w *waiter) bool {
-	m.counts.Lock()
-	defer m.counts.Unlock()
+	m.queue.Lock()
+	defer m.queue.Unlock()
 	q := m.waiters[template]
 	return len(q) > 0 && q[0] == w
 }
@@ -1019,7 +1081,7 @@ func (m *Manager) coldStart(ctx context.Context, t Template, asked time.Time) (S
 	room := 0
 	if err == nil {
 		if room = m.roomLocked(t, c); room > 0 {
-			m.pending[t.Name]++
+			m.reserve(t)
 		}
 	}
 	m.counts.Unlock()
@@ -1258,10 +1320,13 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {
 	for i, t := range m.cfg.Templates {
 		ps := PoolStatus{Template: t.Name, Node: m.cfg.Node, Warm: warm[i], Leased: leased[i], MinWarm: t.MinWarm, MaxWarm: t.WarmCeiling(), MaxTotal: t.MaxTotal}
 		m.counts.Lock()
-		sz := m.sizers[t.Name]
-		ps.Target, ps.Creating, ps.Waiting = sz.target, m.creating[t.Name], len(m.waiters[t.Name])
-		ps.LeaseRate, ps.CreateSeconds = sz.rate(m.now()), sz.create.Seconds()
+		ps.Creating = m.creating[t.Name]
 		m.counts.Unlock()
+		m.queue.Lock()
+		sz := m.sizers[t.Name]
+		ps.Target, ps.Waiting = sz.target, len(m.waiters[t.Name])
+		ps.LeaseRate, ps.CreateSeconds = sz.rate(m.now()), sz.create.Seconds()
+		m.queue.Unlock()
 		ps.Runtime, ps.Platform = t.RuntimePlatform()
 		m.mu.Lock()
 		if im := m.images[t.Name]; im.err != nil {

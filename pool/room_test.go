@@ -20,7 +20,7 @@ func TestRoomUnderMaxTotalAndBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	counts := func(aw, al, bw, bl int) census {
-		return census{warm: map[string]int{"a": aw, "b": bw}, leased: map[string]int{"a": al, "b": bl}}
+		return census{warm: map[string]int{"a": aw, "b": bw}, leased: map[string]int{"a": al, "b": bl}, pending: map[string]int{}}
 	}
 	cases := []struct {
 		name                string
@@ -41,7 +41,7 @@ func TestRoomUnderMaxTotalAndBudget(t *testing.T) {
 		{"room under the budget", counts(0, 0, 2, 4), 0, 0, 0, 4},
 	}
 	for _, tc := range cases {
-		m.creating["a"], m.pending["a"], m.creating["b"] = tc.creatingA, tc.pendingA, tc.creatingB
+		m.creating["a"], tc.c.pending["a"], m.creating["b"] = tc.creatingA, tc.pendingA, tc.creatingB
 		if got := m.roomLocked(a, tc.c); got != tc.want {
 			t.Errorf("%s: room %d, want %d", tc.name, got, tc.want)
 		}
