@@ -66,7 +66,9 @@ func Start(ctx context.Context, dir string, c EnvConfig) (*Env, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	e.stop = append(e.stop, cancel)
 	if e.Store == nil {
-		r, err := devstack.StartRedis(ctx, dir)
+		// Not on ctx: the Manager's stop cancels ctx and then cleans up in Redis, which must
+		// outlive it (Close stops Redis last).
+		r, err := devstack.StartRedis(context.WithoutCancel(ctx), dir)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("redis-server: %w (make test installs it)", err)
