@@ -314,7 +314,7 @@ func TestTrailForSecurityTeams(t *testing.T) {
 		if err := waitUntil(90*time.Second, "the records made while the receivers were down", func() bool {
 			return anyContains(rs.received()["plain"], b.ID) && col.has(b.ID)
 		}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v: rsyslog has them %v, the collector %v", err, anyContains(rs.received()["plain"], b.ID), col.has(b.ID))
 		}
 		if m := n.metrics(t); !strings.Contains(m, `airlock_audit_ship_failures_total{sink="collector"}`) {
 			t.Errorf("no delivery failure counted for the collector")

@@ -246,3 +246,60 @@ func TestConfigRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestSyslogReceiverRestart closes the receiver's side of the connection after the first
+// batch, as a restarting rsyslog does, and listens again on the same port: the next batch must
+// reach the new connection, not vanish into the old one's buffer with no error.
+func TestSyslogReceiverRestart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 10)
+	serve := func(c net.Conn, close bool) {
+		br := bufio.NewReader(c)
+		n, err := br.ReadString(' ')
+		if err == nil {
+			l, _ := strconv.Atoi(strings.TrimSpace(n))
+			b := make([]byte, l)
+			if _, err := io.ReadFull(br, b); err == nil {
+				got <- string(b)
+			}
+		}
+		if close {
+			c.Close()
+		}
+	}
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c, i == 0)
+		}
+	}()
+	o := &syslogOut{addr: ln.Addr().String(), host: "n1", format: "json"}
+	defer o.close()
+	rec := func(seq uint64) []audit.Record {
+		return []audit.Record{{Seq: seq, Kind: "lease", Lease: fmt.Sprintf("l-%d", seq)}}
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := o.deliver(context.Background(), rec(seq)); err != nil {
+			t.Fatalf("batch %d: %v", seq, err)
+		}
+		select {
+		case m := <-got:
+			if !strings.Contains(m, fmt.Sprintf(`seq="%d"`, seq)) {
+				t.Fatalf("batch %d arrived as %q", seq, m)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("batch %d never reached the receiver (written into a connection it had closed)", seq)
+		}
+		if seq == 1 {
+			// The receiver's close reaches this side before the next batch.
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

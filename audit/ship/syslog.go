@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -16,7 +17,10 @@ import (
 // syslogOut writes RFC 5424 messages over one TCP (or TLS) connection, octet-counted (RFC 6587
 // 3.4.1: "LEN SP MSG"), so a record's newlines never split it. TCP carries no acknowledgement:
 // a batch counts as delivered once it is written and flushed; after a broken connection the
-// batch is sent again on a new one (a receiver may see a record twice, never miss one).
+// batch is sent again on a new one (a receiver may see a record twice). A receiver that closed
+// the connection (a restart) is noticed before the next batch is written, since a write on a
+// connection whose peer has gone succeeds into the kernel's buffer and would lose the batch;
+// a receiver that vanishes without closing it can still lose what was written in between.
 type syslogOut struct {
 	addr   string
 	tls    *tls.Config // nil: plain TCP
@@ -27,6 +31,9 @@ type syslogOut struct {
 }
 
 func (o *syslogOut) deliver(ctx context.Context, recs []audit.Record) error {
+	if o.conn != nil && !peerOpen(o.conn) {
+		o.close()
+	}
 	if o.conn == nil {
 		d := &net.Dialer{Timeout: 10 * time.Second}
 		var c net.Conn
@@ -60,6 +67,18 @@ func (o *syslogOut) deliver(ctx context.Context, recs []audit.Record) error {
 		return err
 	}
 	return nil
+}
+
+// peerOpen reports whether c's receiver has not closed it. A syslog receiver sends nothing,
+// so a read that ends other than by the short deadline set for it (end of stream, a reset, or
+// bytes no receiver should send) means the connection is no use.
+func peerOpen(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	defer c.SetReadDeadline(time.Time{})
+	var b [1]byte
+	_, err := c.Read(b[:])
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (o *syslogOut) close() {

@@ -246,24 +246,12 @@ func leasePath(ctx context.Context, n int) error {
 // The default image's figures go into figs, for the runsc/runc ratios.
 func coldStarts(n int, image, runtime string, figs figures) {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "poolbench-cold")
-	defer os.RemoveAll(dir)
-	bundle, store, resolv := dir+"/bundle.pem", dir+"/truststore.p12", dir+"/resolv.conf"
-	os.WriteFile(bundle, []byte{}, 0o644)
-	os.WriteFile(store, []byte{}, 0o644)
-	os.WriteFile(resolv, []byte("nameserver 10.216.0.1\n"), 0o644)
-	rt, err := docker.New(docker.Config{Node: "poolbench", Network: "airlock-poolbench", Bridge: "airlock-pb",
-		Subnet: netip.MustParsePrefix("10.216.0.0/24"), ProxyURL: "http://10.216.0.1:3128", CABundle: bundle, TrustStore: store, ResolvConf: resolv,
-		Agent: docker.SelfAgent()})
+	rt, done, err := benchRuntime(ctx, "poolbench", "airlock-poolbench", "airlock-pb", 216)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := rt.EnsureNetwork(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer rt.RemoveNetwork(ctx)
-	t := pool.Template{Name: "default", Image: image, User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
-		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: runtime}
+	defer done()
+	t := benchTemplate(image, runtime)
 	var took []time.Duration
 	var ids []string
 	defer func() {
@@ -325,27 +313,12 @@ func engineHas(name string) bool {
 // destroying it, n sandboxes in all per level; what the refill's parallel bound is chosen by.
 func engineThroughput(n int, parallel []int) error {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "poolbench-engine")
+	rt, done, err := benchRuntime(ctx, "poolbench-engine", "airlock-pbengine", "airlock-pbe", 217)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bundle, store, resolv := dir+"/bundle.pem", dir+"/truststore.p12", dir+"/resolv.conf"
-	os.WriteFile(bundle, []byte{}, 0o644)
-	os.WriteFile(store, []byte{}, 0o644)
-	os.WriteFile(resolv, []byte("nameserver 10.217.0.1\n"), 0o644)
-	rt, err := docker.New(docker.Config{Node: "poolbench-engine", Network: "airlock-pbengine", Bridge: "airlock-pbe",
-		Subnet: netip.MustParsePrefix("10.217.0.0/24"), ProxyURL: "http://10.217.0.1:3128", CABundle: bundle, TrustStore: store, ResolvConf: resolv,
-		Agent: docker.SelfAgent()})
-	if err != nil {
-		return err
-	}
-	if err := rt.EnsureNetwork(ctx); err != nil {
-		return err
-	}
-	defer rt.RemoveNetwork(ctx)
-	t := pool.Template{Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
-		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc"}
+	defer done()
+	t := benchTemplate("airlock/default:latest", "runc")
 	fmt.Printf("The engine's sandbox throughput (runc; each worker loops create, run `true`, destroy; %d sandboxes per level):\n\n", n)
 	fmt.Println("| at once | sandboxes/s | create p50 ms | create p99 ms | first `true` p50 ms | destroy p50 ms | destroy p99 ms |")
 	fmt.Println("|---|---|---|---|---|---|---|")
@@ -400,4 +373,36 @@ func engineThroughput(n int, parallel []int) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// benchRuntime is a Docker runtime of its own for the phases that make sandboxes without a
+// node: a network 10.<octet>.0.0/24 under the names given, and empty CA files (nothing in
+// these sandboxes goes out). done removes the network and the files.
+func benchRuntime(ctx context.Context, node, network, bridge string, octet int) (*docker.Runtime, func(), error) {
+	dir, err := os.MkdirTemp("", node)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw := fmt.Sprintf("10.%d.0.1", octet)
+	bundle, store, resolv := dir+"/bundle.pem", dir+"/truststore.p12", dir+"/resolv.conf"
+	os.WriteFile(bundle, []byte{}, 0o644)
+	os.WriteFile(store, []byte{}, 0o644)
+	os.WriteFile(resolv, []byte("nameserver "+gw+"\n"), 0o644)
+	rt, err := docker.New(docker.Config{Node: node, Network: network, Bridge: bridge,
+		Subnet: netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/24", octet)), ProxyURL: "http://" + gw + ":3128", CABundle: bundle, TrustStore: store,
+		ResolvConf: resolv, Agent: docker.SelfAgent()})
+	if err == nil {
+		err = rt.EnsureNetwork(ctx)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return rt, func() { rt.RemoveNetwork(ctx); os.RemoveAll(dir) }, nil
+}
+
+// benchTemplate is the default template's hardening and sizes on image under runtime.
+func benchTemplate(image, runtime string) pool.Template {
+	return pool.Template{Name: "default", Image: image, User: "10001:10001", Workdir: "/workspace", CPUs: 1, MemoryMB: 512,
+		Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: runtime}
 }
