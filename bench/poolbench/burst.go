@@ -246,7 +246,10 @@ func burstLevelRun(ctx context.Context, c *client.Client, n int, d time.Duration
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			if ps, err := c.Pools(ctx); err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ps, err := c.Pools(pctx)
+			cancel()
+			if err == nil {
 				for _, p := range ps {
 					if p.Template == "default" {
 						mu.Lock()
@@ -268,8 +271,11 @@ func burstLevelRun(ctx context.Context, c *client.Client, n int, d time.Duration
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) && ctx.Err() == nil {
+				// Every call is bounded: a node that stops answering fails the run, naming the
+				// call, instead of holding it.
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 				s := time.Now()
-				lv, err := c.Lease(ctx, api.LeaseRequest{Template: "default", Allow: []string{}})
+				lv, err := c.Lease(cctx, api.LeaseRequest{Template: "default", Allow: []string{}})
 				took := time.Since(s)
 				if err != nil {
 					var ae *client.Error
@@ -280,11 +286,13 @@ func burstLevelRun(ctx context.Context, c *client.Client, n int, d time.Duration
 						l.failed = append(l.failed, fmt.Errorf("lease: %w", err))
 					}
 					mu.Unlock()
+					cancel()
 					time.Sleep(250 * time.Millisecond)
 					continue
 				}
-				code, xerr := c.Exec(ctx, lv.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
-				rerr := c.Release(context.WithoutCancel(ctx), lv.ID)
+				code, xerr := c.Exec(cctx, lv.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+				rerr := c.Release(cctx, lv.ID)
+				cancel()
 				mu.Lock()
 				l.lease = append(l.lease, took)
 				l.starts[lv.Start]++
