@@ -94,7 +94,8 @@ type Manager struct {
 	// queue guards what the lease path touches, so that it never waits behind the refill's
 	// store calls (which hold counts); taken after counts where both are.
 	queue      sync.Mutex
-	pending    map[string]int           // per template: sandboxes claimed, handed or started for a lease not bound yet
+	claimed    map[string]int           // per template: sandboxes ever claimed, handed or started for a lease
+	bound      map[string]int           // per template: of those, the ones whose lease was recorded or that went back
 	waiters    map[string][]*waiter     // per template: leases waiting for a sandbox, oldest first
 	sizers     map[string]*sizer        // per template: its warm target
 	now        func() time.Time         // the sizers' clock: time.Now but in tests
@@ -126,7 +127,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.HealthEvery = 30 * time.Second
 	}
 	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
-		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, pending: map[string]int{}, waiters: map[string][]*waiter{},
+		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, claimed: map[string]int{}, bound: map[string]int{}, waiters: map[string][]*waiter{},
 		sizers: map[string]*sizer{}, now: time.Now, filling: map[string]int{}, images: map[string]templateImage{},
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{}}
 	for _, t := range cfg.Templates {
@@ -487,7 +488,7 @@ func (m *Manager) offer(ctx context.Context, sb Sandbox) bool {
 	if q := m.waiters[sb.Template]; len(q) > 0 {
 		q[0].ch <- sb // buffered, and each waiter is handed one sandbox at most
 		m.waiters[sb.Template] = q[1:]
-		m.pending[sb.Template]++
+		m.claimed[sb.Template]++
 		m.queue.Unlock()
 		return true
 	}
@@ -529,7 +530,7 @@ func (m *Manager) leave(template string, w *waiter) (Sandbox, bool) {
 // unclaim ends that.
 func (m *Manager) reserve(t Template) {
 	m.queue.Lock()
-	m.pending[t.Name]++
+	m.claimed[t.Name]++
 	m.queue.Unlock()
 }
 
@@ -539,7 +540,7 @@ func (m *Manager) reserve(t Template) {
 func (m *Manager) unclaim(ctx context.Context, t Template, sb *Sandbox) {
 	ctx = context.WithoutCancel(ctx) // a lease whose caller went away gives its sandbox back all the same
 	m.queue.Lock()
-	m.pending[t.Name]--
+	m.bound[t.Name]++
 	m.queue.Unlock()
 	if sb == nil {
 		return
@@ -555,33 +556,35 @@ func (m *Manager) unclaim(ctx context.Context, t Template, sb *Sandbox) {
 type census struct{ warm, leased, pending map[string]int }
 
 // census reads the counts; counts is held, so the manager's own changes to the warm set wait.
-// The lease path changes the store and pending without it, in an order that lets pending, read
-// before and after the store and taken at its larger, never count a sandbox short: a lease
-// counts itself pending before it claims a warm sandbox, and stops after its lease is recorded.
-// It may count one twice for a moment, which makes the refill wait a second, never overfill.
+// The lease path changes the store and its two counters without it: a lease counts itself
+// claimed before it takes a warm sandbox, and bound after its lease is recorded. The store's
+// counts are one atomic read; bound is read before it and claimed after, so a sandbox between
+// the warm set and its lease at that instant is claimed and not yet bound in what census saw,
+// and pending (claimed - bound) never counts it short. It may count one twice for a moment,
+// which makes the refill wait a second, never overfill.
 func (m *Manager) census(ctx context.Context, one string, all bool) (census, error) {
 	c := census{warm: map[string]int{}, leased: map[string]int{}, pending: map[string]int{}}
 	names := []string{one}
 	if all {
 		names = m.names
 	}
-	pendingNow := func() []int {
+	read := func(of map[string]int) []int {
 		m.queue.Lock()
 		defer m.queue.Unlock()
 		out := make([]int, len(names))
 		for i, name := range names {
-			out[i] = m.pending[name]
+			out[i] = of[name]
 		}
 		return out
 	}
-	before := pendingNow()
+	bound := read(m.bound)
 	warm, leased, err := m.warm.Counts(ctx, m.cfg.Node, names)
 	if err != nil {
 		return c, err
 	}
-	after := pendingNow()
+	claimed := read(m.claimed)
 	for i, name := range names {
-		c.warm[name], c.leased[name], c.pending[name] = warm[i], leased[i], max(before[i], after[i])
+		c.warm[name], c.leased[name], c.pending[name] = warm[i], leased[i], claimed[i]-bound[i]
 	}
 	return c, nil
 }
@@ -974,7 +977,7 @@ func (m *Manager) claim(ctx context.Context, t Template) (Sandbox, string, error
 	m.queue.Lock()
 	m.sizers[t.Name].leased(m.now())
 	queued := len(m.waiters[t.Name]) > 0
-	m.pending[t.Name]++
+	m.claimed[t.Name]++
 	m.queue.Unlock()
 	if !queued { // a lease that came later does not pass one that waits
 		sb, err := m.claimFresh(ctx, t)

@@ -403,8 +403,8 @@ type WarmSet interface {
 	Forget(ctx context.Context, sb Sandbox) error
 	ListWarm(ctx context.Context, node string) ([]Sandbox, error)
 	// Counts returns node's warm and leased sandboxes of each of templates, in one round
-	// trip: what the refill reads before it decides, with every template when the memory
-	// budget spans them.
+	// trip and at one instant: what the refill reads before it decides, with every template
+	// when the memory budget spans them.
 	Counts(ctx context.Context, node string, templates []string) (warm, leased []int, err error)
 }
 

@@ -101,9 +101,10 @@ func (s *Store) WarmCount(ctx context.Context, node, template string) (int, erro
 	return int(n), wrap(err)
 }
 
-// Counts returns node's warm and leased sandboxes of each of templates, pipelined.
+// Counts returns node's warm and leased sandboxes of each of templates, read at one instant (a
+// MULTI transaction: no claim or bind falls between two of its reads).
 func (s *Store) Counts(ctx context.Context, node string, templates []string) ([]int, []int, error) {
-	pipe := s.rdb.Pipeline()
+	pipe := s.rdb.TxPipeline()
 	warm := make([]*redis.IntCmd, len(templates))
 	leased := make([]*redis.IntCmd, len(templates))
 	for i, t := range templates {
