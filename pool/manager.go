@@ -473,9 +473,15 @@ func (m *Manager) settle(ctx context.Context, sb Sandbox, keep bool) {
 	}
 	m.counts.Unlock()
 	if !keep {
-		m.warm.Forget(ctx, sb)
-		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+		m.discard(ctx, sb)
 	}
+}
+
+// discard forgets and destroys sb, a sandbox no lease will have, on a context that outlives
+// its caller's.
+func (m *Manager) discard(ctx context.Context, sb Sandbox) {
+	m.warm.Forget(ctx, sb)
+	m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 }
 
 // offer gives sb, a checked sandbox no lease holds, to the oldest waiting lease of its
@@ -545,9 +551,8 @@ func (m *Manager) unclaim(ctx context.Context, t Template, sb *Sandbox) {
 	if sb == nil {
 		return
 	}
-	if keep := m.offer(ctx, *sb); !keep {
-		m.warm.Forget(ctx, *sb)
-		m.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+	if !m.offer(ctx, *sb) {
+		m.discard(ctx, *sb)
 	}
 }
 
