@@ -9,3 +9,6 @@ func SetSizingClock(m *Manager, now func() time.Time) {
 	m.now = now
 	m.queue.Unlock()
 }
+
+// Started is closed once m's Run has swept the store and the runtime at start.
+func Started(m *Manager) <-chan struct{} { return m.started }

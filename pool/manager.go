@@ -86,11 +86,16 @@ type Manager struct {
 	templates map[string]Template
 	names     []string // the templates' names, in the configuration's order
 	refill    chan string
-	log       *slog.Logger
-	sem       chan struct{}
-	mu        sync.Mutex
-	counts    sync.Mutex     // the warm set's changes by the manager itself, and creating
-	creating  map[string]int // per template: sandboxes being made, or held out of the warm set for a while
+	// started is closed once Run has made the store and the runtime agree (Cleanup or
+	// Reconcile); startErr says why that failed. A lease waits for it: a lease granted before
+	// would be dropped by the start's own sweep (its record unbound, its sandbox destroyed).
+	started  chan struct{}
+	startErr error
+	log      *slog.Logger
+	sem      chan struct{}
+	mu       sync.Mutex
+	counts   sync.Mutex     // the warm set's changes by the manager itself, and creating
+	creating map[string]int // per template: sandboxes being made, or held out of the warm set for a while
 	// queue guards what the lease path touches, so that it never waits behind the refill's
 	// store calls (which hold counts); taken after counts where both are.
 	queue      sync.Mutex
@@ -126,7 +131,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HealthEvery == 0 {
 		cfg.HealthEvery = 30 * time.Second
 	}
-	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), log: cfg.Logger,
+	m := &Manager{cfg: cfg, leases: cfg.Store, warm: cfg.Store, nodes: cfg.Store, templates: map[string]Template{}, refill: make(chan string, 64), started: make(chan struct{}), log: cfg.Logger,
 		sem: make(chan struct{}, cfg.RefillParallel), creating: map[string]int{}, claimed: map[string]int{}, bound: map[string]int{}, waiters: map[string][]*waiter{},
 		sizers: map[string]*sizer{}, now: time.Now, filling: map[string]int{}, images: map[string]templateImage{},
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{}}
@@ -166,10 +171,12 @@ func (m *Manager) Template(name string) (Template, bool) {
 func (m *Manager) Run(ctx context.Context) error {
 	if m.cfg.KeepOnStop {
 		if err := m.Reconcile(ctx); err != nil {
+			m.startFailed(err)
 			return err
 		}
 	} else {
 		if err := m.Cleanup(ctx); err != nil {
+			m.startFailed(err)
 			return err
 		}
 		defer func() {
@@ -180,6 +187,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	close(m.started)
 	m.refreshImages(ctx)
 	for name := range m.templates {
 		m.refill <- name
@@ -227,6 +235,25 @@ func (m *Manager) Run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// startFailed records why Run could not start, for the leases that wait for it.
+func (m *Manager) startFailed(err error) {
+	m.startErr = err
+	close(m.started)
+}
+
+// awaitStart waits until Run has started the node (or ctx ends).
+func (m *Manager) awaitStart(ctx context.Context) error {
+	select {
+	case <-m.started:
+		if m.startErr != nil {
+			return fmt.Errorf("%w: the node did not start: %v", ErrNoWarm, m.startErr)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the node to start: %w", ctx.Err())
 	}
 }
 
@@ -792,6 +819,9 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	task, err := m.admit(req.Token, req.Tenant)
 	if err != nil {
+		return Lease{}, err
+	}
+	if err := m.awaitStart(ctx); err != nil {
 		return Lease{}, err
 	}
 	now := time.Now()

@@ -141,6 +141,62 @@ func TestOnEmpty(t *testing.T) {
 	})
 }
 
+// TestLeaseWaitsForStart leases while the node is still starting (its start sweeps the store
+// and the runtime of what an earlier run left): the lease waits for the sweep, so it is not
+// swept away with it, and it counts against max_total from then on. A lease served during the
+// sweep had its record unbound while its sandbox lived on, uncounted.
+func TestLeaseWaitsForStart(t *testing.T) {
+	tmpl := base
+	tmpl.MinWarm, tmpl.MaxWarm, tmpl.MaxTotal, tmpl.OnEmpty = 0, 1, 2, "cold"
+	listing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{NoRun: true, Templates: []pool.Template{tmpl},
+		Runtime: func(rt *pooltest.Runtime) {
+			rt.ListHook = func() { once.Do(func() { close(listing); <-release }) }
+		}})
+	m := &env{m: e.Manager, rt: e.Runtime, iss: e.Issuer}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { e.Manager.Run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+	<-listing // the start's sweep is under way
+	type result struct {
+		l   pool.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := e.Manager.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: m.token(t, time.Minute)})
+		got <- result{l, err}
+	}()
+	var r result
+	select {
+	case r = <-got: // served during the sweep: the fault this test is about
+		close(release)
+	case <-time.After(200 * time.Millisecond):
+		close(release)
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lease did not return within 10 s of the node's start")
+		}
+	}
+	if r.err != nil {
+		t.Fatalf("lease at start: %v", r.err)
+	}
+	select {
+	case <-pool.Started(e.Manager):
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node's start sweep did not end within 10 s")
+	}
+	if _, err := e.Manager.Get(context.Background(), "acme", r.l.ID); err != nil {
+		t.Fatalf("the lease granted at start was swept away: %v", err)
+	}
+	if st := status(t, e.Manager); st.Leased != 1 {
+		t.Fatalf("the lease granted at start is not counted: %+v", st)
+	}
+}
+
 // TestNoMoreThanMaxTotal sends many leases at once at a small pool that starts cold ones:
 // however they interleave with the refill, the node never holds more than max_total sandboxes,
 // and the leases past it are refused with the reason.

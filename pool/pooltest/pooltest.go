@@ -29,6 +29,8 @@ type Runtime struct {
 	Addr netip.Addr
 	// CheckDelay, set before use, makes every Check take that long.
 	CheckDelay time.Duration
+	// ListHook, set before use, is called at the start of every List (a slow runtime at start).
+	ListHook func()
 	// ExecFunc and SignalFunc, set before use, stand in for Exec (which otherwise runs nothing
 	// and exits 0) and Signal (otherwise a no-op).
 	ExecFunc   func(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error)
@@ -162,8 +164,13 @@ func (r *Runtime) Alive() int {
 	return r.Created() - len(r.destroyed)
 }
 
-// List reports Running.
-func (r *Runtime) List(context.Context) ([]pool.Sandbox, error) { return r.Running, nil }
+// List reports Running, after ListHook.
+func (r *Runtime) List(context.Context) ([]pool.Sandbox, error) {
+	if r.ListHook != nil {
+		r.ListHook()
+	}
+	return r.Running, nil
+}
 
 // Template returns t with every field Template.Validate requires and t leaves empty filled in
 // with small valid values, so tests name only what they are about.
