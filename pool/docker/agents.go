@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/docker/agent"
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // SelfAgent is the exec agent for this process's sandboxes: airlock-agent beside its executable
@@ -227,7 +228,7 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 // envMarker is the exec marker in env, if any.
 func envMarker(env []string) string {
 	for _, kv := range env {
-		if m, ok := strings.CutPrefix(kv, execMarker+"="); ok {
+		if m, ok := strings.CutPrefix(kv, inside.Marker+"="); ok {
 			return m
 		}
 	}

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -12,9 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"software.sslmate.com/src/go-pkcs12"
-
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // BackendConfig is what a node's Docker backend needs.
@@ -76,8 +73,7 @@ func (b *Backend) Setup(ctx context.Context) error {
 	if err := writeBundle(b.cfg.StateDir, b.cfg.CAPEM); err != nil {
 		return err
 	}
-	resolv := "nameserver " + b.HostAddr().String() + "\noptions ndots:0 attempts:1 timeout:2\n"
-	if err := os.WriteFile(b.Runtime.cfg.ResolvConf, []byte(resolv), 0o644); err != nil {
+	if err := os.WriteFile(b.Runtime.cfg.ResolvConf, inside.ResolvConf(b.HostAddr().String()), 0o644); err != nil {
 		return err
 	}
 	if err := b.Ping(ctx); err != nil {
@@ -131,33 +127,15 @@ func (b *Backend) Teardown(ctx context.Context) error {
 	return errors.Join(b.RemoveNetwork(ctx), b.fw.Remove())
 }
 
-// writeBundle writes the host's system roots followed by the deployment CA into dir: what
-// sandboxes trust, as a PEM bundle and as a PKCS#12 trust store for the JVM.
+// writeBundle writes what sandboxes trust (inside.Bundle) into dir, as a PEM bundle and as a
+// PKCS#12 trust store for the JVM.
 func writeBundle(dir string, caPEM []byte) error {
-	var b []byte
-	for _, sys := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
-		if s, err := os.ReadFile(sys); err == nil {
-			b = append(s, '\n')
-			break
-		}
-	}
-	b = append(b, caPEM...)
-	if err := os.WriteFile(filepath.Join(dir, "ca-bundle.pem"), b, 0o644); err != nil {
+	bundle, p12, err := inside.Bundle(caPEM)
+	if err != nil {
 		return err
 	}
-	var certs []*x509.Certificate
-	for rest := b; ; {
-		var blk *pem.Block
-		if blk, rest = pem.Decode(rest); blk == nil {
-			break
-		}
-		if c, err := x509.ParseCertificate(blk.Bytes); err == nil && blk.Type == "CERTIFICATE" {
-			certs = append(certs, c)
-		}
-	}
-	p12, err := pkcs12.Modern.EncodeTrustStore(certs, trustStorePassword)
-	if err != nil {
-		return fmt.Errorf("the sandboxes' trust store: %w", err)
+	if err := os.WriteFile(filepath.Join(dir, "ca-bundle.pem"), bundle, 0o644); err != nil {
+		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "ca-truststore.p12"), p12, 0o644)
 }

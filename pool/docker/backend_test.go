@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // TestTrustStoreHoldsTheBundle: the JVM's trust store holds what the PEM bundle does, the
@@ -33,7 +35,7 @@ func TestTrustStoreHoldsTheBundle(t *testing.T) {
 	}
 	bundle, _ := os.ReadFile(filepath.Join(dir, "ca-bundle.pem"))
 	p12, _ := os.ReadFile(filepath.Join(dir, "ca-truststore.p12"))
-	certs, err := pkcs12.DecodeTrustStore(p12, trustStorePassword)
+	certs, err := pkcs12.DecodeTrustStore(p12, inside.TrustStorePassword)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +49,9 @@ func TestTrustStoreHoldsTheBundle(t *testing.T) {
 
 // TestClientEnvNamesTheGateway: the JVM gets the gateway as its proxy and the trust store.
 func TestClientEnvNamesTheGateway(t *testing.T) {
-	r := &Runtime{cfg: Config{ProxyURL: "http://10.213.0.1:3128"}}
-	env := strings.Join(r.clientEnv(), "\n")
-	for _, want := range []string{"NODE_USE_ENV_PROXY=1", "PIP_CERT=" + bundlePath, "NPM_CONFIG_CAFILE=" + bundlePath,
-		"-Dhttps.proxyHost=10.213.0.1 -Dhttps.proxyPort=3128", "-Djavax.net.ssl.trustStore=" + trustStorePath} {
+	env := strings.Join(inside.Env("http://10.213.0.1:3128", "/workspace"), "\n")
+	for _, want := range []string{"HTTPS_PROXY=http://10.213.0.1:3128", "NO_PROXY=\n", "NODE_USE_ENV_PROXY=1", "PIP_CERT=" + inside.BundlePath, "NPM_CONFIG_CAFILE=" + inside.BundlePath,
+		"-Dhttps.proxyHost=10.213.0.1 -Dhttps.proxyPort=3128", "-Djavax.net.ssl.trustStore=" + inside.TrustStorePath} {
 		if !strings.Contains(env, want) {
 			t.Errorf("sandbox environment lacks %q:\n%s", want, env)
 		}

@@ -2,13 +2,10 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
 	"net/netip"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -26,6 +23,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/docker/agent"
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // Labels every container and network carries.
@@ -227,14 +225,7 @@ func (r *Runtime) RemoveNetwork(ctx context.Context) error {
 
 // Create starts a hardened sandbox.
 func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
-	env := []string{
-		"HTTP_PROXY=" + r.cfg.ProxyURL, "HTTPS_PROXY=" + r.cfg.ProxyURL,
-		"http_proxy=" + r.cfg.ProxyURL, "https_proxy=" + r.cfg.ProxyURL,
-		"NO_PROXY=", "no_proxy=",
-		"SSL_CERT_FILE=" + bundlePath, "REQUESTS_CA_BUNDLE=" + bundlePath, "CURL_CA_BUNDLE=" + bundlePath,
-		"HOME=" + t.Workdir,
-	}
-	env = append(env, r.clientEnv()...)
+	env := inside.Env(r.cfg.ProxyURL, t.Workdir)
 	for k, v := range t.Env {
 		env = append(env, k+"="+v)
 	}
@@ -268,9 +259,9 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 			"/tmp":    tmpfsOpt(t.TmpMB, "1777"),
 		},
 		Binds: []string{
-			r.cfg.CABundle + ":" + bundlePath + ":ro",
-			r.cfg.CABundle + ":/etc/ssl/certs/ca-certificates.crt:ro",
-			r.cfg.TrustStore + ":" + trustStorePath + ":ro",
+			r.cfg.CABundle + ":" + inside.BundlePath + ":ro",
+			r.cfg.CABundle + ":" + inside.SystemBundlePath + ":ro",
+			r.cfg.TrustStore + ":" + inside.TrustStorePath + ":ro",
 			r.cfg.ResolvConf + ":/etc/resolv.conf:ro",
 		},
 		Resources: container.Resources{
@@ -346,19 +337,15 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	return sb, nil
 }
 
-// Check runs a probe inside sb, as the sandbox user: TCP connections to the gateway and to the
-// resolver (which serves TCP too) from the sandbox's own namespace. It needs bash in the image.
+// Check runs the health probe (inside.ProbeCmd) in sb, as the sandbox user.
 func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
 	r.agents.wait(sb.ID, 10*time.Second)
-	u, err := url.Parse(r.cfg.ProxyURL)
+	probe, err := inside.ProbeCmd(r.cfg.ProxyURL, r.gw.String())
 	if err != nil {
 		return err
 	}
-	// Also that it does not run as root, whatever the image or template said.
-	probe := fmt.Sprintf(`[ "$(id -u)" != 0 ] && [ "$(id -g)" != 0 ] || { echo "runs as root" >&2; exit 1; }; `+
-		"exec 3<>/dev/tcp/%s/%s && exec 4<>/dev/tcp/%s/53", u.Hostname(), u.Port(), r.gw)
 	var stderr strings.Builder
-	code, err := r.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"bash", "-c", probe}, Timeout: 5 * time.Second}, nil, io.Discard, &stderr)
+	code, err := r.Exec(ctx, sb, pool.ExecRequest{Cmd: probe, Timeout: 5 * time.Second}, nil, io.Discard, &stderr)
 	if err != nil {
 		return fmt.Errorf("docker: health probe in %s: %w", short(sb.ID), err)
 	}
@@ -367,16 +354,6 @@ func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
 	}
 	return nil
 }
-
-// bundlePath is where the CA bundle is mounted inside every sandbox.
-const bundlePath = "/etc/airlock/ca-bundle.pem"
-
-// trustStorePath holds the same roots as a PKCS#12 trust store, for the JVM. Its password only
-// satisfies the format (a trust store holds no secret); Java's default is used.
-const (
-	trustStorePath     = "/etc/airlock/ca-truststore.p12"
-	trustStorePassword = "changeit"
-)
 
 // Destroy removes the container and its anonymous volumes.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
@@ -419,12 +396,10 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	// sandbox, where the host cannot see (gVisor's processes are not in the host's /proc).
 	marker := req.Marker
 	if marker == "" && (req.Timeout > 0 || req.TTY) {
-		var nonce [8]byte
-		rand.Read(nonce[:])
-		marker = hex.EncodeToString(nonce[:])
+		marker = inside.NewMarker()
 	}
 	if marker != "" {
-		env = append(env, execMarker+"="+marker)
+		env = append(env, inside.Marker+"="+marker)
 	}
 	if !req.TTY {
 		if code, ran, err := r.agentExec(ctx, sb, req, env, stdin, stdout, stderr); ran {
@@ -433,7 +408,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}
 	cmd := req.Cmd
 	if req.TTY {
-		cmd = onTerminal(req.Cmd, req.Size)
+		cmd = inside.OnTerminal(req.Cmd, req.Size)
 	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
 		Cmd: cmd, Env: env, WorkingDir: req.Workdir,
@@ -515,46 +490,19 @@ func (r *Runtime) execExit(ctx context.Context, id string) (int, error) {
 
 // killExec kills the exec's process and all its descendants. The engine has no call for it, so
 // the node (which shares the host's process table with the engine) walks /proc.
-// execMarker names the environment variable that marks the processes of one timed exec.
-const execMarker = "AIRLOCK_EXEC"
-
-// signalMarked sends sig, from inside sb and as its user, to every process whose environment
-// carries marker: what killExec cannot reach from the host (under gVisor, all of them), and the
-// only way to signal a background process and what it started. A process that cleared its
-// environment is left to the lease's end and its pids limit.
+// signalMarked sends sig, from inside sb and as its user, to every process that an exec with
+// marker started (inside.SignalCmd): what killExec cannot reach from the host (under gVisor,
+// all of them), and the only way to signal a background process and what it started.
 func (r *Runtime) signalMarked(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
-	sweep := `for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = $$ ] && continue; ` +
-		`grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null && kill -s "$1" "$n" 2>/dev/null; done; exit 0`
-	if err := r.runQuiet(ctx, sb, []string{"sh", "-c", sweep, marker, sig}); err != nil {
+	if err := r.runQuiet(ctx, sb, inside.SignalCmd(marker, sig)); err != nil {
 		return fmt.Errorf("signal: %w", err)
 	}
 	return nil
 }
 
-// onTerminal wraps cmd to run on a pseudo-terminal of size made inside the sandbox, with
-// util-linux's script: the engine's own terminals are not terminals to a program under gVisor
-// (its standard streams are host files there), while a terminal the sandbox's kernel makes is
-// one under every runtime. script returns the command's exit code; the terminal's output,
-// stderr included, comes on stdout.
-func onTerminal(cmd []string, size pool.TermSize) []string {
-	rows, cols := size.Rows, size.Cols
-	if rows == 0 || cols == 0 {
-		rows, cols = 24, 80
-	}
-	line := fmt.Sprintf("stty rows %d cols %d 2>/dev/null; exec", rows, cols)
-	for _, a := range cmd {
-		line += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return []string{"sh", "-c", `command -v script >/dev/null || { echo "airlock: a terminal needs util-linux's script in the sandbox image" >&2; exit 125; }; ` +
-		`exec script -qefc "$0" /dev/null`, line}
-}
-
-// resizeMarked sets the size of the terminal that the exec with marker runs on (onTerminal's):
-// the one its processes have as their input.
+// resizeMarked sets the size of the terminal that the exec with marker runs on.
 func (r *Runtime) resizeMarked(ctx context.Context, sb pool.Sandbox, marker string, size pool.TermSize) {
-	sweep := `for p in /proc/[0-9]*; do grep -qxz "` + execMarker + `=$0" "$p/environ" 2>/dev/null || continue; ` +
-		`t=$(readlink "$p/fd/0") || continue; case $t in /dev/pts/*) stty -F "$t" rows "$1" cols "$2"; exit;; esac; done; exit 0`
-	r.runQuiet(ctx, sb, []string{"sh", "-c", sweep, marker, strconv.Itoa(int(size.Rows)), strconv.Itoa(int(size.Cols))})
+	r.runQuiet(ctx, sb, inside.ResizeCmd(marker, size))
 }
 
 // runQuiet runs cmd in sb as its user, discarding what it writes, within 10 seconds.
@@ -620,23 +568,4 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
-}
-
-// clientEnv points the common clients at the gateway's CA and, where a client ignores
-// HTTPS_PROXY unless told, tells it: Node's fetch (before v24 it needs NODE_USE_ENV_PROXY), pip,
-// the AWS SDKs and CLI, cargo, npm, git, and the JVM (which reads neither the variables nor a
-// PEM bundle: it gets proxy properties and a PKCS#12 trust store of the same roots).
-func (r *Runtime) clientEnv() []string {
-	env := []string{
-		"NODE_EXTRA_CA_CERTS=" + bundlePath, "NODE_USE_ENV_PROXY=1",
-		"PIP_CERT=" + bundlePath, "AWS_CA_BUNDLE=" + bundlePath, "CARGO_HTTP_CAINFO=" + bundlePath,
-		"NPM_CONFIG_CAFILE=" + bundlePath, "GIT_SSL_CAINFO=" + bundlePath,
-	}
-	java := "-Djavax.net.ssl.trustStore=" + trustStorePath + " -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + trustStorePassword
-	if u, err := url.Parse(r.cfg.ProxyURL); err == nil && u.Hostname() != "" {
-		for _, scheme := range []string{"http", "https"} {
-			java += " -D" + scheme + ".proxyHost=" + u.Hostname() + " -D" + scheme + ".proxyPort=" + u.Port()
-		}
-	}
-	return append(env, "JAVA_TOOL_OPTIONS="+java)
 }
