@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/firewall"
 	"github.com/airlock-dev/airlock/pool/inside"
 )
 
@@ -44,7 +45,7 @@ type BackendConfig struct {
 type Backend struct {
 	*Runtime
 	cfg BackendConfig
-	fw  *Firewall
+	fw  *firewall.Firewall
 }
 
 var _ pool.Backend = (*Backend)(nil)
@@ -63,7 +64,7 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{Runtime: rt, cfg: cfg,
-		fw: &Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
+		fw: &firewall.Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
 			Transparent: cfg.TransparentPort}}, nil
 }
 

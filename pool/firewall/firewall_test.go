@@ -1,0 +1,72 @@
+package firewall
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func joined(rs [][]string) string {
+	var lines []string
+	for _, r := range rs {
+		lines = append(lines, strings.Join(r, " "))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestRulesOpenOnlyTheGatewayAndResolver: whichever way the sandboxes' packets are told apart,
+// the chain accepts replies and the gateway's and resolver's ports at Host, and rejects the rest.
+func TestRulesOpenOnlyTheGatewayAndResolver(t *testing.T) {
+	f := &Firewall{Chain: "AIRLOCK-n1", Source: netip.MustParsePrefix("10.244.0.0/24"), Forward: true,
+		Host: netip.MustParseAddr("10.0.0.1"), Gateway: 3128, DNS: 53}
+	got := joined(f.rules())
+	want := strings.Join([]string{
+		"-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+		"-p tcp -d 10.0.0.1/32 --dport 3128 -j ACCEPT",
+		"-p udp -d 10.0.0.1/32 --dport 53 -j ACCEPT",
+		"-p tcp -d 10.0.0.1/32 --dport 3128 -j ACCEPT",
+		"-p tcp -d 10.0.0.1/32 --dport 53 -j ACCEPT",
+		"-p tcp -j REJECT --reject-with tcp-reset",
+		"-j REJECT --reject-with icmp-port-unreachable",
+	}, "\n")
+	if got != want {
+		t.Fatalf("rules:\n%s\nwant:\n%s", got, want)
+	}
+	if m := strings.Join(f.match(), " "); m != "-s 10.244.0.0/24" {
+		t.Fatalf("a Pod network is matched by %q", m)
+	}
+	if m := strings.Join((&Firewall{Bridge: "airlock0"}).match(), " "); m != "-i airlock0" {
+		t.Fatalf("a bridge is matched by %q", m)
+	}
+}
+
+// TestRedirectReachesTheGateway: on a bridge whose address is the gateway's, a redirect does;
+// from a Pod network, whose packets come in on an interface whose address is not the gateway's,
+// the connections are sent to the gateway's address itself.
+func TestRedirectReachesTheGateway(t *testing.T) {
+	host := netip.MustParseAddr("10.0.0.1")
+	bridge := joined((&Firewall{Bridge: "airlock0", Host: host, Transparent: 3129}).natRules())
+	if !strings.Contains(bridge, "--dport 443 -j REDIRECT --to-ports 3129") {
+		t.Fatalf("bridge redirect:\n%s", bridge)
+	}
+	pods := joined((&Firewall{Source: netip.MustParsePrefix("10.244.0.0/24"), Host: host, Transparent: 3129}).natRules())
+	if !strings.Contains(pods, "--dport 80 -j DNAT --to-destination 10.0.0.1:3129") || !strings.Contains(pods, "--dport 443 -j DNAT --to-destination 10.0.0.1:3129") {
+		t.Fatalf("Pod network redirect:\n%s", pods)
+	}
+	if (&Firewall{Host: host}).natRules() != nil {
+		t.Fatal("no transparent port, yet redirect rules")
+	}
+}
+
+// TestApplyRefusesAmbiguity: a firewall that does not say which packets are the sandboxes'
+// (or says it twice) is refused before any rule is made.
+func TestApplyRefusesAmbiguity(t *testing.T) {
+	for _, f := range []*Firewall{
+		{Chain: "AIRLOCK-x", Host: netip.MustParseAddr("10.0.0.1")},
+		{Chain: "AIRLOCK-x", Bridge: "b", Source: netip.MustParsePrefix("10.0.0.0/24")},
+	} {
+		if err := f.Apply(); err == nil || !strings.Contains(err.Error(), "exactly one") {
+			t.Fatalf("%+v: %v", f, err)
+		}
+	}
+}
