@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault runsc image clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault runsc image kube kube-down clean
 
 all: build
 
@@ -29,19 +29,28 @@ runsc: deps
 image: deps build
 	@bin/airlock image build
 
+# A real single-node Kubernetes cluster for the Kubernetes backend's tests, in a network
+# namespace of its own (scripts/kube.sh); its env file is what the e2e tests read.
+KUBE_ENV ?= /var/lib/airlock/kube/env
+kube: deps image
+	@scripts/kube.sh
+
+kube-down:
+	@scripts/kube.sh down
+
 up: deps vault runsc image build
 	bin/airlock up $(if $(CONFIG),--config $(CONFIG))
 
-test: deps vault runsc image build
+test: deps vault runsc image build kube
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 	cd tools/runsc && $(GO) test -count=1 ./register
-	$(GO) test -count=1 -timeout 20m -v ./e2e/
+	AIRLOCK_KUBE_ENV=$(KUBE_ENV) $(GO) test -count=1 -timeout 25m -v ./e2e/
 
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
-e2e: deps vault runsc image build
-	$(GO) test -count=1 -timeout 20m -v ./e2e/
+e2e: deps vault runsc image build kube
+	AIRLOCK_KUBE_ENV=$(KUBE_ENV) $(GO) test -count=1 -timeout 25m -v ./e2e/
 
 lint:
 	@scripts/lint.sh

@@ -4,7 +4,8 @@
 # answers), redis-server, debootstrap and iptables; Node.js and npm (the e2e MCP client runs on
 # the official TypeScript SDK), python3 with pytest (the Python client's tests), rsyslog (with
 # TLS) as the syslog sink's receiver, prometheus for promtool and chromium (headless: the review
-# page's browser test). Runs as root;
+# page's browser test); Debian's CNI plugins, containerd and openssl for the test Kubernetes cluster
+# (scripts/kube.sh). Runs as root;
 # on a machine that already has everything it returns in a moment.
 set -euo pipefail
 
@@ -23,6 +24,9 @@ command -v rsyslogd >/dev/null || need+=(rsyslog)                           # th
 ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need+=(rsyslog-gnutls) # ... over TLS
 command -v promtool >/dev/null || need+=(prometheus)                         # checks and tests the alert rules
 command -v chromium >/dev/null || need+=(chromium)                           # the review page's browser test
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)              # the test cluster's pod network
+command -v containerd >/dev/null || need+=(containerd)                        # ... and its second containerd
+command -v openssl >/dev/null || need+=(openssl)                              # ... and its certificates
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive

@@ -18,6 +18,7 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./... || fail=1
 (cd tools/vault && go vet ./...) || fail=1
+(cd tools/kubernetes && go vet ./pause) || fail=1
 "$tools/staticcheck" ./... || fail=1
 
 if [ -n "${GOVULNDB:-}" ] || timeout 10 "$tools/govulncheck" -version >/dev/null 2>&1 && timeout 20 curl -fsS -o /dev/null "${GOVULNDB:-https://vuln.go.dev}/index/db.json.gz" 2>/dev/null; then
