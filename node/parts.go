@@ -41,6 +41,7 @@ import (
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/docker"
+	"github.com/airlock-dev/airlock/pool/kubernetes"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/review"
 	"github.com/airlock-dev/airlock/scope"
@@ -212,14 +213,10 @@ func startBindings(ctx context.Context, cfg config.Config, store *redisstore.Sto
 	return cache, stop
 }
 
-// startBackend sets up where the sandboxes run. Docker is the one backend today; another is
-// chosen here and nowhere else.
+// startBackend sets up where the sandboxes run: the local Docker engine, or Pods on this
+// Kubernetes node. The backend is chosen here and nowhere else.
 func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authority, log *slog.Logger) (pool.Backend, func(), error) {
-	b, err := docker.NewBackend(docker.BackendConfig{
-		Node: cfg.Node, Network: cfg.Network.Name, Bridge: cfg.Network.Bridge, Subnet: cfg.Subnet(),
-		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, TransparentPort: max(cfg.Gateway.TransparentPort, 0),
-		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop, Templates: cfg.Templates,
-	})
+	b, err := newBackend(cfg, authority)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -232,6 +229,35 @@ func startBackend(ctx context.Context, cfg config.Config, authority *ca.Authorit
 			log.Error("tearing down the sandbox backend", "err", err)
 		}
 	}, nil
+}
+
+func newBackend(cfg config.Config, authority *ca.Authority) (pool.Backend, error) {
+	if cfg.Backend == "kubernetes" {
+		k := cfg.Kubernetes
+		nodeName := k.NodeName
+		if nodeName == "" {
+			nodeName = os.Getenv("NODE_NAME")
+		}
+		// The transparent path needs the connections' original destinations, which only the
+		// network namespace that redirected them knows: with the Pod network in another one
+		// the redirect is left out (the proxy path and the firewall stay).
+		transparent := max(cfg.Gateway.TransparentPort, 0)
+		if k.FirewallNetns != "" {
+			transparent = 0
+		}
+		return kubernetes.NewBackend(kubernetes.BackendConfig{
+			Node: cfg.Node, NodeName: nodeName, Namespace: k.Namespace, Kubeconfig: k.Kubeconfig,
+			HostAddr: netip.MustParseAddr(k.HostAddr), PodCIDR: netip.MustParsePrefix(k.PodCIDR), FirewallNetns: k.FirewallNetns,
+			GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, Transparent: transparent,
+			NetworkPolicy: k.NetworkPolicy, RuntimeClasses: k.RuntimeClasses, DisableIPv6: k.DisableIPv6,
+			CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop,
+		})
+	}
+	return docker.NewBackend(docker.BackendConfig{
+		Node: cfg.Node, Network: cfg.Network.Name, Bridge: cfg.Network.Bridge, Subnet: cfg.Subnet(),
+		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, TransparentPort: max(cfg.Gateway.TransparentPort, 0),
+		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop, Templates: cfg.Templates,
+	})
 }
 
 // buildMissing builds the images of templates made from a Dockerfile or a devcontainer.json
