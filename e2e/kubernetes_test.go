@@ -1,0 +1,393 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// kubeEnv is the test cluster scripts/kube.sh brought up (make test runs it): where its API
+// server and kubectl are, the node's address as its Pods reach it, its Pod network and its
+// network namespace.
+type kubeEnv struct {
+	Kubeconfig, Kubectl, HostAddr, NodeAddr, PodCIDR, Netns string
+}
+
+// kubeCluster reads the cluster's env file (AIRLOCK_KUBE_ENV); the Kubernetes tests are skipped
+// only when it is not set, as outside make test.
+func kubeCluster(t *testing.T) kubeEnv {
+	t.Helper()
+	path := os.Getenv("AIRLOCK_KUBE_ENV")
+	if path == "" {
+		t.Skip("no test cluster: AIRLOCK_KUBE_ENV is not set (make test runs scripts/kube.sh and sets it)")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("the test cluster's env file: %v (run scripts/kube.sh)", err)
+	}
+	defer f.Close()
+	vars := map[string]string{}
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			vars[k] = v
+		}
+	}
+	k := kubeEnv{Kubeconfig: vars["KUBECONFIG"], Kubectl: vars["KUBECTL"], HostAddr: vars["HOST_ADDR"],
+		NodeAddr: vars["NODE_ADDR"], PodCIDR: vars["POD_CIDR"], Netns: vars["NETNS"]}
+	if k.Kubeconfig == "" || k.Kubectl == "" || k.HostAddr == "" || k.PodCIDR == "" {
+		t.Fatalf("the test cluster's env file %s lacks a setting: %+v", path, k)
+	}
+	return k
+}
+
+// kubectl runs kubectl against the test cluster.
+func (k kubeEnv) kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, k.Kubectl, append([]string{"--kubeconfig", k.Kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// pods lists the Pods of airlock node in the namespace, as name=phase.
+func (k kubeEnv) pods(t *testing.T, ns, node string) map[string]string {
+	t.Helper()
+	out, err := k.kubectl(t, "-n", ns, "get", "pods", "-l", "airlock.dev/node="+node, "-o", "json")
+	if err != nil {
+		t.Fatalf("kubectl get pods: %v: %s", err, out)
+	}
+	var pl struct {
+		Items []struct {
+			Metadata struct {
+				Name              string  `json:"name"`
+				DeletionTimestamp *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+			Status struct {
+				Phase string `json:"phase"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &pl); err != nil {
+		t.Fatalf("kubectl get pods: %v", err)
+	}
+	got := map[string]string{}
+	for _, p := range pl.Items {
+		if p.Metadata.DeletionTimestamp == nil {
+			got[p.Metadata.Name] = p.Status.Phase
+		}
+	}
+	return got
+}
+
+// kubeSpec is a node whose backend is the test cluster; its sandboxes are Pods in namespace ns.
+func kubeSpec(k kubeEnv, name, bridge, ns string, keep bool) nodeSpec {
+	return nodeSpec{Name: name, Network: "airlock-" + name, Bridge: bridge, Subnet: "10.219.0.0/24", MinWarm: 2,
+		Extra: fmt.Sprintf(`backend: kubernetes
+kubernetes:
+  kubeconfig: %q
+  namespace: %s
+  node_name: airlock-node
+  host_addr: %s
+  pod_cidr: %s
+  firewall_netns: %s
+  network_policy: true
+  disable_ipv6: true
+pool:
+  keep_on_stop: %t
+`, k.Kubeconfig, ns, k.HostAddr, k.PodCIDR, k.Netns, keep)}
+}
+
+// startKubeNode starts a node on the test cluster in a namespace of its own, removed when t
+// ends.
+func startKubeNode(t *testing.T, k kubeEnv, name, bridge string, keep bool) (*nodeProc, *upstream, string, string) {
+	t.Helper()
+	ns := "airlock-" + name
+	if out, err := k.kubectl(t, "create", "namespace", ns); err != nil && !strings.Contains(out, "AlreadyExists") {
+		t.Fatalf("kubectl create namespace: %v: %s", err, out)
+	}
+	t.Cleanup(func() { k.kubectl(t, "delete", "namespace", ns, "--wait=false") })
+	up := startUpstream(t)
+	dir := t.TempDir()
+	spec := kubeSpec(k, name, bridge, ns, keep)
+	cfg, err := spec.write(dir, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, spec, dir+"/state", cfg)
+	return n, up, ns, cfg
+}
+
+// TestKubernetesBackend runs the invariants against a node whose sandboxes are Pods on a real
+// cluster: warm leases, commands and files through the exec subresource, no secrets inside,
+// one way out (the node firewall in the cluster's network namespace), DNS only through the
+// resolver, injection and refusal at the gateway with their audit, release deleting the Pod,
+// and the NetworkPolicy made for the node.
+func TestKubernetesBackend(t *testing.T) {
+	k := kubeCluster(t)
+	n, up, ns, _ := startKubeNode(t, k, "e2e-kube", "alk-kube", false)
+	s := &shared{nodeProc: n, up: up}
+	if err := waitUntil(2*time.Minute, "the Kubernetes pool warm", func() bool {
+		out, _, _ := n.cli(t, "pools", "--json")
+		return strings.Contains(out, `"warm":2`)
+	}); err != nil {
+		out, _, _ := n.cli(t, "pools")
+		t.Fatalf("%v: %s\n%s", err, out, n.log)
+	}
+
+	t.Run("a warm lease is a hardened Pod, and commands run in it with their exit codes", func(t *testing.T) {
+		l := n.lease(t)
+		if l.Start != "warm" {
+			t.Fatalf("lease start %q, want warm", l.Start)
+		}
+		if phase := k.pods(t, ns, n.spec.Name)[l.Sandbox]; phase != "Running" {
+			t.Fatalf("the lease's sandbox %s is no running Pod of the node (phase %q)", l.Sandbox, phase)
+		}
+		out, errs, code := n.exec(t, l.ID, "bash", "-c", `id -u; grep CapEff /proc/self/status; touch /x 2>&1; ls /var/run/secrets/kubernetes.io 2>&1; echo "$KUBERNETES_SERVICE_HOST"; exit 7`)
+		if code != 7 {
+			t.Fatalf("exit %d, want 7: %s %s", code, out, errs)
+		}
+		for _, want := range []string{"10001\n", "CapEff:\t0000000000000000", "Read-only file system", "No such file or directory"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("sandbox lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "10.96.") {
+			t.Errorf("the Pod was told the cluster's service addresses:\n%s", out)
+		}
+	})
+
+	t.Run("files go in and come out through the exec subresource", func(t *testing.T) {
+		l := n.lease(t)
+		if _, errs, code := n.cliStdin(t, strings.NewReader("hello from the host\n"), "cp", "-", l.ID+":notes/a.txt"); code != 0 {
+			t.Fatalf("cp in: %s", errs)
+		}
+		out, errs, code := n.cli(t, "cp", l.ID+":notes/a.txt", "-")
+		if code != 0 || out != "hello from the host\n" {
+			t.Fatalf("cp out: %q %s", out, errs)
+		}
+		out, _, code = n.exec(t, l.ID, "cat", "/workspace/notes/a.txt")
+		if code != 0 || out != "hello from the host\n" {
+			t.Fatalf("the file inside: %q", out)
+		}
+	})
+
+	t.Run("no secret is inside", func(t *testing.T) {
+		secret := s.demoSecret(t)
+		l := n.lease(t, "api.example.test=demo")
+		out, _, _ := n.exec(t, l.ID, "sh", "-c", "env; cat /proc/1/environ | tr '\\0' '\\n'; grep -rs . /etc/airlock /workspace /tmp | head -c 100000")
+		if strings.Contains(out, secret) {
+			t.Fatal("the credential's value is inside the Pod")
+		}
+		for _, leak := range []string{"VAULT_TOKEN", "REDIS_URL", "AIRLOCK_", "KUBERNETES_"} {
+			for _, line := range strings.Split(out, "\n") {
+				// The kubelet always sets the API server's service variables; the Pod gets them empty.
+				if strings.HasPrefix(line, leak) && !strings.HasPrefix(line, "AIRLOCK_EXEC=") && !strings.HasSuffix(line, "=") {
+					t.Errorf("the sandbox's environment names %s: %s", leak, line)
+				}
+			}
+		}
+	})
+
+	t.Run("one way out: the node's other ports, the API server, the kubelet and other Pods are out of reach", func(t *testing.T) {
+		a, b := n.lease(t), n.lease(t)
+		other, err := net.Listen("tcp", k.HostAddr+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		accepted := make(chan string, 4)
+		go func() {
+			for {
+				c, err := other.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- c.RemoteAddr().String()
+				c.Close()
+			}
+		}()
+		if out, code := n.tcpProbe(t, a.ID, k.HostAddr, 3128); code != 0 || !strings.Contains(out, "connected") {
+			t.Fatalf("control probe to the gateway failed (exit %d): %s", code, out)
+		}
+		port := other.Addr().(*net.TCPAddr).Port
+		bIP, _, _ := strings.Cut(b.Address, ":")
+		for _, target := range []struct {
+			what, host string
+			port       int
+		}{
+			{"a host port beside the gateway", k.HostAddr, port},
+			{"the API server", k.NodeAddr, 6443},
+			{"the kubelet", k.NodeAddr, 10250},
+			{"etcd", k.NodeAddr, 2379},
+			{"another Pod", bIP, 22},
+			{"the Docker bridge", "172.17.0.1", 2375},
+		} {
+			if out, code := n.tcpProbe(t, a.ID, target.host, target.port); code == 0 || strings.Contains(out, "connected") {
+				t.Errorf("%s (%s:%d) is reachable from a Pod: %s", target.what, target.host, target.port, out)
+			}
+		}
+		select {
+		case from := <-accepted:
+			t.Fatalf("a Pod's connection reached a host listener from %s", from)
+		default:
+		}
+	})
+
+	t.Run("DNS goes only through the node's resolver", func(t *testing.T) {
+		l := n.lease(t, "api.example.test")
+		out, _, code := n.exec(t, l.ID, "cat", "/etc/resolv.conf")
+		if code != 0 || !strings.Contains(out, "nameserver "+k.HostAddr) || strings.Count(out, "nameserver") != 1 || strings.Contains(out, "search") {
+			t.Fatalf("resolv.conf is not the node's resolver alone:\n%s", out)
+		}
+		// A resolver of the Pod's choosing beside it is out of reach: a UDP listener on the
+		// node's address at another port hears nothing.
+		pc, err := net.ListenPacket("udp", k.HostAddr+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		p := pc.LocalAddr().(*net.UDPAddr).Port
+		n.exec(t, l.ID, "bash", "-c", "echo query > /dev/udp/"+k.HostAddr+"/"+strconv.Itoa(p))
+		pc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, from, err := pc.ReadFrom(make([]byte, 64)); err == nil {
+			t.Fatalf("a Pod's UDP datagram reached a host port other than the resolver's, from %s", from)
+		}
+		// An allowed name resolves through the resolver; one the task was not granted does not.
+		if out, errs, code := n.exec(t, l.ID, "getent", "hosts", "api.example.test"); code != 0 {
+			t.Fatalf("an allowed name does not resolve: %s %s", out, errs)
+		}
+		if out, _, code := n.exec(t, l.ID, "getent", "hosts", "denied.example.test"); code == 0 {
+			t.Fatalf("a name outside the task's scopes resolved: %s", out)
+		}
+	})
+
+	t.Run("the gateway injects the credential and explains a refusal, with the audit under the lease", func(t *testing.T) {
+		secret := s.demoSecret(t)
+		l := n.lease(t, "api.example.test=demo")
+		out, errs, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami")
+		if code != 0 || !strings.Contains(out, "whoami ok") {
+			t.Fatalf("curl through the gateway: exit %d, out %q, err %q", code, out, errs)
+		}
+		if seen := up.seen(); len(seen) == 0 || seen[len(seen)-1] != "Bearer "+secret {
+			t.Fatalf("upstream saw Authorization %q, want the Vault credential", seen)
+		}
+		out, _, code = n.exec(t, l.ID, "curl", "-sS", "-o", "/dev/stderr", "-w", "%{http_code}", "https://other.example.test/")
+		if code == 0 && !strings.Contains(out, "403") {
+			t.Fatalf("a request outside the task's scopes was not refused: %q", out)
+		}
+		recs := n.trailUntil(t, l.ID, func(rs []audit.Record) bool {
+			var allowed, denied bool
+			for _, r := range rs {
+				allowed = allowed || (r.Kind == audit.KindHTTP && r.Host == "api.example.test" && r.Decision == audit.Allow)
+				denied = denied || (r.Host == "other.example.test" && r.Decision == audit.Deny)
+			}
+			return allowed && denied
+		})
+		for _, r := range recs {
+			if r.Sandbox != "" && r.Sandbox != l.Sandbox {
+				t.Fatalf("a record of lease %s names sandbox %s, not its Pod %s", l.ID, r.Sandbox, l.Sandbox)
+			}
+		}
+	})
+
+	t.Run("release deletes the Pod", func(t *testing.T) {
+		l := n.leaseWith(t)
+		if _, errs, code := n.cli(t, "release", l.ID); code != 0 {
+			t.Fatalf("release: %s", errs)
+		}
+		if err := waitUntil(30*time.Second, "the released lease's Pod to be deleted", func() bool {
+			_, ok := k.pods(t, ns, n.spec.Name)[l.Sandbox]
+			return !ok
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("the node's NetworkPolicy lets its Pods out only to the gateway and the resolver", func(t *testing.T) {
+		out, err := k.kubectl(t, "-n", ns, "get", "networkpolicy", "airlock-sandboxes-"+n.spec.Name, "-o", "json")
+		if err != nil {
+			t.Fatalf("kubectl get networkpolicy: %v: %s", err, out)
+		}
+		var np struct {
+			Spec struct {
+				PodSelector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"podSelector"`
+				PolicyTypes []string          `json:"policyTypes"`
+				Ingress     []json.RawMessage `json:"ingress"`
+				Egress      []struct {
+					To []struct {
+						IPBlock struct {
+							CIDR string `json:"cidr"`
+						} `json:"ipBlock"`
+					} `json:"to"`
+					Ports []struct {
+						Protocol string `json:"protocol"`
+						Port     int    `json:"port"`
+					} `json:"ports"`
+				} `json:"egress"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal([]byte(out), &np); err != nil {
+			t.Fatal(err)
+		}
+		sp := np.Spec
+		if sp.PodSelector.MatchLabels["airlock.dev/node"] != n.spec.Name || len(sp.Ingress) != 0 ||
+			strings.Join(sp.PolicyTypes, ",") != "Ingress,Egress" || len(sp.Egress) != 1 ||
+			len(sp.Egress[0].To) != 1 || sp.Egress[0].To[0].IPBlock.CIDR != k.HostAddr+"/32" {
+			t.Fatalf("NetworkPolicy does not confine the node's Pods to its address:\n%s", out)
+		}
+		var ports []string
+		for _, p := range sp.Egress[0].Ports {
+			ports = append(ports, p.Protocol+"/"+strconv.Itoa(p.Port))
+		}
+		if strings.Join(ports, " ") != "TCP/3128 UDP/53 TCP/53" { // no transparent port: the node's namespace is not the agent's
+			t.Fatalf("NetworkPolicy opens %v, want the gateway and the resolver alone", ports)
+		}
+	})
+}
+
+// TestKubernetesNodeAdoptsItsPods restarts a node that keeps its sandboxes: the leased Pod and
+// the warm ones are adopted by their labels, the lease still runs commands in the same Pod, and
+// no Pod is made twice.
+func TestKubernetesNodeAdoptsItsPods(t *testing.T) {
+	k := kubeCluster(t)
+	n, _, ns, cfg := startKubeNode(t, k, "e2e-kube-keep", "alk-kkeep", true)
+	if err := waitUntil(2*time.Minute, "the Kubernetes pool warm", func() bool {
+		out, _, _ := n.cli(t, "pools", "--json")
+		return strings.Contains(out, `"warm":2`)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l := n.lease(t)
+	n.exec(t, l.ID, "sh", "-c", "echo kept > /workspace/mark")
+	before := k.pods(t, ns, n.spec.Name)
+	if err := n.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.pods(t, ns, n.spec.Name); len(got) != len(before) {
+		t.Fatalf("a node that keeps its sandboxes deleted Pods at stop: %v, then %v", before, got)
+	}
+	n2 := startNode(t, n.spec, n.state, cfg)
+	out, errs, code := n2.exec(t, l.ID, "cat", "/workspace/mark")
+	if code != 0 || out != "kept\n" {
+		t.Fatalf("the lease's Pod after a restart: exit %d, %q %s", code, out, errs)
+	}
+	time.Sleep(2 * time.Second) // a refill that wrongly replaced the adopted warm Pods would have begun
+	if got := k.pods(t, ns, n.spec.Name); len(got) != len(before) {
+		t.Fatalf("the restarted node did not adopt its Pods: %v before, %v after", before, got)
+	}
+	if _, errs, code := n2.cli(t, "release", l.ID); code != 0 {
+		t.Fatalf("release: %s", errs)
+	}
+}
