@@ -371,7 +371,22 @@ func TestKubernetesNodeAdoptsItsPods(t *testing.T) {
 	}
 	l := n.lease(t)
 	n.exec(t, l.ID, "sh", "-c", "echo kept > /workspace/mark")
-	before := k.pods(t, ns, n.spec.Name)
+	// The refill replaces the leased one first: a Pod still being made at stop is deleted, not
+	// kept, so the count is taken once the pool is whole again.
+	var before map[string]string
+	if err := waitUntil(time.Minute, "the leased Pod and two warm ones running", func() bool {
+		before = k.pods(t, ns, n.spec.Name)
+		running := 0
+		for _, phase := range before {
+			if phase == "Running" {
+				running++
+			}
+		}
+		out, _, _ := n.cli(t, "pools", "--json")
+		return running == 3 && len(before) == 3 && strings.Contains(out, `"warm":2`)
+	}); err != nil {
+		t.Fatalf("%v: %v", err, before)
+	}
 	if err := n.shutdown(); err != nil {
 		t.Fatal(err)
 	}

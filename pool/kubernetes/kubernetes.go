@@ -171,6 +171,12 @@ func (r *Runtime) Pod(t pool.Template, name string) (*corev1.Pod, error) {
 	mem := resource.NewQuantity(t.MemoryMB<<20, resource.BinarySI)
 	cpu := resource.NewMilliQuantity(int64(t.CPUs*1000), resource.DecimalSI)
 	limits := corev1.ResourceList{corev1.ResourceMemory: *mem, corev1.ResourceCPU: *cpu}
+	// Memory is reserved as it is capped (what a sandbox may use, the node must have); CPU is
+	// capped at the template's and reserved at a tenth of it: a warm sandbox idles, and a
+	// node reserving whole cores for idle Pods would hold a handful (the Docker backend caps CPU
+	// and reserves none).
+	requests := corev1.ResourceList{corev1.ResourceMemory: *mem,
+		corev1.ResourceCPU: *resource.NewMilliQuantity(max(int64(t.CPUs*100), 10), resource.DecimalSI)}
 	ws := resource.NewQuantity(t.WorkspaceMB<<20, resource.BinarySI)
 	tmp := resource.NewQuantity(t.TmpMB<<20, resource.BinarySI)
 	psc := &corev1.PodSecurityContext{
@@ -205,7 +211,7 @@ func (r *Runtime) Pod(t pool.Template, name string) (*corev1.Pod, error) {
 				// command the image declares.
 				Command: []string{"sleep"}, Args: []string{"infinity"},
 				WorkingDir: t.Workdir, Env: env,
-				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits},
+				Resources: corev1.ResourceRequirements{Limits: limits, Requests: requests},
 				SecurityContext: &corev1.SecurityContext{
 					Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

@@ -56,6 +56,8 @@ func TestPodIsHardened(t *testing.T) {
 		{"every capability dropped", len(c.SecurityContext.Capabilities.Drop) == 1 && c.SecurityContext.Capabilities.Drop[0] == "ALL" && len(c.SecurityContext.Capabilities.Add) == 0},
 		{"memory limit", c.Resources.Limits.Memory().Value() == 512<<20},
 		{"cpu limit", c.Resources.Limits.Cpu().MilliValue() == 1500},
+		{"memory reserved as capped", c.Resources.Requests.Memory().Value() == 512<<20},
+		{"a tenth of the cpu reserved", c.Resources.Requests.Cpu().MilliValue() == 150},
 		{"idles", strings.Join(append(c.Command, c.Args...), " ") == "sleep infinity"},
 		{"no ports", len(c.Ports) == 0},
 		{"runc needs no RuntimeClass", s.RuntimeClassName == nil},
