@@ -32,24 +32,24 @@ type Config struct {
 	// Deployment is the tokens' audience and the Redis key prefix.
 	Deployment string `yaml:"deployment"`
 	// StateDir holds the CA, the audit trail, the dev Redis and Vault data and the client file.
-	StateDir  string          `yaml:"state_dir"`
-	API       API             `yaml:"api"`
-	Redis     Redis           `yaml:"redis"`
-	Vault     Vault           `yaml:"vault"`
-	Network   Network         `yaml:"network"`
+	StateDir string  `yaml:"state_dir"`
+	API      API     `yaml:"api"`
+	Redis    Redis   `yaml:"redis"`
+	Vault    Vault   `yaml:"vault"`
+	Network  Network `yaml:"network"`
 	// Backend is where sandboxes run: "docker" (the default: the local engine, on Network) or
 	// "kubernetes" (Pods on the Kubernetes node this agent runs on, see Kubernetes).
-	Backend    string     `yaml:"backend"`
-	Kubernetes Kubernetes `yaml:"kubernetes"`
-	Gateway   Gateway         `yaml:"gateway"`
-	Resolver  Resolver        `yaml:"resolver"`
-	Audit     Audit           `yaml:"audit"`
-	Review    Review          `yaml:"review"`
-	Tokens    Tokens          `yaml:"tokens"`
-	Dev       Dev             `yaml:"dev"`
-	Pool      Pool            `yaml:"pool"`
-	Creds     []broker.Entry  `yaml:"credentials"`
-	Templates []pool.Template `yaml:"templates"`
+	Backend    string          `yaml:"backend"`
+	Kubernetes Kubernetes      `yaml:"kubernetes"`
+	Gateway    Gateway         `yaml:"gateway"`
+	Resolver   Resolver        `yaml:"resolver"`
+	Audit      Audit           `yaml:"audit"`
+	Review     Review          `yaml:"review"`
+	Tokens     Tokens          `yaml:"tokens"`
+	Dev        Dev             `yaml:"dev"`
+	Pool       Pool            `yaml:"pool"`
+	Creds      []broker.Entry  `yaml:"credentials"`
+	Templates  []pool.Template `yaml:"templates"`
 	// Profiles are named bundles of scopes a token asks for by name ("profiles": ["pypi"]),
 	// beside the built-in ones (scope.Builtin), which a profile of the same name replaces.
 	Profiles []Profile `yaml:"profiles"`
@@ -150,7 +150,8 @@ type Kubernetes struct {
 	// DaemonSet sets it from spec.nodeName).
 	NodeName string `yaml:"node_name"`
 	// HostAddr is the node's address as its Pods reach it; the gateway and the resolver listen
-	// there. PodCIDR is the node's Pod network, which the node firewall confines.
+	// there. PodCIDR is the node's Pod network, which the node firewall confines. Empty: read
+	// from the Node object (its InternalIP and spec.podCIDR).
 	HostAddr string `yaml:"host_addr"`
 	PodCIDR  string `yaml:"pod_cidr"`
 	// FirewallNetns, when set, names the network namespace (under /run/netns) that holds the
@@ -461,6 +462,10 @@ func Load(path string) (Config, error) {
 		}
 		c.Templates[i] = t
 	}
+	// One configuration serves every node of a DaemonSet, each named by its environment.
+	if n := os.Getenv("AIRLOCK_NODE"); n != "" {
+		c.Node = n
+	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -561,10 +566,10 @@ func (c *Config) Validate() error {
 		if k.NodeName == "" && os.Getenv("NODE_NAME") == "" {
 			bad("kubernetes.node_name", "required with backend kubernetes (or NODE_NAME in the environment)")
 		}
-		if a, err := netip.ParseAddr(k.HostAddr); err != nil || !a.Is4() {
+		if a, err := netip.ParseAddr(k.HostAddr); k.HostAddr != "" && (err != nil || !a.Is4()) {
 			bad("kubernetes.host_addr", "%q is not the IPv4 address at which the node's Pods reach it", k.HostAddr)
 		}
-		if p, err := netip.ParsePrefix(k.PodCIDR); err != nil || !p.Addr().Is4() || p.Masked() != p {
+		if p, err := netip.ParsePrefix(k.PodCIDR); k.PodCIDR != "" && (err != nil || !p.Addr().Is4() || p.Masked() != p) {
 			bad("kubernetes.pod_cidr", "%q is not the node's IPv4 Pod network such as 10.244.0.0/24", k.PodCIDR)
 		}
 		if strings.ContainsAny(k.FirewallNetns, "/\x00") || k.FirewallNetns == "." || k.FirewallNetns == ".." {

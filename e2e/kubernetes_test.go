@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/kubernetes"
 )
 
 // kubeEnv is the test cluster scripts/kube.sh brought up (make test runs it): where its API
@@ -405,4 +409,133 @@ func TestKubernetesNodeAdoptsItsPods(t *testing.T) {
 	if _, errs, code := n2.cli(t, "release", l.ID); code != 0 {
 		t.Fatalf("release: %s", errs)
 	}
+}
+
+// TestKubernetesManifests proves deploy/kubernetes on the test cluster: the kustomization
+// builds, its objects are accepted by the API server (the DaemonSet by a server-side dry run,
+// since no agent image is published here), its configuration loads, and its RBAC is what the
+// backend needs and no more: the backend, running with nothing but the agent's service account
+// token, reads its Node, writes its ConfigMap and NetworkPolicy, makes a Pod, runs a command in
+// it and deletes it, while Secrets, other namespaces and Nodes beyond reading stay refused.
+func TestKubernetesManifests(t *testing.T) {
+	k := kubeCluster(t)
+	const dir = "../deploy/kubernetes"
+	if out, err := k.kubectl(t, "kustomize", dir); err != nil || !strings.Contains(out, "kind: DaemonSet") {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+	}
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "runtimeclass.yaml", "config.yaml"} {
+		if out, err := k.kubectl(t, "apply", "-f", dir+"/"+f); err != nil {
+			t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
+		}
+	}
+	if out, err := k.kubectl(t, "apply", "--dry-run=server", "-f", dir+"/daemonset.yaml"); err != nil {
+		t.Fatalf("the API server refuses the DaemonSet: %v\n%s", err, out)
+	}
+
+	t.Run("the configuration loads", func(t *testing.T) {
+		out, err := k.kubectl(t, "-n", "airlock-system", "get", "configmap", "airlock-config", "-o", "jsonpath={.data.airlock\\.yaml}")
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		dir := t.TempDir()
+		_, cert, key := apiCert(t, dir) // the Secret airlock-api-tls, mounted
+		out = strings.NewReplacer("/etc/airlock/api-tls/tls.crt", cert, "/etc/airlock/api-tls/tls.key", key).Replace(out)
+		path := dir + "/airlock.yaml"
+		os.WriteFile(path, []byte(out), 0o600)
+		t.Setenv("NODE_NAME", "airlock-node")
+		t.Setenv("AIRLOCK_NODE", "airlock-node")
+		c, err := config.Load(path)
+		if err != nil {
+			t.Fatalf("the DaemonSet's configuration does not load: %v", err)
+		}
+		if c.Backend != "kubernetes" || c.Node != "airlock-node" || c.Dev.Issuer {
+			t.Fatalf("loaded as backend %q, node %q, dev issuer %v", c.Backend, c.Node, c.Dev.Issuer)
+		}
+	})
+
+	as := "system:serviceaccount:airlock-system:airlock-agent"
+	t.Run("the agent may do what the backend needs and no more", func(t *testing.T) {
+		for _, c := range []struct {
+			verb, resource, ns string
+			want           bool
+		}{
+			{"create", "pods", "airlock-sandboxes", true},
+			{"delete", "pods", "airlock-sandboxes", true},
+			{"create", "pods/exec", "airlock-sandboxes", true},
+			{"update", "configmaps", "airlock-sandboxes", true},
+			{"create", "networkpolicies.networking.k8s.io", "airlock-sandboxes", true},
+			{"get", "nodes", "", true},
+			{"get", "secrets", "airlock-sandboxes", false},
+			{"list", "secrets", "airlock-system", false},
+			{"create", "pods", "default", false},
+			{"create", "pods/exec", "airlock-system", false},
+			{"update", "nodes", "", false},
+			{"create", "pods/attach", "airlock-sandboxes", false},
+			{"create", "serviceaccounts/token", "airlock-system", false},
+			{"patch", "pods", "airlock-sandboxes", false},
+		} {
+			// kubectl reads TYPE/NAME: a subresource is asked with --subresource.
+			resource, sub, _ := strings.Cut(c.resource, "/")
+			args := []string{"auth", "can-i", c.verb, resource, "--as", as}
+			if sub != "" {
+				args = append(args, "--subresource", sub)
+			}
+			if c.ns != "" {
+				args = append(args, "-n", c.ns)
+			}
+			out, _ := k.kubectl(t, args...)
+			lines := strings.Split(strings.TrimSpace(out), "\n") // a warning may come first
+			answer := lines[len(lines)-1]
+			if answer != "yes" && answer != "no" {
+				t.Fatalf("kubectl auth can-i %v: %s", args, out)
+			}
+			if got := answer == "yes"; got != c.want {
+				t.Errorf("the agent may %s %s in %q: %s (want %v)", c.verb, c.resource, c.ns, answer, c.want)
+			}
+		}
+	})
+
+	t.Run("the backend works with the agent's service account alone", func(t *testing.T) {
+		tok, err := k.kubectl(t, "-n", "airlock-system", "create", "token", "airlock-agent", "--duration", "10m")
+		if err != nil {
+			t.Fatalf("kubectl create token: %v: %s", err, tok)
+		}
+		server, _ := k.kubectl(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+		caFile, _ := k.kubectl(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.certificate-authority}")
+		kc := t.TempDir() + "/agent.kubeconfig"
+		os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: agent, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: agent}}]
+current-context: c
+`, server, caFile, strings.TrimSpace(tok))), 0o600)
+		ctx := context.Background()
+		b, err := kubernetes.NewBackend(kubernetes.BackendConfig{
+			Node: "e2e-rbac", NodeName: "airlock-node", Namespace: "airlock-sandboxes", Kubeconfig: kc,
+			HostAddr: netip.MustParseAddr(k.HostAddr), FirewallNetns: k.Netns, // the Pod network from the Node object
+			GatewayPort: 3128, ResolverPort: 53, NetworkPolicy: true, DisableIPv6: true,
+		})
+		if err != nil {
+			t.Fatalf("the backend with the agent's token: %v", err)
+		}
+		if err := b.Setup(ctx); err != nil {
+			t.Fatalf("setup with the agent's token: %v", err)
+		}
+		defer b.Teardown(ctx)
+		sb, err := b.Create(ctx, pool.Template{Name: "default", Image: "airlock/default:latest", User: "10001:10001",
+			Workdir: "/workspace", CPUs: 1, MemoryMB: 256, WorkspaceMB: 32, TmpMB: 32})
+		if err != nil {
+			t.Fatalf("a Pod with the agent's token: %v", err)
+		}
+		defer b.Destroy(ctx, sb.ID)
+		var out strings.Builder
+		code, err := b.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"sh", "-c", "echo inside; exit 3"}}, nil, &out, &out)
+		if err != nil || code != 3 || out.String() != "inside\n" {
+			t.Fatalf("exec with the agent's token: %d %v %q", code, err, out.String())
+		}
+		if err := b.Destroy(ctx, sb.ID); err != nil {
+			t.Fatalf("delete with the agent's token: %v", err)
+		}
+	})
 }

@@ -247,7 +247,7 @@ func newBackend(cfg config.Config, authority *ca.Authority) (pool.Backend, error
 		}
 		return kubernetes.NewBackend(kubernetes.BackendConfig{
 			Node: cfg.Node, NodeName: nodeName, Namespace: k.Namespace, Kubeconfig: k.Kubeconfig,
-			HostAddr: netip.MustParseAddr(k.HostAddr), PodCIDR: netip.MustParsePrefix(k.PodCIDR), FirewallNetns: k.FirewallNetns,
+			HostAddr: addrOrZero(k.HostAddr), PodCIDR: prefixOrZero(k.PodCIDR), FirewallNetns: k.FirewallNetns,
 			GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, Transparent: transparent,
 			NetworkPolicy: k.NetworkPolicy, RuntimeClasses: k.RuntimeClasses, DisableIPv6: k.DisableIPv6,
 			CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop,
@@ -258,6 +258,18 @@ func newBackend(cfg config.Config, authority *ca.Authority) (pool.Backend, error
 		GatewayPort: cfg.Gateway.Port, ResolverPort: cfg.Resolver.Port, TransparentPort: max(cfg.Gateway.TransparentPort, 0),
 		StateDir: cfg.StateDir, CAPEM: authority.CertPEM, KeepOnStop: cfg.Pool.KeepOnStop, Templates: cfg.Templates,
 	})
+}
+
+// addrOrZero and prefixOrZero parse what config validated, "" as the zero value (the backend
+// then looks it up).
+func addrOrZero(s string) netip.Addr {
+	a, _ := netip.ParseAddr(s)
+	return a
+}
+
+func prefixOrZero(s string) netip.Prefix {
+	p, _ := netip.ParsePrefix(s)
+	return p
 }
 
 // buildMissing builds the images of templates made from a Dockerfile or a devcontainer.json

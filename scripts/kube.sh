@@ -299,6 +299,11 @@ daemon kubelet "$bin/kubelet" --config="$state/kubelet-config.yaml" --kubeconfig
 waitfor 60 "the kubelet healthy" in_ns curl -sf http://127.0.0.1:10248/healthz
 waitfor 90 "the node Ready" kubectl wait --for=condition=Ready node/airlock-node --timeout=1s
 waitfor 60 "the default service account" kubectl get serviceaccount default
+# The node's Pod network on its Node object, as a cluster that allocates one per node records
+# it (the controller manager's own allocator is off: CNI's range is fixed above).
+if [ -z "$(kubectl get node airlock-node -o jsonpath='{.spec.podCIDR}')" ]; then
+	kubectl patch node airlock-node --type merge -p "{\"spec\":{\"podCIDR\":\"$pod_cidr\",\"podCIDRs\":[\"$pod_cidr\"]}}" >/dev/null
+fi
 
 cat >"$state/env" <<EOF
 KUBECONFIG=$state/admin.kubeconfig

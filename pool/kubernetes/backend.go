@@ -2,17 +2,19 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/firewall"
@@ -56,12 +58,14 @@ var _ pool.Backend = (*Backend)(nil)
 
 // NewBackend connects to the API server. Nothing is made before Setup.
 func NewBackend(cfg BackendConfig) (*Backend, error) {
-	if !cfg.PodCIDR.IsValid() || !cfg.HostAddr.IsValid() {
-		return nil, errors.New("kubernetes: the node's Pod network and its address for the Pods must be given")
-	}
 	rc, err := RESTConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.PodCIDR.IsValid() || !cfg.HostAddr.IsValid() {
+		if err := fromNode(rc, &cfg); err != nil {
+			return nil, err
+		}
 	}
 	rt, err := New(Config{Node: cfg.Node, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
 		ProxyURL: "http://" + net.JoinHostPort(cfg.HostAddr.String(), strconv.Itoa(cfg.GatewayPort)),
@@ -73,6 +77,44 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		Chain: "AIRLOCK-" + cfg.Node, Source: cfg.PodCIDR.Masked(), Forward: true, Netns: cfg.FirewallNetns,
 		Host: cfg.HostAddr, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort, Transparent: cfg.Transparent,
 	}}, nil
+}
+
+// fromNode fills in what cfg lacks of the node's address and Pod network from its Node object:
+// the first InternalIP, and spec.podCIDR (IPv4).
+func fromNode(rc *rest.Config, cfg *BackendConfig) error {
+	cli, err := k8s.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cli.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("kubernetes: reading Node %s for the settings left empty (kubernetes.host_addr, kubernetes.pod_cidr): %w", cfg.NodeName, err)
+	}
+	if !cfg.HostAddr.IsValid() {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && ip.Is4() {
+				cfg.HostAddr = ip
+				break
+			}
+		}
+	}
+	if !cfg.PodCIDR.IsValid() {
+		for _, c := range append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...) {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+				cfg.PodCIDR = p.Masked()
+				break
+			}
+		}
+	}
+	switch {
+	case !cfg.HostAddr.IsValid():
+		return fmt.Errorf("kubernetes: Node %s has no IPv4 InternalIP; set kubernetes.host_addr", cfg.NodeName)
+	case !cfg.PodCIDR.IsValid():
+		return fmt.Errorf("kubernetes: Node %s has no IPv4 spec.podCIDR (the cluster does not allocate Pod networks per node); set kubernetes.pod_cidr", cfg.NodeName)
+	}
+	return nil
 }
 
 // HostAddr is where the node's Pods reach its gateway and resolver.
