@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -319,5 +320,45 @@ func TestProfileSet(t *testing.T) {
 func TestSelfApprovalOnlyInDev(t *testing.T) {
 	if Default().Gateway.Approvals.AllowSelf || !DevDefaults().Gateway.Approvals.AllowSelf {
 		t.Fatalf("allow_self: default %v, dev %v", Default().Gateway.Approvals.AllowSelf, DevDefaults().Gateway.Approvals.AllowSelf)
+	}
+}
+
+// TestDeployComposeLoads: the single-host deployment's configuration loads, and its compose
+// file passes Redis and Vault by reference only, mounting that configuration where it runs it.
+func TestDeployComposeLoads(t *testing.T) {
+	c, err := Load("../deploy/compose/airlock.yaml")
+	if err != nil {
+		t.Fatalf("deploy/compose/airlock.yaml: %v", err)
+	}
+	if c.Dev.Issuer || c.Backend != "docker" {
+		t.Fatalf("deploy/compose runs the dev issuer (%v) or backend %q", c.Dev.Issuer, c.Backend)
+	}
+	b, err := os.ReadFile("../deploy/compose/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cf struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
+			CapAdd      []string          `yaml:"cap_add"`
+			Privileged  bool              `yaml:"privileged"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &cf); err != nil {
+		t.Fatal(err)
+	}
+	svc, ok := cf.Services["airlock"]
+	if !ok || svc.Privileged {
+		t.Fatalf("compose service: %+v", cf)
+	}
+	for _, k := range []string{"REDIS_URL", "VAULT_ADDR"} {
+		if v := svc.Environment[k]; !strings.HasPrefix(v, "${"+k) {
+			t.Errorf("compose.yaml gives %s a value (%q), not a reference to the environment", k, v)
+		}
+	}
+	if !slices.Contains(svc.Volumes, "./airlock.yaml:/etc/airlock/airlock.yaml:ro") || !slices.Contains(svc.Command, "/etc/airlock/airlock.yaml") {
+		t.Errorf("compose.yaml does not run the configuration it mounts: %v %v", svc.Command, svc.Volumes)
 	}
 }

@@ -105,10 +105,12 @@ kubernetes:
   pod_cidr: %s
   firewall_netns: %s
   network_policy: true
+  runtime_classes: {runsc: gvisor}
   disable_ipv6: true
 pool:
   keep_on_stop: %t
-`, k.Kubeconfig, ns, k.HostAddr, k.PodCIDR, k.Netns, keep)}
+`, k.Kubeconfig, ns, k.HostAddr, k.PodCIDR, k.Netns, keep),
+		Templates: "  - {name: gvisor, runtime: runsc, min_warm: 1, max_total: 4, default_ttl: 10m, max_ttl: 1h, wait_for: 1m}\n"}
 }
 
 // startKubeNode starts a node on the test cluster in a namespace of its own, removed when t
@@ -138,15 +140,34 @@ func startKubeNode(t *testing.T, k kubeEnv, name, bridge string, keep bool) (*no
 // and the NetworkPolicy made for the node.
 func TestKubernetesBackend(t *testing.T) {
 	k := kubeCluster(t)
-	n, up, ns, _ := startKubeNode(t, k, "e2e-kube", "alk-kube", false)
-	s := &shared{nodeProc: n, up: up}
-	if err := waitUntil(2*time.Minute, "the Kubernetes pool warm", func() bool {
-		out, _, _ := n.cli(t, "pools", "--json")
-		return strings.Contains(out, `"warm":2`)
-	}); err != nil {
-		out, _, _ := n.cli(t, "pools")
-		t.Fatalf("%v: %s\n%s", err, out, n.log)
+	node, up, ns, _ := startKubeNode(t, k, "e2e-kube", "alk-kube", false)
+	for _, tmpl := range []string{"default", "gvisor"} {
+		if err := waitUntil(3*time.Minute, "the Kubernetes pool of "+tmpl+" at its target", func() bool {
+			_, ok, _ := node.settled(t, tmpl)
+			return ok
+		}); err != nil {
+			out, _, _ := node.cli(t, "pools")
+			t.Fatalf("%v: %s\n%s", err, out, node.log)
+		}
 	}
+	for _, rt := range []struct{ name, template string }{{"runc", "default"}, {"gvisor", "gvisor"}} {
+		t.Run(rt.name, func(t *testing.T) {
+			s := (&shared{nodeProc: node, up: up}).under(rt.template)
+			kubeInvariants(t, k, s, ns, rt.name)
+		})
+	}
+}
+
+// kubeInvariants is the suite TestKubernetesBackend runs for each runtime.
+func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
+	n, up := s.nodeProc, s.up
+	t.Run("the sandbox runs under its runtime", func(t *testing.T) {
+		l := n.lease(t)
+		out, _, _ := n.exec(t, l.ID, "sh", "-c", "dmesg 2>/dev/null | head -3; uname -r")
+		if gvisor := strings.Contains(out, "gVisor") || strings.Contains(out, "gvisor"); gvisor != (runtime == "gvisor") {
+			t.Fatalf("runtime %s, yet the sandbox's kernel says:\n%s", runtime, out)
+		}
+	})
 
 	t.Run("a warm lease is a hardened Pod, and commands run in it with their exit codes", func(t *testing.T) {
 		l := n.lease(t)
@@ -367,27 +388,21 @@ func TestKubernetesBackend(t *testing.T) {
 func TestKubernetesNodeAdoptsItsPods(t *testing.T) {
 	k := kubeCluster(t)
 	n, _, ns, cfg := startKubeNode(t, k, "e2e-kube-keep", "alk-kkeep", true)
-	if err := waitUntil(2*time.Minute, "the Kubernetes pool warm", func() bool {
-		out, _, _ := n.cli(t, "pools", "--json")
-		return strings.Contains(out, `"warm":2`)
-	}); err != nil {
-		t.Fatal(err)
-	}
 	l := n.lease(t)
 	n.exec(t, l.ID, "sh", "-c", "echo kept > /workspace/mark")
 	// The refill replaces the leased one first: a Pod still being made at stop is deleted, not
 	// kept, so the count is taken once the pool is whole again.
 	var before map[string]string
-	if err := waitUntil(time.Minute, "the leased Pod and two warm ones running", func() bool {
+	if err := waitUntil(2*time.Minute, "the leased Pod and the warm ones running", func() bool {
 		before = k.pods(t, ns, n.spec.Name)
-		running := 0
 		for _, phase := range before {
-			if phase == "Running" {
-				running++
+			if phase != "Running" {
+				return false
 			}
 		}
-		out, _, _ := n.cli(t, "pools", "--json")
-		return running == 3 && len(before) == 3 && strings.Contains(out, `"warm":2`)
+		_, def, _ := n.settled(t, "default")
+		_, gv, _ := n.settled(t, "gvisor")
+		return def && gv && len(before) == 4 // one leased, two warm, one warm under gVisor
 	}); err != nil {
 		t.Fatalf("%v: %v", err, before)
 	}
@@ -457,7 +472,7 @@ func TestKubernetesManifests(t *testing.T) {
 	t.Run("the agent may do what the backend needs and no more", func(t *testing.T) {
 		for _, c := range []struct {
 			verb, resource, ns string
-			want           bool
+			want               bool
 		}{
 			{"create", "pods", "airlock-sandboxes", true},
 			{"delete", "pods", "airlock-sandboxes", true},

@@ -75,6 +75,8 @@ down() {
 
 key=$(cat tools/kubernetes/go.mod tools/kubernetes/go.sum tools/kubernetes/pause/main.go tools/etcd/go.mod tools/etcd/go.sum | sha256sum | cut -c1-16)
 bin="$cache/kube-$key"
+shimkey=$(cat tools/gvisor-shim/go.mod tools/gvisor-shim/go.sum "$0" | sha256sum | cut -c1-16)
+shim="$cache/gvisor-shim-$shimkey/containerd-shim-runsc-v1"
 
 if [ "${1:-up}" = down ]; then
 	down
@@ -98,6 +100,32 @@ if [ ! -x "$bin/kubelet" ] || [ ! -x "$bin/etcd" ] || [ ! -x "$bin/pause" ]; the
 	rm -rf "$bin"
 	mv "$bin.tmp" "$bin"
 fi
+# gVisor's containerd shim, vendored and patched for this machine (tools/gvisor-shim/README.md).
+if [ ! -x "$shim" ]; then
+	echo "kube: building gVisor's containerd shim from tools/gvisor-shim (first time only; about a minute)"
+	work=$(mktemp -d)
+	cp tools/gvisor-shim/go.mod tools/gvisor-shim/go.sum tools/gvisor-shim/tools.go "$work/"
+	(cd "$work" && go mod vendor)
+	patch_line() { # file old new: replaces one whole line, and fails unless exactly one matched
+		local n
+		n=$(grep -cxF -- "$2" "$1" || true)
+		[ "$n" = 1 ] || { echo "kube: the shim patch expects one line '$2' in $1, found $n" >&2; exit 1; }
+		OLD=$2 NEW=$3 perl -0pi -e 's/^\Q$ENV{OLD}\E$/$ENV{NEW}/m' "$1"
+	}
+	patch_line "$work/vendor/gvisor.dev/gvisor/pkg/shim/v1/manager.go" \
+		$'\t\treturn shim.BootstrapParams{}, fmt.Errorf("failed to set OOM Score on shim: %w", err)' \
+		$'\t\t_ = err // no CAP_SYS_RESOURCE here: the shim keeps its score'
+	patch_line "$work/vendor/github.com/containerd/containerd/v2/pkg/shim/shim.go" \
+		$'\t\tdata, err := json.Marshal(&params)' \
+		$'\t\tdata, err, _ := []byte(params.Address), error(nil), json.Marshal // containerd 1.6 reads a bare address'
+	mkdir -p "$(dirname "$shim")"
+	(cd "$work" && CGO_ENABLED=0 go build -mod=vendor -trimpath -ldflags "-s -w" -o "$shim.tmp" gvisor.dev/gvisor/shim)
+	mv "$shim.tmp" "$shim"
+	rm -rf "$work"
+fi
+runsc=$(readlink -f bin/runsc 2>/dev/null || true)
+[ -x "$runsc" ] || { echo "kube: bin/runsc is missing (make runsc builds it)" >&2; exit 1; }
+ln -sfn "$shim" "$bin/containerd-shim-runsc-v1"
 [ -x /usr/lib/cni/bridge ] || { echo "kube: Debian's CNI plugins are missing (make deps installs containernetworking-plugins)" >&2; exit 1; }
 mkdir -p "$state"/{run,log,pki,cni/net.d,cni/ipam,containerd,kubelet,etcd-data,pod-logs}
 chmod 700 "$state" "$state/pki"
@@ -168,7 +196,11 @@ kubeconfig kubelet kubelet
 
 # 4. containerd, a second instance with its own root, state and sockets.
 sock=$state/containerd/containerd.sock
-cat >"$state/containerd/config.toml" <<EOF
+cat >"$state/runsc.toml" <<EOF
+binary_name = "$runsc"
+root = "$state/runsc-root"
+EOF
+cat >"$state/containerd/config.toml.new" <<EOF
 version = 2
 root = "$state/containerd/root"
 state = "$state/containerd/state"
@@ -194,7 +226,20 @@ state = "$state/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+    # gVisor: the RuntimeClass gvisor (deploy/kubernetes/runtimeclass.yaml) names this handler.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$state/runsc.toml"
 EOF
+# A containerd running on another configuration is restarted on this one (its Pods' shims run on).
+if ! cmp -s "$state/containerd/config.toml.new" "$state/containerd/config.toml"; then
+	stop "$state/run/containerd.pid"
+	mv "$state/containerd/config.toml.new" "$state/containerd/config.toml"
+else
+	rm "$state/containerd/config.toml.new"
+fi
 cat >"$state/cni/net.d/10-airlock.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "airlock-pods", "plugins": [
   {"type": "bridge", "bridge": "alk8s-pods", "isGateway": true, "ipMasq": false, "hairpinMode": true,
@@ -212,7 +257,8 @@ daemon() {
 	nsenter --net="/run/netns/$netns" -- setsid "$@" >>"$state/log/$name.log" 2>&1 </dev/null &
 	echo $! >"$state/run/$name.pid"
 }
-daemon containerd containerd --config "$state/containerd/config.toml"
+# PATH: containerd finds the runsc shim beside the cluster's binaries.
+daemon containerd env PATH="$bin:$PATH" containerd --config "$state/containerd/config.toml"
 ctr() { command ctr -a "$sock" -n k8s.io "$@"; }
 waitfor 30 "containerd answering on $sock" ctr version
 
@@ -299,6 +345,8 @@ daemon kubelet "$bin/kubelet" --config="$state/kubelet-config.yaml" --kubeconfig
 waitfor 60 "the kubelet healthy" in_ns curl -sf http://127.0.0.1:10248/healthz
 waitfor 90 "the node Ready" kubectl wait --for=condition=Ready node/airlock-node --timeout=1s
 waitfor 60 "the default service account" kubectl get serviceaccount default
+# The RuntimeClass for gVisor templates, as the production manifests declare it.
+kubectl apply -f deploy/kubernetes/runtimeclass.yaml >/dev/null
 # The node's Pod network on its Node object, as a cluster that allocates one per node records
 # it (the controller manager's own allocator is off: CNI's range is fixed above).
 if [ -z "$(kubectl get node airlock-node -o jsonpath='{.spec.podCIDR}')" ]; then
