@@ -170,6 +170,12 @@ func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
 	})
 
 	t.Run("a warm lease is a hardened Pod, and commands run in it with their exit codes", func(t *testing.T) {
+		if err := waitUntil(2*time.Minute, "the pool of "+n.template+" back at its target", func() bool {
+			_, ok, _ := n.settled(t, n.template)
+			return ok
+		}); err != nil {
+			t.Fatal(err)
+		}
 		l := n.lease(t)
 		if l.Start != "warm" {
 			t.Fatalf("lease start %q, want warm", l.Start)
@@ -177,11 +183,11 @@ func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
 		if phase := k.pods(t, ns, n.spec.Name)[l.Sandbox]; phase != "Running" {
 			t.Fatalf("the lease's sandbox %s is no running Pod of the node (phase %q)", l.Sandbox, phase)
 		}
-		out, errs, code := n.exec(t, l.ID, "bash", "-c", `id -u; grep CapEff /proc/self/status; touch /x 2>&1; ls /var/run/secrets/kubernetes.io 2>&1; echo "$KUBERNETES_SERVICE_HOST"; exit 7`)
+		out, errs, code := n.exec(t, l.ID, "bash", "-c", `id -u; grep CapEff /proc/self/status; awk '$2 == "/" {split($4, o, ","); print "root mounted " o[1]}' /proc/mounts; ls /var/run/secrets/kubernetes.io 2>&1; echo "$KUBERNETES_SERVICE_HOST"; exit 7`)
 		if code != 7 {
 			t.Fatalf("exit %d, want 7: %s %s", code, out, errs)
 		}
-		for _, want := range []string{"10001\n", "CapEff:\t0000000000000000", "Read-only file system", "No such file or directory"} {
+		for _, want := range []string{"10001\n", "CapEff:\t0000000000000000", "root mounted ro\n", "No such file or directory"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("sandbox lacks %q:\n%s", want, out)
 			}

@@ -53,6 +53,7 @@ func main() {
 	flag.DurationVar(&plan.Gap, "burst-gap", 10*time.Second, "with -burst: the pause between levels")
 	flag.IntVar(&plan.Trace, "burst-trace", 16, "with -burst: the level whose pool target is printed second by second")
 	flag.DurationVar(&plan.Idle, "burst-idle", 10*time.Minute, "with -burst: how long to wait for an idle pool to shrink to its floor")
+	kube := flag.String("kube", "", "also measure on the Kubernetes backend against the cluster of this env file (make kube's): cold Pod starts and memory with -cold, a whole node with -node")
 	engine := flag.String("engine", "", "measure the engine's sandbox throughput at these numbers at once, comma-separated (then nothing else runs)")
 	engineN := flag.Int("engine-n", 40, "with -engine: sandboxes per level")
 	flag.Parse()
@@ -106,9 +107,28 @@ func main() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var kc *kubeCluster
+	if *kube != "" {
+		var err error
+		if kc, err = readKubeEnv(*kube); err != nil {
+			log.Fatal(err)
+		}
+		if *cold > 0 {
+			if err := kubeCold(ctx, kc, *cold, rts, figs); err != nil {
+				log.Fatalf("the Kubernetes cold phase: %v", err)
+			}
+		}
+	}
 	if *whole {
 		if err := nodeBench(ctx, rts, nr, figs); err != nil {
 			log.Fatalf("the whole-node phase: %v", err)
+		}
+		if kc != nil {
+			kr := nr
+			kr.Kube = kc
+			if err := nodeBench(ctx, rts, kr, figs); err != nil {
+				log.Fatalf("the whole-node phase on Kubernetes: %v", err)
+			}
 		}
 	}
 	defer figs.ratios()

@@ -33,6 +33,9 @@ type nodeRun struct {
 	Warm     int    // warm sandboxes per template, leased in one round
 	Requests int    // requests per mode for the gateway's added latency
 	Vault    string // the Vault binary the dev stack runs
+	// Kube, when set, runs the node on the Kubernetes backend against that cluster instead of
+	// the local engine; its figures are named "k8s-" and the runtime.
+	Kube *kubeCluster
 }
 
 // nodeBench runs a whole node in this process on its own network, with the dev stack around it
@@ -60,6 +63,16 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 	cfg.Dev.DemoUpstream = "127.0.0.1:0"
 	if vault, err := filepath.Abs(n.Vault); err == nil {
 		cfg.Vault.Binary = vault
+	}
+	label := func(rt string) string { return rt }
+	if n.Kube != nil {
+		cfg.Node = "poolbench-k"
+		cfg.Backend = "kubernetes"
+		cfg.Kubernetes = n.Kube.config()
+		label = func(rt string) string { return "k8s-" + rt }
+		if err := n.Kube.namespace(ctx, cfg.Kubernetes.Namespace); err != nil {
+			return err
+		}
 	}
 	cfg.Templates = nil
 	for _, rt := range rts {
@@ -141,11 +154,11 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 				}
 				all.add(cy)
 			}
-			figs.set(rt, fmt.Sprintf("warm lease p50 @%d", conc), ms(pct(all.lease, 0.5)))
-			figs.set(rt, fmt.Sprintf("warm lease p99 @%d", conc), ms(pct(all.lease, 0.99)))
-			figs.set(rt, fmt.Sprintf("lease to first command p50 @%d", conc), ms(pct(all.first, 0.5)))
-			figs.set(rt, fmt.Sprintf("lease to first command p99 @%d", conc), ms(pct(all.first, 0.99)))
-			fmt.Printf("| %s | %d | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", rt, conc, len(all.lease),
+			figs.set(label(rt), fmt.Sprintf("warm lease p50 @%d", conc), ms(pct(all.lease, 0.5)))
+			figs.set(label(rt), fmt.Sprintf("warm lease p99 @%d", conc), ms(pct(all.lease, 0.99)))
+			figs.set(label(rt), fmt.Sprintf("lease to first command p50 @%d", conc), ms(pct(all.first, 0.5)))
+			figs.set(label(rt), fmt.Sprintf("lease to first command p99 @%d", conc), ms(pct(all.first, 0.99)))
+			fmt.Printf("| %s | %d | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", label(rt), conc, len(all.lease),
 				ms(pct(all.lease, 0.5)), ms(pct(all.lease, 0.99)), ms(pct(all.exec, 0.5)), ms(pct(all.exec, 0.99)),
 				ms(pct(all.first, 0.5)), ms(pct(all.first, 0.99)), ms(pct(all.release, 0.5)), ms(pct(all.release, 0.99)))
 		}
@@ -172,11 +185,14 @@ func nodeBench(ctx context.Context, rts []string, n nodeRun, figs figures) error
 				return fmt.Errorf("requests from inside a %s sandbox: %w", rt, err)
 			}
 			added := ms(pct(inside, 0.5)) - ms(pct(base, 0.5))
-			figs.set(rt, "gateway added p50 ("+mode.name+")", added)
-			fmt.Printf("| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", rt, mode.name, ms(pct(inside, 0.5)), ms(pct(inside, 0.99)), ms(pct(base, 0.5)), added)
+			figs.set(label(rt), "gateway added p50 ("+mode.name+")", added)
+			fmt.Printf("| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", label(rt), mode.name, ms(pct(inside, 0.5)), ms(pct(inside, 0.99)), ms(pct(base, 0.5)), added)
 		}
 	}
 	fmt.Println()
+	if n.Kube != nil {
+		return nil // the API and MCP latency of `true` is the Docker run's
+	}
 	return runLatency(ctx, c, n.Requests)
 }
 
@@ -373,26 +389,34 @@ func (f figures) set(runtime, name string, v float64) {
 	f[runtime][name] = v
 }
 
-// ratios prints runsc's figure over runc's for each figure both have.
+// ratios prints runsc's figure over runc's for each figure both have, on each backend, and the
+// Kubernetes backend's over Docker's.
 func (f figures) ratios() {
-	a, b := f["runc"], f["runsc"]
-	if a == nil || b == nil {
+	f.compare("runc", "runsc", "Each figure under runsc over the same under runc (cold start and memory: the default image)")
+	f.compare("k8s-runc", "k8s-runsc", "On the Kubernetes backend, each figure under the gvisor RuntimeClass over the same under runc")
+	f.compare("runc", "k8s-runc", "Each figure on the Kubernetes backend over the same on Docker, runc")
+	f.compare("runsc", "k8s-runsc", "Each figure on the Kubernetes backend over the same on Docker, gVisor")
+}
+
+// compare prints f[b]'s figures over f[a]'s, for each figure both have.
+func (f figures) compare(a, b, title string) {
+	x, y := f[a], f[b]
+	if x == nil || y == nil {
 		return
 	}
-	fmt.Println("\nEach figure under runsc over the same under runc (cold start and memory: the default image):")
-	fmt.Println()
-	fmt.Println("| figure | runc | runsc | runsc/runc |")
+	fmt.Printf("\n%s:\n\n", title)
+	fmt.Printf("| figure | %s | %s | %s/%s |\n", a, b, b, a)
 	fmt.Println("|---|---|---|---|")
-	for _, name := range slices.Sorted(maps.Keys(a)) {
-		y, ok := b[name]
+	for _, name := range slices.Sorted(maps.Keys(x)) {
+		v, ok := y[name]
 		if !ok {
 			continue
 		}
 		ratio := "-"
-		if a[name] > 0 {
-			ratio = fmt.Sprintf("%.2f", y/a[name])
+		if x[name] > 0 {
+			ratio = fmt.Sprintf("%.2f", v/x[name])
 		}
-		fmt.Printf("| %s | %.2f | %.2f | %s |\n", name, a[name], y, ratio)
+		fmt.Printf("| %s | %.2f | %.2f | %s |\n", name, x[name], v, ratio)
 	}
 	fmt.Println()
 }
