@@ -6,7 +6,9 @@
 # the gateway's added latency seen from inside a sandbox; bursts of 1, 8, 16 and 32 clients
 # looping lease, `true`, release against `airlock up` on its embedded defaults (BEFORE=<git
 # revision> also runs that revision's build, side by side); the lease path alone (API, token
-# verification, Redis) at 1, 10 and 50 clients; and the runsc/runc ratio of each figure.
+# verification, Redis) at 1, 10 and 50 clients; and the runsc/runc ratio of each figure. With
+# the test cluster up (make kube; KUBE_ENV names its env file), cold Pods per RuntimeClass,
+# their idle memory and the whole node on the Kubernetes backend too, beside Docker's.
 # The tables go to stdout and to docs/bench-pool.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,10 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 engine=$(bin/poolbench -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}")
 echo "$engine"
-out=$(bin/poolbench -n "${LEASES:-400}" -cold "${COLD:-20}" -node -rounds "${ROUNDS:-3}" -warm "${WARM:-10}" -requests "${REQUESTS:-50}")
+kube=()
+kube_env=${KUBE_ENV:-/var/lib/airlock/kube/env}
+[ -f "$kube_env" ] && kube=(-kube "$kube_env")
+out=$(bin/poolbench -n "${LEASES:-400}" -cold "${COLD:-20}" -node -rounds "${ROUNDS:-3}" -warm "${WARM:-10}" -requests "${REQUESTS:-50}" "${kube[@]}")
 echo "$out"
 burst=$(bin/poolbench -burst "$builds" -burst-for "${BURST_FOR:-60s}" -burst-levels "${BURST_LEVELS:-1,8,16,32}")
 echo "$burst"
