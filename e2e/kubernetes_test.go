@@ -260,7 +260,6 @@ func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
 			{"the API server", k.NodeAddr, 6443},
 			{"the kubelet", k.NodeAddr, 10250},
 			{"etcd", k.NodeAddr, 2379},
-			{"another Pod", bIP, 22},
 			{"the Docker bridge", "172.17.0.1", 2375},
 		} {
 			if out, code := n.tcpProbe(t, a.ID, target.host, target.port); code == 0 || strings.Contains(out, "connected") {
@@ -271,6 +270,30 @@ func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
 		case from := <-accepted:
 			t.Fatalf("a Pod's connection reached a host listener from %s", from)
 		default:
+		}
+		// Another Pod with a live listener: a refused probe must be the firewall's refusal, not
+		// an empty port's.
+		server := `import socket,sys
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 8080)); s.listen(4)
+print("listening", flush=True)
+while True:
+    c, a = s.accept(); print("accepted", a[0], flush=True); c.close()`
+		heard := make(chan string, 1)
+		go func() {
+			out, _, _ := n.exec(t, b.ID, "timeout", "8", "python3", "-c", server)
+			heard <- out
+		}()
+		if err := waitUntil(10*time.Second, "the listener in the other Pod", func() bool {
+			_, code := n.tcpProbe(t, b.ID, "127.0.0.1", 8080)
+			return code == 0
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := n.tcpProbe(t, a.ID, bIP, 8080); code == 0 || strings.Contains(out, "connected") {
+			t.Errorf("a Pod reaches another Pod's listener: %s", out)
+		}
+		if out := <-heard; strings.Count(out, "accepted") != 1 { // its own probe, from loopback
+			t.Errorf("the other Pod's listener heard from a Pod:\n%s", out)
 		}
 	})
 
