@@ -274,6 +274,28 @@ templates:
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }
 
+// recordAccepts accepts on each listener until it is closed and sends the remote address of
+// each connection (a probe that should have been refused) on the channel it returns.
+func recordAccepts(ls ...net.Listener) <-chan string {
+	accepted := make(chan string, 16)
+	for _, l := range ls {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				select {
+				case accepted <- c.RemoteAddr().String():
+				default:
+				}
+				c.Close()
+			}
+		}()
+	}
+	return accepted
+}
+
 // syncBuffer is a buffer the node's output is copied into while tests read it.
 type syncBuffer struct {
 	mu  sync.Mutex

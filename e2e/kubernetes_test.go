@@ -236,17 +236,7 @@ func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
 			t.Fatal(err)
 		}
 		defer other.Close()
-		accepted := make(chan string, 4)
-		go func() {
-			for {
-				c, err := other.Accept()
-				if err != nil {
-					return
-				}
-				accepted <- c.RemoteAddr().String()
-				c.Close()
-			}
-		}()
+		accepted := recordAccepts(other)
 		if out, code := n.tcpProbe(t, a.ID, k.HostAddr, 3128); code != 0 || !strings.Contains(out, "connected") {
 			t.Fatalf("control probe to the gateway failed (exit %d): %s", code, out)
 		}

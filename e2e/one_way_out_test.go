@@ -41,19 +41,7 @@ func TestOneWayOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer wildcard.Close()
-			accepted := make(chan string, 4)
-			for _, l := range []net.Listener{specific, wildcard} {
-				go func() {
-					for {
-						c, err := l.Accept()
-						if err != nil {
-							return
-						}
-						accepted <- c.RemoteAddr().String()
-						c.Close()
-					}
-				}()
-			}
+			accepted := recordAccepts(specific, wildcard)
 			// Control: the gateway port on the same address is reachable, so the probe works.
 			if out, code := n.tcpProbe(t, a.ID, hostIP, 3128); code != 0 || !strings.Contains(out, "connected") {
 				t.Fatalf("control probe to the gateway failed (exit %d): %s", code, out)

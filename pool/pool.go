@@ -342,6 +342,21 @@ type Runtime interface {
 	List(ctx context.Context) ([]Sandbox, error)
 }
 
+// DestroyAll destroys every sandbox rt lists: what an earlier run of a node that does not keep
+// its sandboxes left behind, before the node starts anew.
+func DestroyAll(ctx context.Context, rt Runtime) error {
+	sbs, err := rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range sbs {
+		if err := rt.Destroy(ctx, sb.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Backend is where a node's sandboxes run: a Runtime, and what that runtime needs around it on
 // the node (for Docker, the sandbox network and the host firewall). The node knows backends only
 // through this seam: a second runtime or a Kubernetes backend is another implementation.

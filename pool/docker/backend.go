@@ -86,14 +86,8 @@ func (b *Backend) Setup(ctx context.Context) error {
 	if !b.cfg.KeepOnStop {
 		// Containers of an earlier run go first: the network cannot be replaced while they use
 		// it. A node that keeps its sandboxes adopts them instead (pool.Manager.Reconcile).
-		sbs, err := b.List(ctx)
-		if err != nil {
+		if err := pool.DestroyAll(ctx, b.Runtime); err != nil {
 			return err
-		}
-		for _, sb := range sbs {
-			if err := b.Destroy(ctx, sb.ID); err != nil {
-				return err
-			}
 		}
 	}
 	if err := b.EnsureNetwork(ctx); err != nil {

@@ -146,15 +146,7 @@ func (b *Backend) Setup(ctx context.Context) error {
 		}
 	}
 	if !b.cfg.KeepOnStop {
-		sbs, err := b.List(ctx)
-		if err != nil {
-			return err
-		}
-		for _, sb := range sbs {
-			if err := b.Destroy(ctx, sb.ID); err != nil {
-				return err
-			}
-		}
+		return pool.DestroyAll(ctx, b.Runtime)
 	}
 	return nil
 }
