@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/firewall"
 	"github.com/airlock-dev/airlock/pool/kubernetes"
 )
 
@@ -407,6 +408,14 @@ while True:
 func TestKubernetesNodeAdoptsItsPods(t *testing.T) {
 	k := kubeCluster(t)
 	n, _, ns, cfg := startKubeNode(t, k, "e2e-kube-keep", "alk-kkeep", true)
+	// A node that keeps its sandboxes keeps their confinement when it stops; the test removes
+	// it at the end, or it would confine every later node's Pods on this cluster node too.
+	t.Cleanup(func() {
+		fw := &firewall.Firewall{Chain: "AIRLOCK-" + n.spec.Name, Source: netip.MustParsePrefix(k.PodCIDR), Netns: k.Netns}
+		if err := fw.Remove(); err != nil {
+			t.Errorf("removing the kept node's firewall: %v", err)
+		}
+	})
 	l := n.lease(t)
 	n.exec(t, l.ID, "sh", "-c", "echo kept > /workspace/mark")
 	// The refill replaces the leased one first: a Pod still being made at stop is deleted, not
