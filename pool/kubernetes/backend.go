@@ -74,7 +74,7 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{Runtime: rt, cfg: cfg, fw: &firewall.Firewall{
-		Chain: "AIRLOCK-" + cfg.Node, Source: cfg.PodCIDR.Masked(), Forward: true, Netns: cfg.FirewallNetns,
+		Chain: "AIRLOCK-" + rt.id, Source: cfg.PodCIDR.Masked(), Forward: true, Netns: cfg.FirewallNetns,
 		Host: cfg.HostAddr, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort, Transparent: cfg.Transparent,
 	}}, nil
 }
@@ -132,8 +132,8 @@ func (b *Backend) Setup(ctx context.Context) error {
 		return err
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: TrustConfigMap(b.cfg.Node), Namespace: b.cfg.Namespace,
-			Labels: map[string]string{LabelManaged: "true", LabelNode: b.cfg.Node}},
+		ObjectMeta: metav1.ObjectMeta{Name: TrustConfigMap(b.id), Namespace: b.cfg.Namespace,
+			Labels: map[string]string{LabelManaged: "true", LabelNode: b.id}},
 		Data:       map[string]string{"ca-bundle.pem": string(bundle)},
 		BinaryData: map[string][]byte{"ca-truststore.p12": p12},
 	}
@@ -175,10 +175,10 @@ func (b *Backend) NetworkPolicy() *networkingv1.NetworkPolicy {
 		ports = append(ports, port(tcp, b.cfg.Transparent))
 	}
 	return &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "airlock-sandboxes-" + b.cfg.Node, Namespace: b.cfg.Namespace,
-			Labels: map[string]string{LabelManaged: "true", LabelNode: b.cfg.Node}},
+		ObjectMeta: metav1.ObjectMeta{Name: "airlock-sandboxes-" + b.id, Namespace: b.cfg.Namespace,
+			Labels: map[string]string{LabelManaged: "true", LabelNode: b.id}},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "true", LabelNode: b.cfg.Node}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "true", LabelNode: b.id}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     nil, // none: nothing connects to a sandbox
 			Egress: []networkingv1.NetworkPolicyEgressRule{{

@@ -8,6 +8,8 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +48,7 @@ const (
 // container is the name of the sandbox's one container.
 const container = "sandbox"
 
-// TrustConfigMap is the name of the node's ConfigMap that holds what every sandbox trusts (the
+// TrustConfigMap is the name of the node's ConfigMap (node as ShortID spells it) that holds what every sandbox trusts (the
 // CA bundle and the JVM's trust store), which Setup writes and every Pod mounts.
 func TrustConfigMap(node string) string { return "airlock-trust-" + node }
 
@@ -73,6 +75,7 @@ type Config struct {
 // Runtime implements pool.Runtime on Kubernetes. Safe for concurrent use.
 type Runtime struct {
 	cfg  Config
+	id   string // ShortID of cfg.Node
 	rest *rest.Config
 	cli  k8s.Interface
 }
@@ -104,9 +107,6 @@ func New(cfg Config, rc *rest.Config) (*Runtime, error) {
 	case cfg.ProxyURL == "" || !cfg.Resolver.IsValid():
 		return nil, errors.New("kubernetes: the gateway and the resolver must be given")
 	}
-	if errs := validation.IsDNS1123Label(cfg.Node); len(errs) > 0 || len(cfg.Node) > 40 {
-		return nil, fmt.Errorf("kubernetes: node name %q cannot name Pods and labels: lowercase letters, digits and '-', at most 40", cfg.Node)
-	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 2 * time.Minute
 	}
@@ -118,7 +118,34 @@ func New(cfg Config, rc *rest.Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return &Runtime{cfg: cfg, rest: rc, cli: cli}, nil
+	return &Runtime{cfg: cfg, id: ShortID(cfg.Node), rest: rc, cli: cli}, nil
+}
+
+// ShortID is how node is spelt in the names of its Pods, ConfigMap, NetworkPolicy and firewall
+// chain, and in its label: node itself when it is a DNS label of at most 20 characters (the
+// chain AIRLOCK-<id> may have 28), else its first 11 letters and digits, a dash and 8 hex
+// digits of its SHA-256, so that a Kubernetes node name ("ip-10-0-1-23.ec2.internal") serves.
+func ShortID(node string) string {
+	if len(node) <= 20 && len(validation.IsDNS1123Label(node)) == 0 {
+		return node
+	}
+	var b strings.Builder
+	for _, c := range strings.ToLower(node) {
+		if b.Len() == 11 {
+			break
+		}
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			b.WriteRune(c)
+		} else if b.Len() > 0 {
+			b.WriteByte('-')
+		}
+	}
+	sum := sha256.Sum256([]byte(node))
+	prefix := strings.TrimRight(b.String(), "-")
+	if prefix == "" {
+		prefix = "n"
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:4])
 }
 
 // Client is the API client, for the backend's own objects.
@@ -186,11 +213,11 @@ func (r *Runtime) Pod(t pool.Template, name string) (*corev1.Pod, error) {
 	if r.cfg.DisableIPv6 {
 		psc.Sysctls = []corev1.Sysctl{{Name: "net.ipv6.conf.all.disable_ipv6", Value: "1"}, {Name: "net.ipv6.conf.default.disable_ipv6", Value: "1"}}
 	}
-	trust := TrustConfigMap(r.cfg.Node)
+	trust := TrustConfigMap(r.id)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: r.cfg.Namespace,
-			Labels: map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node, LabelTemplate: t.Name},
+			Labels: map[string]string{LabelManaged: "true", LabelNode: r.id, LabelTemplate: t.Name},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:                     r.cfg.NodeName,
@@ -254,7 +281,7 @@ var serviceVars = []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
 
 // Create makes the Pod and returns it once it runs and has an address.
 func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
-	pod, err := r.Pod(t, "sb-"+r.cfg.Node+"-"+inside.NewMarker()[:12])
+	pod, err := r.Pod(t, "sb-"+r.id+"-"+inside.NewMarker()[:12])
 	if err != nil {
 		return pool.Sandbox{}, err
 	}
@@ -272,7 +299,7 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		r.Destroy(context.WithoutCancel(ctx), created.Name)
 		return pool.Sandbox{}, err
 	}
-	sb.Template = t.Name
+	sb.Template, sb.Node = t.Name, r.cfg.Node
 	return sb, nil
 }
 
@@ -354,7 +381,7 @@ func sandboxOf(pod *corev1.Pod) (pool.Sandbox, error) {
 	if err != nil {
 		return pool.Sandbox{}, fmt.Errorf("kubernetes: Pod %s has address %q: %w", pod.Name, pod.Status.PodIP, err)
 	}
-	return pool.Sandbox{ID: pod.Name, Template: pod.Labels[LabelTemplate], Node: pod.Labels[LabelNode], Addr: addr,
+	return pool.Sandbox{ID: pod.Name, Template: pod.Labels[LabelTemplate], Addr: addr,
 		Created: pod.CreationTimestamp.Time}, nil
 }
 
@@ -369,7 +396,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 
 // selector selects this node's Pods.
 func (r *Runtime) selector() string {
-	return labels.SelectorFromSet(labels.Set{LabelManaged: "true", LabelNode: r.cfg.Node}).String()
+	return labels.SelectorFromSet(labels.Set{LabelManaged: "true", LabelNode: r.id}).String()
 }
 
 // List returns this node's Pods that are not being deleted; a Pod without an address yet is

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-dev/airlock/pool"
@@ -145,10 +146,30 @@ func TestStartedSaysWhy(t *testing.T) {
 	}
 }
 
-// TestNodeNamesPods: a node name that cannot name Pods and labels is refused at start.
-func TestNodeNamesPods(t *testing.T) {
-	_, err := New(Config{Node: "Node_1", NodeName: "k1", Namespace: "s", ProxyURL: "http://10.0.0.1:3128", Resolver: netip.MustParseAddr("10.0.0.1")}, &rest.Config{})
-	if err == nil || !strings.Contains(err.Error(), "Node_1") {
-		t.Fatalf("node name Node_1: %v", err)
+// TestShortID: a node name that cannot name Pods, labels and the firewall's chain as it is (a
+// Kubernetes node's DNS name, a long one) is spelt as a short DNS label of its own, distinct per
+// name; one that can is kept.
+func TestShortID(t *testing.T) {
+	if got := ShortID("node-1"); got != "node-1" {
+		t.Fatalf("ShortID(node-1) = %q", got)
+	}
+	seen := map[string]string{}
+	for _, name := range []string{"ip-10-0-1-23.ec2.internal", "ip-10-0-1-24.ec2.internal", "Node_1", "a-node-name-of-21-chr", "..."} {
+		id := ShortID(name)
+		if len(id) > 20 || len(validation.IsDNS1123Label(id)) > 0 {
+			t.Errorf("ShortID(%q) = %q: not a DNS label of at most 20", name, id)
+		}
+		if other, ok := seen[id]; ok {
+			t.Errorf("%q and %q share %q", name, other, id)
+		}
+		seen[id] = name
+	}
+	r, err := New(Config{Node: "ip-10-0-1-23.ec2.internal", NodeName: "k1", Namespace: "s", ProxyURL: "http://10.0.0.1:3128", Resolver: netip.MustParseAddr("10.0.0.1")}, &rest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Pod(tmpl, "x")
+	if err != nil || p.Labels[LabelNode] != ShortID("ip-10-0-1-23.ec2.internal") {
+		t.Fatalf("the Pod's node label: %v %v", p.Labels, err)
 	}
 }
