@@ -119,7 +119,11 @@ pool:
 func startKubeNode(t *testing.T, k kubeEnv, name, bridge string, keep bool) (*nodeProc, *upstream, string, string) {
 	t.Helper()
 	ns := "airlock-" + name
-	if out, err := k.kubectl(t, "create", "namespace", ns); err != nil && !strings.Contains(out, "AlreadyExists") {
+	// An earlier run's namespace may still be going (its deletion is not waited for).
+	if out, err := k.kubectl(t, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=50s"); err != nil {
+		t.Fatalf("an earlier run's namespace %s: %v: %s", ns, err, out)
+	}
+	if out, err := k.kubectl(t, "create", "namespace", ns); err != nil {
 		t.Fatalf("kubectl create namespace: %v: %s", err, out)
 	}
 	t.Cleanup(func() { k.kubectl(t, "delete", "namespace", ns, "--wait=false") })
