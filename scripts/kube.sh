@@ -65,7 +65,7 @@ down() {
 	done
 	# What the kubelet and the CRI left: shims of deleted pods are gone with them; mounts of the
 	# kubelet's volumes are undone so the state can be removed.
-	grep -o " $state/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	{ grep -o " $state/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	ip route del "$pod_cidr" via "$node_addr" 2>/dev/null || true
 	ip link del alk8s0 2>/dev/null || true
 	ip netns del "$netns" 2>/dev/null || true
