@@ -453,26 +453,10 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	if req.TTY {
 		cmd = inside.OnTerminal(req.Cmd, req.Size)
 	}
-	argv := []string{"env"}
-	if req.Workdir != "" {
-		argv = append(argv, "-C", req.Workdir)
+	argv, err := execArgv(req, cmd, marker)
+	if err != nil {
+		return -1, err
 	}
-	keys := make([]string, 0, len(req.Env))
-	for k := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return -1, fmt.Errorf("%w: environment variable name %q", pool.ErrBadRequest, k)
-		}
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		argv = append(argv, k+"="+req.Env[k])
-	}
-	if marker != "" {
-		argv = append(argv, inside.Marker+"="+marker)
-	}
-	argv = append(argv, "sh", "-c", `exec "$0" "$@"`)
-	argv = append(argv, cmd...)
 	if req.TTY && req.Resize != nil {
 		go func() {
 			for sz := range req.Resize {
@@ -497,6 +481,33 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 		return -1, ctx.Err()
 	}
 	return code, err
+}
+
+// execArgv is what the exec subresource runs for req: env sets the working directory and the
+// environment (after "--", so a name that begins with '-' stays a name and is never taken for
+// one of env's options), and sh starts cmd, so no word of it is taken for an assignment.
+func execArgv(req pool.ExecRequest, cmd []string, marker string) ([]string, error) {
+	argv := []string{"env"}
+	if req.Workdir != "" {
+		argv = append(argv, "-C", req.Workdir)
+	}
+	argv = append(argv, "--")
+	keys := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("%w: environment variable name %q", pool.ErrBadRequest, k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		argv = append(argv, k+"="+req.Env[k])
+	}
+	if marker != "" {
+		argv = append(argv, inside.Marker+"="+marker)
+	}
+	argv = append(argv, "sh", "-c", `exec "$0" "$@"`)
+	return append(argv, cmd...), nil
 }
 
 // stream runs argv in pod over the exec subresource and returns its exit code: WebSocket, the

@@ -173,3 +173,23 @@ func TestShortID(t *testing.T) {
 		t.Fatalf("the Pod's node label: %v %v", p.Labels, err)
 	}
 }
+
+// TestExecArgv: what a caller names is never read as env's options or as an assignment: a
+// variable whose name begins with '-' is set, not obeyed, a command word with '=' is run, and
+// the marker follows the caller's variables, so none of them can unset it.
+func TestExecArgv(t *testing.T) {
+	req := pool.ExecRequest{Workdir: "-w", Env: map[string]string{"-i": "1", "B": "2"}}
+	argv, err := execArgv(req, []string{"X=1", "arg"}, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `env -C -w -- -i=1 B=2 AIRLOCK_EXEC=m1 sh -c exec "$0" "$@" X=1 arg`
+	if got := strings.Join(argv, " "); got != want {
+		t.Fatalf("argv:\n%s\nwant:\n%s", got, want)
+	}
+	for _, bad := range []string{"", "A=B", "A\x00"} {
+		if _, err := execArgv(pool.ExecRequest{Env: map[string]string{bad: "v"}}, []string{"true"}, ""); err == nil {
+			t.Errorf("variable name %q accepted", bad)
+		}
+	}
+}
