@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,17 +15,14 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/firewall"
 	"github.com/airlock-dev/airlock/pool/kubernetes"
 )
 
-// kubeEnv is the test cluster scripts/kube.sh brought up (make test runs it): where its API
-// server and kubectl are, the node's address as its Pods reach it, its Pod network and its
-// network namespace.
-type kubeEnv struct {
-	Kubeconfig, Kubectl, HostAddr, NodeAddr, PodCIDR, Netns string
-}
+// kubeEnv is the test cluster scripts/kube.sh brought up (make test runs it).
+type kubeEnv struct{ devstack.KubeCluster }
 
 // kubeCluster reads the cluster's env file (AIRLOCK_KUBE_ENV); the Kubernetes tests are skipped
 // only when it is not set, as outside make test.
@@ -36,23 +32,11 @@ func kubeCluster(t *testing.T) kubeEnv {
 	if path == "" {
 		t.Skip("no test cluster: AIRLOCK_KUBE_ENV is not set (make test runs scripts/kube.sh and sets it)")
 	}
-	f, err := os.Open(path)
+	k, err := devstack.ReadKubeCluster(path)
 	if err != nil {
-		t.Fatalf("the test cluster's env file: %v (run scripts/kube.sh)", err)
+		t.Fatalf("%v (run scripts/kube.sh)", err)
 	}
-	defer f.Close()
-	vars := map[string]string{}
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			vars[k] = v
-		}
-	}
-	k := kubeEnv{Kubeconfig: vars["KUBECONFIG"], Kubectl: vars["KUBECTL"], HostAddr: vars["HOST_ADDR"],
-		NodeAddr: vars["NODE_ADDR"], PodCIDR: vars["POD_CIDR"], Netns: vars["NETNS"]}
-	if k.Kubeconfig == "" || k.Kubectl == "" || k.HostAddr == "" || k.PodCIDR == "" {
-		t.Fatalf("the test cluster's env file %s lacks a setting: %+v", path, k)
-	}
-	return k
+	return kubeEnv{k}
 }
 
 // kubectl runs kubectl against the test cluster.

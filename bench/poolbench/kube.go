@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
@@ -17,32 +16,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/pool/kubernetes"
 )
 
-// kubeCluster is the test cluster scripts/kube.sh brings up, from its env file.
-type kubeCluster struct {
-	Kubeconfig, HostAddr, PodCIDR, Netns string
-}
+// kubeCluster is the test cluster scripts/kube.sh brings up.
+type kubeCluster struct{ devstack.KubeCluster }
 
 // readKubeEnv reads scripts/kube.sh's env file.
 func readKubeEnv(path string) (*kubeCluster, error) {
-	f, err := os.Open(path)
+	k, err := devstack.ReadKubeCluster(path)
 	if err != nil {
-		return nil, fmt.Errorf("the cluster's env file: %w (make kube writes it)", err)
+		return nil, err
 	}
-	defer f.Close()
-	v := map[string]string{}
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		if k, val, ok := strings.Cut(sc.Text(), "="); ok {
-			v[k] = val
-		}
-	}
-	k := &kubeCluster{Kubeconfig: v["KUBECONFIG"], HostAddr: v["HOST_ADDR"], PodCIDR: v["POD_CIDR"], Netns: v["NETNS"]}
-	if k.Kubeconfig == "" || k.HostAddr == "" || k.PodCIDR == "" {
-		return nil, fmt.Errorf("the cluster's env file %s lacks a setting", path)
-	}
-	return k, nil
+	return &kubeCluster{k}, nil
 }
 
 // config is the node's kubernetes section for this cluster, in the namespace airlock-bench.
