@@ -808,6 +808,8 @@ type LeaseRequest struct {
 	TTL      time.Duration
 	// Key is the hex SHA-256 of the API key asking (see Lease.Key).
 	Key string
+	// Env and Metadata are the lease's (see Lease), checked by CheckEnv and CheckMetadata.
+	Env, Metadata map[string]string
 }
 
 // Lease verifies the task token, claims a warm sandbox and binds it. The lease is returned only
@@ -816,6 +818,12 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	t, ok := m.templates[req.Template]
 	if !ok {
 		return Lease{}, fmt.Errorf("%w %q", ErrUnknownTemplate, req.Template)
+	}
+	if err := CheckEnv(req.Env); err != nil {
+		return Lease{}, err
+	}
+	if err := CheckMetadata(req.Metadata); err != nil {
+		return Lease{}, err
 	}
 	task, err := m.admit(req.Token, req.Tenant)
 	if err != nil {
@@ -834,6 +842,7 @@ func (m *Manager) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	l := Lease{
 		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
 		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start, Key: req.Key,
+		Env: req.Env, Metadata: req.Metadata,
 	}
 	b := bindingOf(l, task)
 	if b.Version, err = m.leases.Bind(ctx, l, b); err != nil {
@@ -1264,6 +1273,9 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, req ExecRequest, 
 	}
 	if !time.Now().Before(l.Expires) {
 		return -1, fmt.Errorf("%w: lease %s has expired", ErrLeaseNotFound, id)
+	}
+	if req.Env, err = commandEnv(l, req.Env); err != nil {
+		return -1, err
 	}
 	start := time.Now()
 	tp := m.newTaps(stdin != nil)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/netip"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -216,20 +215,16 @@ func (t Template) Validate() []error {
 	if t.Build != nil && t.Build.Dockerfile == "" && t.Build.Context == "" {
 		bad("build", "needs dockerfile or context")
 	}
-	for k := range t.Env {
-		if !envName.MatchString(k) {
-			bad("env."+k, "is not a variable name (letters, digits and _, not first a digit)")
-			continue
-		}
-		u := strings.ToUpper(k)
-		if strings.Contains(u, "PROXY") || strings.HasSuffix(u, "CA_BUNDLE") || u == "SSL_CERT_FILE" || u == "HOME" {
-			bad("env."+k, "is set by airlock and cannot be overridden")
+	if len(t.Env) > MaxEnv {
+		bad("env", "sets %d variables, more than the %d allowed", len(t.Env), MaxEnv)
+	}
+	for k, v := range t.Env {
+		if why := envRefusal(k, v); why != "" {
+			bad("env."+k, "%s", why)
 		}
 	}
 	return errs
 }
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // ParseUser reads a template's user, "UID:GID" in decimal, and refuses root in any spelling: a
 // uid or gid of 0 however written ("0", "00", "0:1"), and names, which could map to uid 0 in the
@@ -292,6 +287,10 @@ type Lease struct {
 	// Key is the hex SHA-256 of the API key that leased it (never the key): that key may not
 	// approve the lease's own requests.
 	Key string `json:"key,omitempty"`
+	// Env is set for every command of the lease (a command's own variables win); Metadata is
+	// the tenant's own labels, shown with the lease and never given to the sandbox.
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // ownedBy reports whether tenant may see and act on l: the one tenant check of the pool.
@@ -311,6 +310,9 @@ type ExecRequest struct {
 	TTY    bool            `json:"-"`
 	Size   TermSize        `json:"-"`
 	Resize <-chan TermSize `json:"-"`
+	// Stdin keeps a background process's input open (Manager.StartProcess); Exec is given its
+	// stdin as a reader instead.
+	Stdin bool `json:"-"`
 }
 
 // TermSize is a terminal's size in character cells.

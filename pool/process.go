@@ -42,8 +42,13 @@ type ProcessInfo struct {
 	Error    string     `json:"error,omitempty"` // why it ended other than by exiting (a timeout, a failure to start)
 	Ended    *time.Time `json:"ended,omitempty"`
 	// StdoutBytes and StderrBytes are how much each stream has written in all.
-	StdoutBytes int64 `json:"stdout_bytes"`
-	StderrBytes int64 `json:"stderr_bytes"`
+	StdoutBytes int64  `json:"stdout_bytes"`
+	StderrBytes int64  `json:"stderr_bytes"`
+	Workdir     string `json:"workdir,omitempty"`
+	// TTY says it runs on a terminal (its output all on stdout); Stdin that it takes input
+	// (ProcessInput) until that is closed.
+	TTY   bool `json:"tty,omitempty"`
+	Stdin bool `json:"stdin,omitempty"`
 }
 
 // ProcessOutput is what a process wrote from the offsets asked for.
@@ -64,6 +69,8 @@ type process struct {
 	cancel         context.CancelFunc
 	stdout, stderr *outBuf
 	done           chan struct{}
+	input          *inputBuf     // nil: it takes no input
+	resize         chan TermSize // a terminal's, until it ends; nil otherwise
 }
 
 // leaseProcesses are a lease's background processes, ended with it.
@@ -147,7 +154,9 @@ func (b *outBuf) totalWritten() int64 {
 
 // StartProcess starts req in tenant's lease id in the background and returns at once; it runs
 // until it exits, its timeout (if any) passes, it is killed, or the lease ends. Its output is
-// read with ProcessOutput, from any offset, by any caller of the tenant.
+// read with ProcessOutput, from any offset, by any caller of the tenant. With req.Stdin (or
+// req.TTY) it reads what ProcessInput sends until CloseProcessInput; a terminal's is resized
+// with ResizeProcess (req.Resize is ignored).
 func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecRequest) (ProcessInfo, error) {
 	l, err := m.Held(ctx, tenant, id)
 	if err != nil {
@@ -159,20 +168,37 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 	if !time.Now().Before(l.Expires) {
 		return ProcessInfo{}, fmt.Errorf("%w: lease %s has expired", ErrLeaseNotFound, id)
 	}
-	var nonce [8]byte
-	rand.Read(nonce[:])
+	if req.Env, err = commandEnv(l, req.Env); err != nil {
+		return ProcessInfo{}, err
+	}
 	p := &process{
-		info:   ProcessInfo{ID: "p-" + hex.EncodeToString(nonce[:4]), Cmd: req.Cmd, Started: time.Now().UTC(), Running: true},
-		marker: hex.EncodeToString(nonce[:]),
+		info: ProcessInfo{Cmd: req.Cmd, Started: time.Now().UTC(), Running: true, Workdir: req.Workdir,
+			TTY: req.TTY, Stdin: req.Stdin || req.TTY},
 		stdout: newOutBuf(), stderr: newOutBuf(), done: make(chan struct{}),
 	}
-	req.Marker = p.marker
+	var stdin io.Reader
+	if p.info.Stdin {
+		p.input = newInputBuf()
+		stdin = p.input
+	}
+	req.Resize = nil
+	if req.TTY {
+		resize := make(chan TermSize, 1)
+		p.resize, req.Resize = resize, resize
+	}
 	m.procMu.Lock()
 	lp := m.procs[l.ID]
 	if lp == nil {
 		lp = &leaseProcesses{byID: map[string]*process{}}
 		m.procs[l.ID] = lp
 	}
+	// Ids are unique within the lease and never 0...0: a client may use the hex as a number.
+	for p.info.ID == "" || lp.byID[p.info.ID] != nil || p.info.ID == "p-00000000" {
+		var nonce [8]byte
+		rand.Read(nonce[:])
+		p.info.ID, p.marker = "p-"+hex.EncodeToString(nonce[:4]), hex.EncodeToString(nonce[:])
+	}
+	req.Marker = p.marker
 	running := 0
 	for _, q := range lp.byID {
 		if q.info.Running {
@@ -198,11 +224,21 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 	go func() {
 		defer cancel()
 		start := time.Now()
-		tp := m.newTaps(false)
-		code, err := m.cfg.Runtime.Exec(pctx, l.Sandbox, req, nil, io.MultiWriter(p.stdout, tp.out), io.MultiWriter(p.stderr, tp.err))
+		tp := m.newTaps(stdin != nil)
+		if stdin != nil {
+			stdin = io.TeeReader(stdin, tp.in)
+		}
+		code, err := m.cfg.Runtime.Exec(pctx, l.Sandbox, req, stdin, io.MultiWriter(p.stdout, tp.out), io.MultiWriter(p.stderr, tp.err))
 		now := time.Now().UTC()
+		if p.input != nil {
+			p.input.close()
+		}
 		m.procMu.Lock()
-		p.info.Running, p.info.Ended = false, &now
+		if p.resize != nil {
+			close(p.resize)
+			p.resize = nil
+		}
+		p.info.Running, p.info.Ended, p.info.Stdin = false, &now, false
 		if err != nil {
 			p.info.Error = err.Error()
 		} else {
@@ -229,6 +265,59 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 		p.stderr.Write(nil)
 	}()
 	return m.snapshot(p), nil
+}
+
+// MaxProcessInput bounds the input a process has been sent and not read yet.
+const MaxProcessInput = 1 << 20
+
+// inputBuf is a background process's input: what was sent and not read yet, then the end once
+// closed. Sending never waits on the process; it is refused when the process is not reading.
+type inputBuf struct {
+	mu     sync.Mutex
+	more   *sync.Cond
+	buf    []byte
+	closed bool
+}
+
+func newInputBuf() *inputBuf {
+	b := &inputBuf{}
+	b.more = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *inputBuf) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.buf) == 0 && !b.closed {
+		b.more.Wait()
+	}
+	if len(b.buf) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.buf)
+	b.buf = b.buf[n:]
+	return n, nil
+}
+
+func (b *inputBuf) write(pid string, p []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return fmt.Errorf("%w: the input of process %s is closed", ErrBadRequest, pid)
+	case len(b.buf)+len(p) > MaxProcessInput:
+		return fmt.Errorf("%w: process %s has %d bytes of input it has not read; it takes at most %d more", ErrBadRequest, pid, len(b.buf), MaxProcessInput-len(b.buf))
+	}
+	b.buf = append(b.buf, p...)
+	b.more.Broadcast()
+	return nil
+}
+
+func (b *inputBuf) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.more.Broadcast()
 }
 
 // forgetEnded drops the oldest ended processes beyond KeptProcesses. Call with procMu held.
@@ -331,6 +420,70 @@ func (m *Manager) SignalProcess(ctx context.Context, tenant, id, pid, sig string
 	err = m.cfg.Runtime.Signal(ctx, l.Sandbox, p.marker, sig)
 	m.processEvent(ctx, l, p, "process-signal", sig)
 	return err
+}
+
+// ProcessInput sends data to the input of process pid of tenant's lease id (its stdin, or what
+// is typed on its terminal). What the process has not read yet is held, up to MaxProcessInput
+// bytes; more is refused until it reads.
+func (m *Manager) ProcessInput(ctx context.Context, tenant, id, pid string, data []byte) error {
+	p, err := m.process(ctx, tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	if p.input == nil {
+		return fmt.Errorf("%w: process %s takes no input (start it with stdin, or on a terminal)", ErrBadRequest, pid)
+	}
+	return p.input.write(pid, data)
+}
+
+// CloseProcessInput ends the input of process pid of tenant's lease id: once it has read what
+// was sent, it reads the end of its stdin.
+func (m *Manager) CloseProcessInput(ctx context.Context, tenant, id, pid string) error {
+	p, err := m.process(ctx, tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	if p.input == nil {
+		return fmt.Errorf("%w: process %s takes no input (start it with stdin, or on a terminal)", ErrBadRequest, pid)
+	}
+	p.input.close()
+	m.procMu.Lock()
+	p.info.Stdin = false
+	m.procMu.Unlock()
+	return nil
+}
+
+// ResizeProcess resizes the terminal process pid of tenant's lease id runs on.
+func (m *Manager) ResizeProcess(ctx context.Context, tenant, id, pid string, size TermSize) error {
+	p, err := m.process(ctx, tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	if size.Rows == 0 || size.Cols == 0 {
+		return fmt.Errorf("%w: a terminal needs at least one row and one column", ErrBadRequest)
+	}
+	m.procMu.Lock()
+	defer m.procMu.Unlock()
+	switch {
+	case !p.info.TTY:
+		return fmt.Errorf("%w: process %s does not run on a terminal", ErrBadRequest, pid)
+	case p.resize == nil:
+		return fmt.Errorf("%w: process %s has ended", ErrBadRequest, pid)
+	}
+	// Only the newest size matters: one still waiting is replaced.
+	select {
+	case p.resize <- size:
+	default:
+		select {
+		case <-p.resize:
+		default:
+		}
+		select {
+		case p.resize <- size:
+		default:
+		}
+	}
+	return nil
 }
 
 func (m *Manager) process(ctx context.Context, tenant, id, pid string) (*process, error) {

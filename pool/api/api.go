@@ -117,6 +117,9 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/output", s.auth(s.owned(s.processOutput)))
 	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/wait", s.auth(s.owned(s.waitProcess)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/signal", s.auth(s.owned(s.signalProcess)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/stdin", s.auth(s.owned(s.processInput)))
+	s.mux.HandleFunc("DELETE /v1/leases/{id}/processes/{pid}/stdin", s.auth(s.owned(s.closeProcessInput)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/resize", s.auth(s.owned(s.resizeProcess)))
 	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
 	s.mux.HandleFunc("GET /v1/leases/{id}/receipt", s.auth(s.receipt))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
@@ -241,6 +244,10 @@ type LeaseRequest struct {
 	Token    string   `json:"token,omitempty"`
 	Allow    []string `json:"allow,omitempty"`
 	TTL      string   `json:"ttl,omitempty"`
+	// Env is set for every command of the lease; no variable may carry a secret (pool.CheckEnv).
+	Env map[string]string `json:"env,omitempty"`
+	// Metadata is the tenant's labels, shown with the lease and never given to the sandbox.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // LeaseView is a lease as the API shows it; the task token is never returned.
@@ -255,12 +262,14 @@ type LeaseView struct {
 	Created  time.Time `json:"created"`
 	Expires  time.Time `json:"expires"`
 	// Start is "warm", "waited" or "cold" (see pool.Lease).
-	Start string `json:"start,omitempty"`
+	Start    string            `json:"start,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 func view(l pool.Lease) LeaseView {
 	return LeaseView{ID: l.ID, Template: l.Template, Task: l.Task, Tenant: l.Tenant, Node: l.Node,
-		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires, Start: l.Start}
+		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires, Start: l.Start,
+		Metadata: l.Metadata}
 }
 
 func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
@@ -297,7 +306,8 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl, Key: keyHashOf(r)})
+	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl, Key: keyHashOf(r),
+		Env: req.Env, Metadata: req.Metadata})
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -435,6 +445,21 @@ type ExecRequest struct {
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
 	Term string `json:"term,omitempty"`
+	// Stdin keeps a background process's stdin open for POST .../processes/{pid}/stdin (a
+	// terminal's always is); an exec sends its stdin as the request body instead.
+	Stdin bool `json:"stdin,omitempty"`
+}
+
+// terminal puts what req asks of a terminal into pr: its size, and TERM (xterm-256color unless
+// the request names one or sets it).
+func (req ExecRequest) terminal(pr *pool.ExecRequest) {
+	pr.TTY, pr.Size = true, pool.TermSize{Rows: req.Rows, Cols: req.Cols}
+	if pr.Env == nil {
+		pr.Env = map[string]string{}
+	}
+	if _, set := pr.Env["TERM"]; !set {
+		pr.Env["TERM"] = cmp.Or(req.Term, "xterm-256color")
+	}
 }
 
 // ExitStatus is the payload of the exit frame: the exit code, or why there is none, with the
@@ -478,13 +503,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "bad_request", "a terminal exec (tty) sends its input as frames: the request goes in the "+ExecHeader+" header")
 			return
 		}
-		pr.TTY, pr.Size = true, pool.TermSize{Rows: req.Rows, Cols: req.Cols}
-		if pr.Env == nil {
-			pr.Env = map[string]string{}
-		}
-		if _, set := pr.Env["TERM"]; !set {
-			pr.Env["TERM"] = cmp.Or(req.Term, "xterm-256color")
-		}
+		req.terminal(&pr)
 		in, resize := readInputFrames(stdin)
 		stdin, pr.Resize = in, resize
 	}

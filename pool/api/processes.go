@@ -2,6 +2,8 @@ package api
 
 import (
 	"encoding/base64"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,8 +43,11 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := s.cfg.Pool.StartProcess(r.Context(), tenantOf(r), r.PathValue("id"),
-		pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout})
+	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout, Stdin: req.Stdin}
+	if req.TTY {
+		req.terminal(&pr)
+	}
+	p, err := s.cfg.Pool.StartProcess(r.Context(), tenantOf(r), r.PathValue("id"), pr)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -134,6 +139,46 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.cfg.Pool.SignalProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), strings.ToUpper(strings.TrimPrefix(req.Signal, "SIG"))); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ResizeRequest is the body of POST /v1/leases/{id}/processes/{pid}/resize.
+type ResizeRequest = pool.TermSize
+
+func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(io.LimitReader(r.Body, pool.MaxProcessInput+1))
+	switch {
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "bad_request", "reading the input: "+err.Error())
+		return
+	case len(data) > pool.MaxProcessInput:
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("one input is at most %d bytes", pool.MaxProcessInput))
+		return
+	}
+	if err := s.cfg.Pool.ProcessInput(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), data); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) closeProcessInput(w http.ResponseWriter, r *http.Request) {
+	if err := s.cfg.Pool.CloseProcessInput(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid")); err != nil {
+		writePoolError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
+	var req ResizeRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if err := s.cfg.Pool.ResizeProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), req); err != nil {
 		writePoolError(w, err)
 		return
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/url"
@@ -64,4 +65,31 @@ func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.D
 // SignalProcess sends sig (TERM, KILL, INT, HUP, ...) to process pid and what it started.
 func (c *Client) SignalProcess(ctx context.Context, id, pid, sig string) error {
 	return c.noContent(ctx, "/v1/leases/"+id+"/processes/"+pid+"/signal", api.SignalRequest{Signal: sig})
+}
+
+// SendInput sends data to the input of background process pid (started with stdin, or on a
+// terminal).
+func (c *Client) SendInput(ctx context.Context, id, pid string, data []byte) error {
+	resp, err := c.raw(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/processes/"+url.PathEscape(pid)+"/stdin",
+		bytes.NewReader(data), http.Header{"Content-Type": {"application/octet-stream"}})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// CloseInput ends the input of background process pid.
+func (c *Client) CloseInput(ctx context.Context, id, pid string) error {
+	resp, err := c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id)+"/processes/"+url.PathEscape(pid)+"/stdin", nil, nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// ResizeProcess resizes the terminal background process pid runs on.
+func (c *Client) ResizeProcess(ctx context.Context, id, pid string, size pool.TermSize) error {
+	return c.noContent(ctx, "/v1/leases/"+url.PathEscape(id)+"/processes/"+url.PathEscape(pid)+"/resize", size)
 }
