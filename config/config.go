@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type Config struct {
 	Resolver   Resolver        `yaml:"resolver"`
 	Audit      Audit           `yaml:"audit"`
 	Review     Review          `yaml:"review"`
+	E2B        E2B             `yaml:"e2b"`
 	Tokens     Tokens          `yaml:"tokens"`
 	Dev        Dev             `yaml:"dev"`
 	Pool       Pool            `yaml:"pool"`
@@ -292,6 +294,18 @@ type Review struct {
 	SessionTTL time.Duration `yaml:"session_ttl"`
 }
 
+// E2B serves E2B's control plane and sandbox API (package e2b) on a listener of its own, so the
+// unchanged E2B SDKs drive this node's sandboxes.
+type E2B struct {
+	// Listen is ADDRESS:PORT; empty serves none. Beyond loopback only with TLS. Never the API's
+	// or the review page's address.
+	Listen string `yaml:"listen"`
+	TLS    APITLS `yaml:"tls"`
+	// Domain is the sandbox domain the SDK is told (getHost(port) answers PORT-ID.DOMAIN); a
+	// DNS name, empty for none.
+	Domain string `yaml:"domain"`
+}
+
 // ReviewerKey is one reviewer key, stored as the hex SHA-256 of the key.
 type ReviewerKey struct {
 	Name   string `yaml:"name"`
@@ -386,6 +400,7 @@ func DevDefaults() Config {
 	c.Templates = append(c.Templates, GVisor())
 	c.Dev = Dev{Issuer: true, DemoUpstream: "127.0.0.1:7443"}
 	c.Review.Listen = "127.0.0.1:7071"
+	c.E2B.Listen = "127.0.0.1:7072"
 	// The dev node has one API key, which leases every sandbox: let it answer its own approvals,
 	// or no one could.
 	c.Gateway.Approvals.AllowSelf = true
@@ -511,6 +526,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateReview(bad)
+	c.validateE2B(bad)
 	if a := c.Gateway.Approvals; a.Hold < time.Second || a.Hold > 10*time.Minute || a.TTL < a.Hold || a.TTL > 24*time.Hour {
 		bad("gateway.approvals", "hold must be 1s to 10m and ttl from hold to 24h (hold %s, ttl %s)", a.Hold, a.TTL)
 	}
@@ -761,6 +777,29 @@ func (m Mirror) Target() (MirrorTarget, error) {
 	return MirrorTarget{Host: toHost, Port: toPort, Scheme: u.Scheme, To: net.JoinHostPort(toHost, strconv.Itoa(toPort)),
 		Key: net.JoinHostPort(host, strconv.Itoa(port))}, nil
 }
+
+// validateE2B checks the E2B listener's settings.
+func (c *Config) validateE2B(bad func(field, format string, args ...any)) {
+	e := c.E2B
+	if e.Listen != "" {
+		if ap, err := netip.ParseAddrPort(e.Listen); err != nil {
+			bad("e2b.listen", "%q is not ADDRESS:PORT", e.Listen)
+		} else if !ap.Addr().IsLoopback() && !e.TLS.Enabled() {
+			bad("e2b.listen", "%s is not a loopback address; the E2B listener may listen beyond loopback only with TLS (e2b.tls.cert_file and key_file)", ap.Addr())
+		}
+		if e.Listen == c.API.Listen || e.Listen == c.Review.Listen {
+			bad("e2b.listen", "is the API's or the review page's address; the E2B listener has one of its own")
+		}
+	}
+	if (e.TLS.CertFile == "") != (e.TLS.KeyFile == "") {
+		bad("e2b.tls", "cert_file and key_file go together")
+	}
+	if e.Domain != "" && !dnsName.MatchString(e.Domain) {
+		bad("e2b.domain", "%q is not a DNS name (no scheme, port or path)", e.Domain)
+	}
+}
+
+var dnsName = regexp.MustCompile(`^([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
 
 // validateReview checks the review page's settings.
 func (c *Config) validateReview(bad func(field, format string, args ...any)) {

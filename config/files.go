@@ -27,6 +27,8 @@ type Loaded struct {
 	APICertificate *tls.Certificate
 	// ReviewCertificate is review.tls's certificate and key; nil without review.tls.
 	ReviewCertificate *tls.Certificate
+	// E2BCertificate is e2b.tls's certificate and key; nil without e2b.tls.
+	E2BCertificate *tls.Certificate
 	// NodeSecret is api.node_secret_file's secret; nil means the nodes share one through Redis.
 	NodeSecret []byte
 	// PeerCAs are the certificates of api.peer_ca_file.
@@ -80,7 +82,8 @@ func (c *Config) load() error {
 		field string
 		cfg   APITLS
 		to    **tls.Certificate
-	}{{"api.tls", c.API.TLS, &l.APICertificate}, {"review.tls", c.Review.TLS, &l.ReviewCertificate}} {
+	}{{"api.tls", c.API.TLS, &l.APICertificate}, {"review.tls", c.Review.TLS, &l.ReviewCertificate},
+		{"e2b.tls", c.E2B.TLS, &l.E2BCertificate}} {
 		if !t.cfg.Enabled() {
 			continue
 		}

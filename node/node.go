@@ -45,6 +45,7 @@ type Ready struct {
 	Audit      string `json:"audit"`            // the trail's directory
 	AuditKey   string `json:"audit_key"`        // the public key its checkpoints verify with
 	Review     string `json:"review,omitempty"` // the review page's URL, when it serves one
+	E2B        string `json:"e2b,omitempty"`    // the E2B listener's URL, when it serves one
 	// Warm reports, without a call to the API, whether every template's pool holds its
 	// min_warm sandboxes, and if not which one lags.
 	Warm func(context.Context) (bool, string) `json:"-"`
@@ -118,16 +119,21 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	defer res.close()
 	poolErr, stopPool := runPool(ctx, mgr, reg)
 	defer stopPool()
-	closeAPI, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, trail.signer, approvals, reg, log)
+	apiPart, err := startAPI(ctx, cfg, deps, apiLn, mgr, store, authority, gw, sink, trail.signer, approvals, reg, log)
 	if err != nil {
 		return err
 	}
-	defer closeAPI()
+	defer apiPart.close()
 	reviewURL, closeReview, err := startReview(cfg, deps, trail, approvals, log)
 	if err != nil {
 		return err
 	}
 	defer closeReview()
+	e2bURL, closeE2B, err := startE2B(cfg, apiPart, mgr, log)
+	if err != nil {
+		return err
+	}
+	defer closeE2B()
 	go followReloads(deps.Reloads, gw, res, log)
 
 	if err := waitLive(ctx, cache); err != nil {
@@ -135,7 +141,8 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	}
 	if ready != nil {
 		ready(Ready{Node: cfg.Node, Deployment: cfg.Deployment, API: apiURL, Warm: mgr.Warm, Gateway: gw.addr, Resolver: res.addr, Network: cfg.Network.Name,
-			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: sink.Dir(), AuditKey: AuditKeyPath(cfg) + ".pub", Review: reviewURL})
+			CA: filepath.Join(cfg.StateDir, "ca.pem"), Audit: sink.Dir(), AuditKey: AuditKeyPath(cfg) + ".pub", Review: reviewURL,
+			E2B: e2bURL})
 	}
 	select {
 	case <-ctx.Done():

@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/e2b"
 	"github.com/airlock-dev/airlock/exfil"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/gateway/broker"
@@ -155,17 +156,23 @@ func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval
 	if err != nil {
 		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Review.Listen)
+	return serve("review", cfg.Review.Listen, cfg.Loaded.ReviewCertificate, page)
+}
+
+// serve serves h on a listener of its own at listen, over TLS with cert when it is set, and
+// returns its URL and what stops it; name says whose listener failed to open.
+func serve(name, listen string, cert *tls.Certificate, h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return "", nil, fmt.Errorf("review: %w", err)
+		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
 	scheme := "http"
-	if c := cfg.Loaded.ReviewCertificate; c != nil {
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*c}, MinVersion: tls.VersionTLS12,
+	if cert != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2", "http/1.1"}})
 		scheme = "https"
 	}
-	srv := &http.Server{Handler: page, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return scheme + "://" + ln.Addr().String(), func() { srv.Close() }, nil
 }
@@ -554,16 +561,24 @@ func newApprovals(cfg config.Config, sink audit.Sink, mgr *pool.Manager, log *sl
 		}})
 }
 
+// apiPart is the running API: its handler (which the E2B listener calls in process) and the
+// node secret it signs forwarded calls with.
+type apiPart struct {
+	handler http.Handler
+	secret  []byte
+	close   func()
+}
+
 // startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
 func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener, mgr *pool.Manager, store *redisstore.Store,
 	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, signer note.Signer, approvals *approval.Registry,
-	reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	reg *prometheus.Registry, log *slog.Logger) (*apiPart, error) {
 	nodeAuth, peers, err := nodeTrust(ctx, cfg, store, authority)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
+	h := api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
 		MaxPortsPerLease: cfg.API.MaxPortsPerLease,
 		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, Audit: sink,
@@ -571,9 +586,24 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 			return receipt.Make(ctx, sink, signer, tenant, lease)
 		},
 		Approvals: approvals, Reviewers: reviewerKeys(cfg),
-		NodeAuth: nodeAuth, PeerTransport: peers}), ReadHeaderTimeout: 10 * time.Second}
+		NodeAuth: nodeAuth, PeerTransport: peers})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	return func() { srv.Close() }, nil
+	return &apiPart{handler: h, secret: nodeAuth.Secret, close: func() { srv.Close() }}, nil
+}
+
+// startE2B serves E2B's API on its own listener (TLS when e2b.tls is set) and returns its URL
+// ("" when e2b.listen is empty) and what stops it.
+func startE2B(cfg config.Config, a *apiPart, mgr *pool.Manager, log *slog.Logger) (string, func(), error) {
+	if cfg.E2B.Listen == "" {
+		return "", func() {}, nil
+	}
+	h, err := e2b.New(e2b.Config{API: a.handler, Template: mgr.Template, Secret: a.secret, Node: cfg.Node,
+		Domain: cfg.E2B.Domain, Logger: log})
+	if err != nil {
+		return "", nil, err
+	}
+	return serve("e2b", cfg.E2B.Listen, cfg.Loaded.E2BCertificate, h)
 }
 
 // followReloads applies each configuration deps delivers: the credential catalog, the private

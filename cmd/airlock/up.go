@@ -89,7 +89,7 @@ airlock is up: node %s
 
 %s
 Ctrl-C stops airlock and removes everything it made.
-`, cfg.Node, r.API, filepath.Join(cfg.StateDir, "client.json"), r.Gateway, r.Resolver, r.Network, r.CA, r.Audit, reviewLine(r.Review), deps.RedisURL, deps.VaultAddr,
+`, cfg.Node, r.API, filepath.Join(cfg.StateDir, "client.json"), r.Gateway, r.Resolver, r.Network, r.CA, r.Audit, reviewLine(r.Review)+e2bLine(r.E2B), deps.RedisURL, deps.VaultAddr,
 			devIssuerNote(cfg.Dev.Issuer))
 	})
 }
@@ -207,6 +207,14 @@ func engineCanRun(ctx context.Context, ts []pool.Template) []pool.Template {
 }
 
 // reviewLine is the line of `airlock up`'s banner naming the review page, when there is one.
+// e2bLine is the banner's word on the E2B listener: what to point the E2B SDKs at.
+func e2bLine(url string) string {
+	if url == "" {
+		return ""
+	}
+	return "\n  e2b       " + url + "  (E2B_API_URL and E2B_SANDBOX_URL; E2B_API_KEY is the API key)"
+}
+
 func reviewLine(url string) string {
 	if url == "" {
 		return ""

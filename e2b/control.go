@@ -1,0 +1,399 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
+)
+
+// The control plane: E2B's sandbox endpoints, each one or two calls of the node's API.
+
+// TokenHeader carries a task token to Sandbox.create (the SDK's `headers` option): the lease is
+// bound to it, as POST /v1/leases's token is. Without one, the node mints one from allowOut
+// when it can (the dev issuer of `airlock up`).
+const TokenHeader = "X-Airlock-Token"
+
+func (s *Server) controlRoutes() {
+	s.control.HandleFunc("POST /v2/sandboxes", s.keyed(s.create))
+	s.control.HandleFunc("POST /sandboxes", s.keyed(s.create))
+	s.control.HandleFunc("GET /v2/sandboxes", s.keyed(s.list))
+	s.control.HandleFunc("GET /sandboxes", s.keyed(s.list))
+	s.control.HandleFunc("GET /sandboxes/{id}", s.keyed(s.sandbox(s.get)))
+	s.control.HandleFunc("DELETE /sandboxes/{id}", s.keyed(s.sandbox(s.kill)))
+	s.control.HandleFunc("POST /sandboxes/{id}/timeout", s.keyed(s.sandbox(s.setTimeout)))
+	s.control.HandleFunc("POST /v2/sandboxes/{id}/connect", s.keyed(s.sandbox(s.connect)))
+	s.control.HandleFunc("POST /sandboxes/{id}/connect", s.keyed(s.sandbox(s.connect)))
+	s.control.HandleFunc("POST /sandboxes/{id}/resume", s.keyed(s.sandbox(s.connect)))
+	s.control.HandleFunc("POST /sandboxes/{id}/pause", s.keyed(s.sandbox(s.pause)))
+	s.control.HandleFunc("/", s.unserved)
+}
+
+// unserved answers what the control plane does not serve with what airlock does instead.
+func (s *Server) unserved(w http.ResponseWriter, r *http.Request) {
+	msg := fmt.Sprintf("airlock does not serve %s %s", r.Method, r.URL.Path)
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/metrics"):
+		msg += ": a sandbox's resource use is in the node's /metrics, per template"
+	case strings.HasSuffix(r.URL.Path, "/network"):
+		msg += ": a sandbox's network is its task token's scopes, changed by swapping the token (PUT /v1/leases/{id}/token)"
+	case strings.Contains(r.URL.Path, "snapshots"), strings.HasSuffix(r.URL.Path, "/fork"):
+		msg += ": airlock sandboxes are ephemeral and never snapshotted, forked or paused"
+	case strings.HasPrefix(r.URL.Path, "/templates"):
+		msg += ": templates are the operator's, in the node's configuration"
+	}
+	writeError(w, http.StatusNotImplemented, msg)
+}
+
+// writeError answers E2B's error body, whose code the SDK reads (404 and 409 in particular).
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"code": status, "message": msg})
+}
+
+// writeAPIError answers an error of the node's API with its status and message.
+func writeAPIError(w http.ResponseWriter, err error) {
+	status, msg := apiStatus(err)
+	writeError(w, status, msg)
+}
+
+type keyKey struct{}
+
+// keyed requires the caller's API key (X-API-KEY, as the SDK sends it); the API checks it.
+func (s *Server) keyed(h func(w http.ResponseWriter, r *http.Request, c *client.Client)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimSpace(r.Header.Get("X-API-KEY"))
+		if key == "" {
+			writeError(w, http.StatusUnauthorized, "an airlock API key is required as X-API-KEY (E2B_API_KEY)")
+			return
+		}
+		h(w, r, s.apiClient(key))
+	}
+}
+
+// sandbox checks the path's sandbox id before the handler uses it.
+func (s *Server) sandbox(h func(w http.ResponseWriter, r *http.Request, c *client.Client)) func(http.ResponseWriter, *http.Request, *client.Client) {
+	return func(w http.ResponseWriter, r *http.Request, c *client.Client) {
+		if !sandboxID.MatchString(r.PathValue("id")) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found: airlock sandbox ids are lease ids (l-...)", r.PathValue("id")))
+			return
+		}
+		h(w, r, c)
+	}
+}
+
+// newSandbox is the body of POST /v2/sandboxes. Fields airlock cannot honour are refused by
+// name rather than ignored; a field it does not know is refused too.
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *networkConfig    `json:"network"`
+	Secure              *bool             `json:"secure"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	MCP          json.RawMessage `json:"mcp"`
+	IAM          json.RawMessage `json:"iam"`
+	VolumeMounts json.RawMessage `json:"volumeMounts"`
+}
+
+type networkConfig struct {
+	AllowOut           []string        `json:"allowOut"`
+	DenyOut            []string        `json:"denyOut"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
+	HTTPSPorts         []int           `json:"httpsPorts"`
+	Rules              json.RawMessage `json:"rules"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+}
+
+// grant is how the refusals below tell a caller to open the network the airlock way.
+const grant = "airlock denies every destination by default: grant hosts with network.allowOut " +
+	"([\"pypi.org\", \"api.github.com=github\" for a host with the catalog credential github], " +
+	"or \"@pypi\" for an operator's profile), or pass a task token whose scopes say so in the " + TokenHeader + " header"
+
+// leaseRequest maps an E2B create onto a lease request, or says what airlock will not do.
+func (n newSandbox) leaseRequest() (api.LeaseRequest, error) {
+	req := api.LeaseRequest{Template: n.TemplateID, Env: n.EnvVars, Metadata: n.Metadata}
+	if req.Template == "" || req.Template == "base" {
+		req.Template = "default" // the SDK's default template is E2B's "base"
+	}
+	if n.Timeout != nil {
+		if *n.Timeout <= 0 || *n.Timeout > math.MaxInt32 {
+			return req, fmt.Errorf("timeout %d is not a number of seconds above 0", *n.Timeout)
+		}
+		req.TTL = (time.Duration(*n.Timeout) * time.Second).String()
+	}
+	switch {
+	case n.AllowInternetAccess != nil && *n.AllowInternetAccess:
+		return req, fmt.Errorf("allow_internet_access: true cannot be granted: %s", grant)
+	case n.Secure != nil && !*n.Secure:
+		return req, fmt.Errorf("secure: false cannot be granted: every airlock sandbox's API takes its access token")
+	case (n.AutoPause != nil && *n.AutoPause) || (n.AutoPauseMemory != nil && *n.AutoPauseMemory) || (n.AutoResume != nil && n.AutoResume.Enabled):
+		return req, fmt.Errorf("airlock does not pause sandboxes: a lease ends at its timeout, and its sandbox is destroyed")
+	case present(n.MCP):
+		return req, fmt.Errorf("mcp: airlock does not start an MCP gateway in the sandbox; its own MCP server (airlock mcp) drives leases from outside")
+	case present(n.IAM):
+		return req, fmt.Errorf("iam: airlock puts no workload token in a sandbox; credentials are asked for by catalog name in allowOut (HOST=CREDENTIAL) and injected by the gateway")
+	case present(n.VolumeMounts):
+		return req, fmt.Errorf("volumeMounts: airlock sandboxes mount no volumes; move files in and out with files.write and files.read")
+	}
+	if nw := n.Network; nw != nil {
+		switch {
+		case len(nw.DenyOut) > 0:
+			return req, fmt.Errorf("network.denyOut is not needed and not taken: %s", grant)
+		case nw.AllowPublicTraffic != nil && *nw.AllowPublicTraffic:
+			return req, fmt.Errorf("network.allowPublicTraffic: true cannot be granted: a sandbox's ports are exposed to its tenant only, with POST /v1/leases/{id}/ports")
+		case nw.MaskRequestHost != nil, len(nw.HTTPSPorts) > 0, present(nw.Rules), present(nw.EgressProxy):
+			return req, fmt.Errorf("network: airlock takes allowOut only (maskRequestHost, httpsPorts, rules and egressProxy are E2B's); its gateway is the sandbox's one way out")
+		}
+		for _, h := range nw.AllowOut {
+			if err := allowOutHost(h); err != nil {
+				return req, err
+			}
+		}
+		req.Allow = nw.AllowOut
+	}
+	return req, nil
+}
+
+// allowOutHost refuses an allowOut entry airlock cannot grant: addresses and ranges (airlock
+// grants names, checked again at every connection), and everything at once.
+func allowOutHost(h string) error {
+	host, _, _ := strings.Cut(strings.TrimPrefix(h, "@"), "=")
+	if hp, _, err := net.SplitHostPort(host); err == nil {
+		host = hp
+	}
+	host = strings.Trim(host, "[]")
+	if _, err := netip.ParsePrefix(host); err == nil || host == "*" {
+		return fmt.Errorf("network.allowOut %q cannot be granted: %s (by name; airlock grants no addresses or ranges)", h, grant)
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return fmt.Errorf("network.allowOut %q cannot be granted: %s (by name; airlock grants no addresses or ranges)", h, grant)
+	}
+	return nil
+}
+
+func present(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte("{}")) && !bytes.Equal(t, []byte("[]"))
+}
+
+// sandboxView is E2B's Sandbox (create, connect) and, with the detail fields, its
+// SandboxDetail and ListedSandbox.
+type sandboxView struct {
+	SandboxID       string  `json:"sandboxID"`
+	TemplateID      string  `json:"templateID"`
+	Alias           string  `json:"alias,omitempty"`
+	ClientID        string  `json:"clientID"`
+	EnvdVersion     string  `json:"envdVersion"`
+	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
+	Domain          *string `json:"domain"`
+
+	CPUCount   *int              `json:"cpuCount,omitempty"`
+	MemoryMB   *int64            `json:"memoryMB,omitempty"`
+	DiskSizeMB *int64            `json:"diskSizeMB,omitempty"`
+	StartedAt  *time.Time        `json:"startedAt,omitempty"`
+	EndAt      *time.Time        `json:"endAt,omitempty"`
+	State      string            `json:"state,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+func (s *Server) view(l api.LeaseView, detail bool) sandboxView {
+	v := sandboxView{SandboxID: l.ID, TemplateID: l.Template, Alias: l.Template, ClientID: l.Node, EnvdVersion: EnvdVersion}
+	if s.cfg.Domain != "" {
+		v.Domain = &s.cfg.Domain
+	}
+	if detail {
+		started, end := l.Created, l.Expires
+		v.StartedAt, v.EndAt, v.State, v.Metadata = &started, &end, "running", l.Metadata
+		if v.Metadata == nil {
+			v.Metadata = map[string]string{}
+		}
+		if t, ok := s.cfg.Template(l.Template); ok {
+			cpus, mem, disk := int(math.Ceil(t.CPUs)), t.MemoryMB, t.WorkspaceMB
+			v.CPUCount, v.MemoryMB, v.DiskSizeMB = &cpus, &mem, &disk
+		}
+	}
+	return v
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	var body newSandbox
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "the sandbox request: "+err.Error())
+		return
+	}
+	req, err := body.leaseRequest()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req.Token = strings.TrimSpace(r.Header.Get(TokenHeader))
+	l, err := c.Lease(r.Context(), req)
+	if err != nil {
+		status, msg := apiStatus(err)
+		if strings.Contains(msg, "mints none") {
+			msg = "this node mints no task tokens: pass the task's token in the " + TokenHeader + " header (the SDK's headers option)"
+		}
+		writeError(w, status, msg)
+		return
+	}
+	v := s.view(l, false)
+	v.EnvdAccessToken = s.tokens.seal(l.ID, c.Token)
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	var body struct {
+		Timeout *int64 `json:"timeout"`
+		Memory  *bool  `json:"memory"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil && err.Error() != "EOF" {
+		writeError(w, http.StatusBadRequest, "the connect request: "+err.Error())
+		return
+	}
+	id := r.PathValue("id")
+	l, err := c.Get(r.Context(), id)
+	if err == nil && body.Timeout != nil {
+		l, err = s.renew(r, c, id, *body.Timeout)
+	}
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	v := s.view(l, false)
+	v.EnvdAccessToken = s.tokens.seal(l.ID, c.Token)
+	writeJSON(w, http.StatusOK, v)
+}
+
+// renew sets the lease's end to seconds from now, as E2B's timeouts do.
+func (s *Server) renew(r *http.Request, c *client.Client, id string, seconds int64) (api.LeaseView, error) {
+	if seconds <= 0 || seconds > math.MaxInt32 {
+		return api.LeaseView{}, &client.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("timeout %d is not a number of seconds above 0", seconds)}
+	}
+	return c.Renew(r.Context(), id, time.Duration(seconds)*time.Second)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	l, err := c.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(l, true))
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	if err := c.Release(r.Context(), r.PathValue("id")); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	var body struct {
+		Timeout int64 `json:"timeout"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "the timeout request: "+err.Error())
+		return
+	}
+	if _, err := s.renew(r, c, r.PathValue("id"), body.Timeout); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	if _, err := c.Get(r.Context(), r.PathValue("id")); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeError(w, http.StatusNotImplemented, "airlock does not pause sandboxes: a lease ends at its timeout (setTimeout extends it, up to the template's max_ttl), and its sandbox is destroyed")
+}
+
+// list answers GET /v2/sandboxes: the caller's leases, filtered by metadata, state, template and
+// start, oldest first (order=desc: newest), a page of limit at a time after nextToken.
+func (s *Server) list(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	q := r.URL.Query()
+	var want url.Values
+	if md := q.Get("metadata"); md != "" {
+		var err error
+		if want, err = url.ParseQuery(md); err != nil {
+			writeError(w, http.StatusBadRequest, "metadata is not key=value&...: "+err.Error())
+			return
+		}
+	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		var err error
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			writeError(w, http.StatusBadRequest, "startedAfter is not an RFC 3339 time: "+err.Error())
+			return
+		}
+	}
+	limit, skip := 100, 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit is not a whole number from 1 to 1000")
+			return
+		}
+		limit = n
+	}
+	if v := q.Get("nextToken"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "nextToken is not one this server gave")
+			return
+		}
+		skip = n
+	}
+	states := strings.Split(q.Get("state"), ",")
+	ls, err := c.List(r.Context())
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := []sandboxView{}
+	for _, l := range ls {
+		match := (q.Get("state") == "" || slices.Contains(states, "running")) &&
+			(q.Get("template") == "" || q.Get("template") == l.Template) && !l.Created.Before(after)
+		for k := range want {
+			match = match && l.Metadata[k] == want.Get(k)
+		}
+		if match {
+			out = append(out, s.view(l, true))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b sandboxView) int { return a.StartedAt.Compare(*b.StartedAt) })
+	if q.Get("order") == "desc" {
+		slices.Reverse(out)
+	}
+	out = out[min(skip, len(out)):]
+	if len(out) > limit {
+		out = out[:limit]
+		w.Header().Set("X-Next-Token", strconv.Itoa(skip+limit))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
