@@ -236,6 +236,10 @@ func (s nodeSpec) write(dir string, up *upstream) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	e2bPort, err := freePort()
+	if err != nil {
+		return "", err
+	}
 	cfg := fmt.Sprintf(`node: %s
 deployment: airlock-e2e
 api:
@@ -261,6 +265,8 @@ tokens:
       keys: {k1: %[9]q}
       max_ttl: 1h
       tenants: [dev]
+e2b:
+  listen: 127.0.0.1:%[14]d
 templates:
   - name: default
     min_warm: %[10]d
@@ -269,7 +275,7 @@ templates:
     max_ttl: 1h
     wait_for: 1m
 %[13]s%[11]s`, s.Name, apiPort, s.API, s.Network, s.Bridge, s.Subnet, up.srv.Listener.Addr().String(), certPath, keyPath, s.MinWarm, s.Extra,
-		strings.ReplaceAll(s.Gateway, "UPSTREAM", up.srv.Listener.Addr().String()), strings.ReplaceAll(s.Templates, "DIR", dir))
+		strings.ReplaceAll(s.Gateway, "UPSTREAM", up.srv.Listener.Addr().String()), strings.ReplaceAll(s.Templates, "DIR", dir), e2bPort)
 	path := filepath.Join(dir, s.Name+".yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }

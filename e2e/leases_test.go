@@ -48,7 +48,7 @@ func TestLeasesExclusiveAndEphemeral(t *testing.T) {
 		})
 
 		t.Run("a renewal is capped by the token", func(t *testing.T) {
-			a := n.lease(t, "api.example.test")
+			a := n.leaseWith(t, "--token", mintToken(t, "task-renew", []map[string]any{{"host": "api.example.test"}}, 10*time.Minute))
 			renew := func(ttl string) time.Time {
 				t.Helper()
 				out, errs, code := n.cli(t, "renew", a.ID, "--ttl", ttl, "--json")
@@ -61,8 +61,7 @@ func TestLeasesExclusiveAndEphemeral(t *testing.T) {
 			if exp := renew("5m"); time.Until(exp) < 4*time.Minute || time.Until(exp) > 5*time.Minute {
 				t.Fatalf("renew 5m: expires in %s", time.Until(exp))
 			}
-			// The dev token lives 10m from the lease (the template's default): a renewal never
-			// carries the lease past it.
+			// The token lives 10m from the lease: a renewal never carries the lease past it.
 			if exp := renew("1h"); time.Until(exp) > 10*time.Minute {
 				t.Fatalf("renew 1h outlived the token: expires in %s", time.Until(exp))
 			}

@@ -24,28 +24,35 @@ const mcpSDKVersion = "1.32.2"
 // mcpClientDir installs the official MCP TypeScript SDK (once, cached outside the checkout) and
 // puts the test's client script beside it, returning the script's path.
 func mcpClientDir(t *testing.T) string {
+	return npmScript(t, "@modelcontextprotocol/sdk", mcpSDKVersion, "testdata/mcp/client.mjs")
+}
+
+// npmScript installs pkg@version from the npm registry (once, cached outside the checkout, in a
+// folder of its own per package and version) and puts the script beside it, returning the
+// script's path there.
+func npmScript(t *testing.T, pkg, version, script string) string {
 	t.Helper()
 	cache := os.Getenv("AIRLOCK_CACHE")
 	if cache == "" {
 		cache = "/var/cache/airlock"
 	}
-	dir := filepath.Join(cache, "npm", "mcp-sdk-"+mcpSDKVersion)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+	dir := filepath.Join(cache, "npm", strings.NewReplacer("@", "", "/", "-").Replace(pkg)+"-"+version)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 		os.MkdirAll(dir, 0o755)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "@modelcontextprotocol/sdk@"+mcpSDKVersion)
+		cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", pkg+"@"+version)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("installing @modelcontextprotocol/sdk@%s with npm (scripts/deps.sh installs npm): %v\n%s", mcpSDKVersion, err, out)
+			t.Fatalf("installing %s@%s with npm (scripts/deps.sh installs npm): %v\n%s", pkg, version, err, out)
 		}
 	}
-	script, err := os.ReadFile("testdata/mcp/client.mjs")
+	b, err := os.ReadFile(script)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, "client.mjs")
-	if err := os.WriteFile(p, script, 0o644); err != nil {
+	p := filepath.Join(dir, filepath.Base(script))
+	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p

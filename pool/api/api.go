@@ -294,11 +294,12 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "a task token is required (this node mints none)")
 		return
 	case raw == "":
+		// The minted token lasts as long as the template lets a lease last, so the lease can be
+		// renewed up to that (a lease never outlives its token); it is bound to this lease alone
+		// and never leaves the node.
 		mintTTL := ttl
-		if mintTTL == 0 {
-			if t, ok := s.cfg.Pool.Template(req.Template); ok {
-				mintTTL = t.DefaultTTL
-			}
+		if t, ok := s.cfg.Pool.Template(req.Template); ok {
+			mintTTL = max(mintTTL, t.DefaultTTL, t.MaxTTL)
 		}
 		var err error
 		if raw, err = s.cfg.Minter.Mint(tenant, req.Allow, mintTTL); err != nil {
