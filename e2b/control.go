@@ -67,8 +67,6 @@ func writeAPIError(w http.ResponseWriter, err error) {
 	writeError(w, status, msg)
 }
 
-type keyKey struct{}
-
 // keyed requires the caller's API key (X-API-KEY, as the SDK sends it); the API checks it.
 func (s *Server) keyed(h func(w http.ResponseWriter, r *http.Request, c *client.Client)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

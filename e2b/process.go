@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
@@ -212,6 +213,15 @@ func (s *Server) follow(c call, st *stream, p pool.ProcessInfo, outOff, errOff i
 			return err
 		}
 		if len(stdout) > 0 || len(stderr) > 0 {
+			// Output that comes in a trickle is gathered for a moment, so one stream makes at
+			// most 50 calls a second of its key's API rate.
+			if o.Process.Running {
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-c.ctx.Done():
+					return c.ctx.Err()
+				}
+			}
 			continue
 		}
 		if !o.Process.Running {
