@@ -152,11 +152,7 @@ func (s *Server) connectProcess(c call, st *stream) error {
 	if err := c.decode(&req); err != nil {
 		return err
 	}
-	pid, err := processID(req.Process)
-	if err != nil {
-		return err
-	}
-	p, err := s.running(c, pid)
+	p, err := s.running(c, req.Process)
 	if err != nil {
 		return err
 	}
@@ -164,9 +160,13 @@ func (s *Server) connectProcess(c call, st *stream) error {
 	return s.follow(c, st, p, p.StdoutBytes, p.StderrBytes)
 }
 
-// running is process pid of the call's sandbox while it runs; an ended one is not found, as
-// envd forgets processes when they end.
-func (s *Server) running(c call, pid string) (pool.ProcessInfo, error) {
+// running is the process sel names in the call's sandbox while it runs; an ended one is not
+// found, as envd forgets processes when they end.
+func (s *Server) running(c call, sel *selector) (pool.ProcessInfo, error) {
+	pid, err := processID(sel)
+	if err != nil {
+		return pool.ProcessInfo{}, err
+	}
 	ps, err := c.api.Processes(c.ctx, c.id)
 	if err != nil {
 		return pool.ProcessInfo{}, err
@@ -282,17 +282,14 @@ func (s *Server) sendInput(c call) (any, error) {
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
-	pid, err := processID(req.Process)
-	if err != nil {
-		return nil, err
-	}
 	if req.Input == nil {
 		return nil, rpcErr("invalid_argument", "the request has no input")
 	}
-	if _, err := s.running(c, pid); err != nil {
+	p, err := s.running(c, req.Process)
+	if err != nil {
 		return nil, err
 	}
-	return struct{}{}, c.api.SendInput(c.ctx, c.id, pid, append(req.Input.Stdin, req.Input.Pty...))
+	return struct{}{}, c.api.SendInput(c.ctx, c.id, p.ID, append(req.Input.Stdin, req.Input.Pty...))
 }
 
 // signalName reads process.Signal by name or number.
@@ -322,17 +319,14 @@ func (s *Server) sendSignal(c call) (any, error) {
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
-	pid, err := processID(req.Process)
-	if err != nil {
-		return nil, err
-	}
 	if req.Signal == "" {
 		return nil, rpcErr("invalid_argument", "the request names no signal")
 	}
-	if _, err := s.running(c, pid); err != nil {
+	p, err := s.running(c, req.Process)
+	if err != nil {
 		return nil, err
 	}
-	return struct{}{}, c.api.SignalProcess(c.ctx, c.id, pid, string(req.Signal))
+	return struct{}{}, c.api.SignalProcess(c.ctx, c.id, p.ID, string(req.Signal))
 }
 
 func (s *Server) closeStdin(c call) (any, error) {
@@ -342,14 +336,11 @@ func (s *Server) closeStdin(c call) (any, error) {
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
-	pid, err := processID(req.Process)
+	p, err := s.running(c, req.Process)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.running(c, pid); err != nil {
-		return nil, err
-	}
-	return struct{}{}, c.api.CloseInput(c.ctx, c.id, pid)
+	return struct{}{}, c.api.CloseInput(c.ctx, c.id, p.ID)
 }
 
 func (s *Server) update(c call) (any, error) {
@@ -360,8 +351,7 @@ func (s *Server) update(c call) (any, error) {
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
-	pid, err := processID(req.Process)
-	if err != nil {
+	if _, err := processID(req.Process); err != nil {
 		return nil, err
 	}
 	if req.PTY == nil || req.PTY.Size == nil {
@@ -370,8 +360,9 @@ func (s *Server) update(c call) (any, error) {
 	if req.PTY.Size.Rows > 1000 || req.PTY.Size.Cols > 1000 {
 		return nil, rpcErr("invalid_argument", "pty.size needs rows and cols from 1 to 1000")
 	}
-	if _, err := s.running(c, pid); err != nil {
+	p, err := s.running(c, req.Process)
+	if err != nil {
 		return nil, err
 	}
-	return struct{}{}, c.api.ResizeProcess(c.ctx, c.id, pid, pool.TermSize{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)})
+	return struct{}{}, c.api.ResizeProcess(c.ctx, c.id, p.ID, pool.TermSize{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)})
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -37,15 +36,7 @@ func runE2BScript(t *testing.T, n *shared, timeout time.Duration, args ...string
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	steps := map[string]json.RawMessage{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var s mcpStep
-		if json.Unmarshal(sc.Bytes(), &s) == nil {
-			steps[s.Step] = s.Value
-		}
-	}
+	steps := transcript(out)
 	if err != nil || steps["fatal"] != nil {
 		t.Fatalf("the SDK script (%v): %s\nstdout:\n%s\nstderr:\n%s", err, steps["fatal"], out, stderr.String())
 	}

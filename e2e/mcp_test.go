@@ -58,6 +58,21 @@ func npmScript(t *testing.T, pkg, version, script string) string {
 	return p
 }
 
+// transcript reads a Node script's output, one JSON line {step, value} per step, into the
+// steps by name; lines that are not steps are skipped.
+func transcript(out []byte) map[string]json.RawMessage {
+	steps := map[string]json.RawMessage{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var s mcpStep
+		if json.Unmarshal(sc.Bytes(), &s) == nil {
+			steps[s.Step] = s.Value
+		}
+	}
+	return steps
+}
+
 // mcpStep is one line of the client's transcript.
 type mcpStep struct {
 	Step  string          `json:"step"`
@@ -116,15 +131,7 @@ func TestMCPWithTheTypeScriptSDK(t *testing.T) {
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
-			steps := map[string]json.RawMessage{}
-			sc := bufio.NewScanner(bytes.NewReader(out))
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				var s mcpStep
-				if json.Unmarshal(sc.Bytes(), &s) == nil {
-					steps[s.Step] = s.Value
-				}
-			}
+			steps := transcript(out)
 			if err != nil || steps["error"] != nil {
 				t.Fatalf("the TypeScript client: %v %s\n%s\n%s", err, steps["error"], out, stderr.String())
 			}

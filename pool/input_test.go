@@ -145,6 +145,7 @@ func TestCheckEnv(t *testing.T) {
 		{"HOME", map[string]string{"HOME": "/"}, "set by airlock"},
 		{"the process marker", map[string]string{"AIRLOCK_EXEC": "x"}, "set by airlock"},
 		{"not a name", map[string]string{"A-B": "1"}, "not a variable name"},
+		{"a name that sets another", map[string]string{"LANG=C HTTPS_PROXY": "x"}, "not a variable name"},
 		{"a NUL", map[string]string{"A": "x\x00y"}, "NUL"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
