@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/wait"
 )
 
 // A stand-in for dockerd: like the real one (a Go program calling signal.Notify), it stops on
@@ -56,15 +58,32 @@ func stubs(t *testing.T) (dir string, env []string) {
 
 func pidOf(t *testing.T, dir string) int {
 	t.Helper()
-	b, _ := os.ReadFile(filepath.Join(dir, "docker.pid"))
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("no pid file: %q", b)
+	return pidFile(t, filepath.Join(dir, "docker.pid"))
+}
+
+// alive and kill take only a real process's pid: signalling pid 0 or -1 (an empty or unread
+// pid file) would reach the test's own process group or every process, the CI run among them.
+func alive(pid int) bool { return pid > 1 && syscall.Kill(pid, 0) == nil }
+
+func kill(pid int) {
+	if pid > 1 {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// pidFile waits (bounded) for a stand-in to write its pid file, and fails the test without one.
+func pidFile(t *testing.T, path string) int {
+	t.Helper()
+	pid := 0
+	if err := wait.Until(10*time.Second, "a pid in "+path, func() bool {
+		b, _ := os.ReadFile(path)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 1
+	}); err != nil {
+		t.Fatal(err)
 	}
 	return pid
 }
-
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 // waitGone waits (bounded) for pid to exit and reports whether it did.
 func waitGone(pid int, within time.Duration) bool {
@@ -94,7 +113,7 @@ func TestEngineSurvivesCtrlC(t *testing.T) {
 		t.Fatalf("engine.sh: %v\n%s", err, out.String())
 	}
 	pid := pidOf(t, dir)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() { kill(pid) })
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) // Ctrl-C
 	if waitGone(pid, time.Second) {
 		t.Fatalf("Ctrl-C at the terminal stopped the engine make started:\n%s", out.String())
@@ -108,11 +127,17 @@ func TestEngineSurvivesCtrlC(t *testing.T) {
 	if err := ctl.Run(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "ctl.pid"))
-	cpid, _ := strconv.Atoi(string(b))
+	cpid := pidFile(t, filepath.Join(dir, "ctl.pid"))
+	t.Cleanup(func() { kill(cpid) })
+	// It writes "ready" once its handlers are in place; a Ctrl-C before that would be ignored.
+	if err := wait.Until(10*time.Second, "the control stand-in to be ready", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	syscall.Kill(-ctl.Process.Pid, syscall.SIGINT)
 	if !waitGone(cpid, 5*time.Second) {
-		syscall.Kill(cpid, syscall.SIGKILL)
 		t.Fatal("control: the stand-in ignored Ctrl-C in its own process group")
 	}
 }
@@ -127,16 +152,7 @@ func TestEngineStartWaitsForOneShuttingDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	go old.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b, _ := os.ReadFile(filepath.Join(dir, "docker.pid")); len(b) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the old engine stand-in wrote no pid file within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pidOf(t, dir)
 	cmd := exec.Command("bash", "engine.sh")
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
@@ -144,7 +160,7 @@ func TestEngineStartWaitsForOneShuttingDown(t *testing.T) {
 		t.Fatalf("engine.sh with an engine shutting down: %v\n%s", err, out)
 	}
 	pid := pidOf(t, dir)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() { kill(pid) })
 	if pid == old.Process.Pid || alive(old.Process.Pid) || !strings.Contains(string(out), "waiting") {
 		t.Fatalf("new engine pid %d, old %d (alive %v):\n%s", pid, old.Process.Pid, alive(old.Process.Pid), out)
 	}

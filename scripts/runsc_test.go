@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -147,7 +146,7 @@ func TestRunscRegistersByReloadNotRestart(t *testing.T) {
 	os.Remove(daemon)
 	runRunsc(t, env)
 	pid := pidOf(t, dir)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() { kill(pid) })
 	if pid == eng.Process.Pid || !alive(pid) {
 		t.Fatal("no new engine was started")
 	}
