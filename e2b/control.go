@@ -3,6 +3,7 @@ package e2b
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -248,7 +249,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c *client.Client
 	l, err := c.Lease(r.Context(), req)
 	if err != nil {
 		status, msg := apiStatus(err)
-		if strings.Contains(msg, "mints none") {
+		if ae := (*client.Error)(nil); errors.As(err, &ae) && ae.Code == "token_required" {
 			msg = "this node mints no task tokens: pass the task's token in the " + TokenHeader + " header (the SDK's headers option)"
 		}
 		writeError(w, status, msg)

@@ -95,14 +95,21 @@ type fixture struct {
 	env *pooltest.Env
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureMinting(t, true) }
+
+// newFixtureMinting is a fixture whose API mints task tokens or, as every node but `airlock up`,
+// mints none.
+func newFixtureMinting(t *testing.T, mints bool) *fixture {
 	t.Helper()
 	sh := &fakeShell{release: map[string]chan struct{}{}}
 	e := pooltest.NewEnv(t, pooltest.EnvConfig{Templates: []pool.Template{{MinWarm: 2, MaxTotal: 6}},
 		Runtime: func(r *pooltest.Runtime) { r.ExecFunc, r.SignalFunc = sh.exec, sh.signal }})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a := api.New(api.Config{Pool: e.Manager, Logger: quiet, Minter: minter{e},
-		Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}})
+	cfg := api.Config{Pool: e.Manager, Logger: quiet, Keys: map[string]string{api.HashKey("key-acme"): "acme", api.HashKey("key-globex"): "globex"}}
+	if mints {
+		cfg.Minter = minter{e}
+	}
+	a := api.New(cfg)
 	h, err := e2b.New(e2b.Config{API: a, Template: e.Manager.Template, Secret: []byte("0123456789abcdef0123456789abcdef"), Node: "n1", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -547,5 +554,15 @@ func TestConnectProtocol(t *testing.T) {
 	}
 	if _, list := f.rpc(t, sb, "process.Process/List", `{}`); len(list["processes"].([]any)) != 1 {
 		t.Fatalf("the process did not outlive its stream: %v", list)
+	}
+}
+
+// Where the node mints no task tokens, a create without one is refused by the API's own code
+// (token_required), and the SDK's user is told where the token goes.
+func TestCreateWithoutATokenWhereNoneIsMinted(t *testing.T) {
+	f := newFixtureMinting(t, false)
+	st, out := f.control(t, "key-acme", "POST", "/v2/sandboxes", `{}`)
+	if msg, _ := out["message"].(string); st != http.StatusBadRequest || !strings.Contains(msg, e2b.TokenHeader) {
+		t.Fatalf("create without a token: %d %v", st, out)
 	}
 }

@@ -291,7 +291,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "give a token or an allow list, not both")
 		return
 	case raw == "" && s.cfg.Minter == nil:
-		writeError(w, http.StatusBadRequest, "bad_request", "a task token is required (this node mints none)")
+		writeError(w, http.StatusBadRequest, "token_required", "a task token is required (this node mints none)")
 		return
 	case raw == "":
 		// The minted token lasts as long as the template lets a lease last, so the lease can be
