@@ -139,10 +139,17 @@ class Client:
     # -- the API ----------------------------------------------------------------------------
 
     def sandbox(self, template: str = "default", allow: Sequence[str] = (), profiles: Sequence[str] = (),
-                token: Optional[str] = None, ttl: Optional[str] = None) -> "Sandbox":
+                token: Optional[str] = None, ttl: Optional[str] = None,
+                env: Optional[dict[str, str]] = None, metadata: Optional[dict[str, str]] = None) -> "Sandbox":
         """Leases a sandbox: allow names hosts (HOST[:PORT][=CREDENTIAL]) the dev issuer puts in a
-        minted token, profiles names scope bundles (pypi, npm, ...); or token is a task JWT."""
+        minted token, profiles names scope bundles (pypi, npm, ...); or token is a task JWT. env is
+        set for every command of the lease (never a secret: such names and values are refused);
+        metadata labels it."""
         req: dict[str, Any] = {"template": template}
+        if env:
+            req["env"] = env
+        if metadata:
+            req["metadata"] = metadata
         if token:
             req["token"] = token
         else:
@@ -218,6 +225,7 @@ class Sandbox:
         self.task: str = view.get("task", "")
         self.address: str = view.get("address", "")
         self.expires: Optional[datetime] = _time(view.get("expires"))
+        self.metadata: dict[str, str] = view.get("metadata") or {}
         self.files = Files(self)
         self.processes = Processes(self)
 
@@ -419,15 +427,38 @@ class Process:
     def kill(self, signal: str = "TERM") -> None:
         self._sb._c._call("POST", f"{self._sb._base}/processes/{_q(self.id)}/signal", {"signal": signal})
 
+    def send_input(self, data: Union[str, bytes]) -> None:
+        """Writes data to its stdin (started with stdin=True or tty=True); at most 1 MiB a call."""
+        body = data.encode() if isinstance(data, str) else bytes(data)
+        c, r = self._sb._c._open("POST", f"{self._sb._base}/processes/{_q(self.id)}/stdin", body,
+                                 {"Content-Type": "application/octet-stream"})
+        r.read()
+        c.close()
+
+    def close_input(self) -> None:
+        """Closes its stdin, so a program reading it sees the end."""
+        self._sb._c._call("DELETE", f"{self._sb._base}/processes/{_q(self.id)}/stdin")
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Sets the size of its terminal (started with tty=True)."""
+        self._sb._c._call("POST", f"{self._sb._base}/processes/{_q(self.id)}/resize", {"rows": rows, "cols": cols})
+
 
 class Processes:
     def __init__(self, sb: Sandbox) -> None:
         self._sb = sb
 
     def start(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None,
-              env: Optional[dict[str, str]] = None, timeout: Optional[float] = None) -> Process:
+              env: Optional[dict[str, str]] = None, timeout: Optional[float] = None,
+              stdin: bool = False, tty: bool = False, rows: int = 0, cols: int = 0) -> Process:
+        """Starts cmd in the background. stdin=True keeps its stdin open for send_input; tty=True
+        runs it on a terminal of rows by cols (its output is all stdout, its stdin always open)."""
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         req: dict[str, Any] = {"cmd": argv}
+        if stdin:
+            req["stdin"] = True
+        if tty:
+            req.update(tty=True, rows=rows, cols=cols)
         if cwd:
             req["workdir"] = cwd
         if env:

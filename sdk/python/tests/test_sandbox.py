@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from airlock import Client, NotFound, Refused, TimedOut
+from airlock import AirlockError, Client, NotFound, Refused, TimedOut
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,33 @@ def test_processes(sb):
     # A second client, as after a restart, attaches to the lease and reads the first one's output.
     again = Client().attach(sb.id).processes.get(p.id)
     assert again.read()[0] == "tick 1\ntick 2\ntick 3\n"
+
+
+def test_process_input_and_terminal(sb):
+    cat = sb.processes.start(["cat"], stdin=True)
+    cat.send_input("one\n")
+    cat.send_input(b"two\n")
+    cat.close_input()
+    assert cat.wait(timeout=30) == 0
+    assert cat.read()[0] == "one\ntwo\n"
+    # Without stdin=True the process has none to write to.
+    with pytest.raises(AirlockError):
+        sb.processes.start(["sleep", "30"]).send_input("x")
+    sh = sb.processes.start(["bash", "--norc", "-i"], tty=True, rows=24, cols=80)
+    sh.resize(40, 132)
+    sh.send_input("sleep 1; stty size; exit 7\n")
+    assert sh.wait(timeout=30) == 7
+    assert "40 132" in sh.read()[0]
+
+
+def test_lease_env_and_metadata():
+    with Client().sandbox(env={"GREETING": "hello"}, metadata={"team": "ml"}) as s:
+        assert s.metadata == {"team": "ml"}
+        assert s.run("echo $GREETING").stdout == "hello\n"
+        assert s.run("echo $GREETING", env={"GREETING": "hi"}).stdout == "hi\n"
+    with pytest.raises(AirlockError) as e:
+        Client().sandbox(env={"GITHUB_TOKEN": "value-zq9"})
+    assert "GITHUB_TOKEN" in e.value.message and "value-zq9" not in e.value.message
 
 
 def test_denied_and_explained(sb):
