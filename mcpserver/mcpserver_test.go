@@ -131,7 +131,7 @@ func TestTools(t *testing.T) {
 		}
 	}
 	want := []string{"explain", "expose_port", "kill_process", "list_files", "process_output", "read_file", "run",
-		"sandbox_create", "sandbox_list", "sandbox_release", "start_process", "write_file"}
+		"sandbox_create", "sandbox_list", "sandbox_release", "send_input", "start_process", "write_file"}
 	slices.Sort(names)
 	if !slices.Equal(names, want) {
 		t.Errorf("tools %v, want %v", names, want)
@@ -160,6 +160,35 @@ func TestTools(t *testing.T) {
 	if call(t, cs, "run", map[string]any{"lease": sb.Lease, "argv": []string{"false"}}, &out); out.ExitCode != 5 {
 		t.Errorf("a failing command: %+v", out)
 	}
+	// A background process's stdin: given at the start (then closed), or kept open and written
+	// to later. The fake runtime writes what it read from stdin to stderr once stdin ends.
+	stderrOf := func(pid string) string {
+		var o api.OutputView
+		wait.For(t, 10*time.Second, "process "+pid+" to end", func() bool {
+			call(t, cs, "process_output", map[string]any{"lease": sb.Lease, "process": pid, "wait_seconds": 1}, &o)
+			return !o.Process.Running
+		})
+		return o.Stderr
+	}
+	var p pool.ProcessInfo
+	if msg := call(t, cs, "start_process", map[string]any{"lease": sb.Lease, "command": "cat", "stdin": "given\n"}, &p); msg != "" {
+		t.Fatalf("start_process with stdin: %s", msg)
+	}
+	if got := stderrOf(p.ID); got != `stdin "given\n"` {
+		t.Errorf("stdin given at the start: %q", got)
+	}
+	call(t, cs, "start_process", map[string]any{"lease": sb.Lease, "command": "cat", "keep_stdin_open": true}, &p)
+	var done mcpserver.Done
+	for _, in := range []map[string]any{{"input": "one\n"}, {"input": "two\n", "close": true}} {
+		in["lease"], in["process"] = sb.Lease, p.ID
+		if msg := call(t, cs, "send_input", in, &done); msg != "" || !done.OK {
+			t.Fatalf("send_input %v: %q %+v", in, msg, done)
+		}
+	}
+	if got := stderrOf(p.ID); got != `stdin "one\ntwo\n"` {
+		t.Errorf("stdin sent later: %q", got)
+	}
+	call(t, cs, "start_process", map[string]any{"lease": sb.Lease, "command": "cat"}, &p)
 	// Errors an agent can act on.
 	for _, c := range []struct {
 		tool string
@@ -172,6 +201,8 @@ func TestTools(t *testing.T) {
 		{"sandbox_create", map[string]any{"template": "nope"}, "pick a template the node has"},
 		{"read_file", map[string]any{"lease": sb.Lease, "path": "/etc/passwd"}, "outside the workspace"},
 		{"write_file", map[string]any{"lease": sb.Lease, "path": "x", "content": "!!", "encoding": "base64"}, "illegal base64"},
+		{"send_input", map[string]any{"lease": sb.Lease, "process": p.ID, "input": "x"}, "takes no input"},
+		{"send_input", map[string]any{"lease": sb.Lease, "process": p.ID}, "give input, close, or both"},
 	} {
 		if msg := call(t, cs, c.tool, c.args, nil); !strings.Contains(msg, c.want) {
 			t.Errorf("%s %v: %q, want it to say %q", c.tool, c.args, msg, c.want)

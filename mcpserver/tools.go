@@ -51,10 +51,12 @@ type RunIn struct {
 	Lease   string            `json:"lease" jsonschema:"the sandbox's lease id"`
 	Command string            `json:"command,omitempty" jsonschema:"a shell command line, run with sh -c"`
 	Argv    []string          `json:"argv,omitempty" jsonschema:"the program and its arguments, instead of command"`
-	Stdin   string            `json:"stdin,omitempty" jsonschema:"text given to the command as its standard input (run only)"`
+	Stdin   string            `json:"stdin,omitempty" jsonschema:"text given to the command as its standard input (start_process: then closed, unless keep_stdin_open)"`
 	Timeout string            `json:"timeout,omitempty" jsonschema:"kill it and all it started after this long, for example 2m (run: default 5m)"`
 	Cwd     string            `json:"cwd,omitempty" jsonschema:"the folder it runs in (default: the workspace)"`
 	Env     map[string]string `json:"env,omitempty" jsonschema:"environment variables added for it"`
+	// KeepStdinOpen is start_process's: its stdin stays open for send_input.
+	KeepStdinOpen bool `json:"keep_stdin_open,omitempty" jsonschema:"start_process only: keep its standard input open for send_input (a REPL, a program that asks questions)"`
 }
 
 // RunOut is what run returns.
@@ -109,6 +111,14 @@ type OutputIn struct {
 }
 
 // KillIn is kill_process's input.
+// InputIn is send_input's input.
+type InputIn struct {
+	Lease   string `json:"lease"`
+	Process string `json:"process"`
+	Input   string `json:"input,omitempty" jsonschema:"text written to its standard input (end a line with a newline)"`
+	Close   bool   `json:"close,omitempty" jsonschema:"close its standard input after the text, so a program reading it sees the end"`
+}
+
 type KillIn struct {
 	Lease   string `json:"lease"`
 	Process string `json:"process"`
@@ -145,6 +155,7 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "list_files", Description: "List a folder of a sandbox's workspace: names, types, sizes, modes and times.", Annotations: ro}, s.listFiles)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "start_process", Description: "Start a long-running command (a server, a watcher, a long build) in the background; read its output with process_output."}, s.startProcess)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "process_output", Description: "Read what a background process wrote since an offset, waiting a while for more; says whether it still runs and its exit code.", Annotations: ro}, s.processOutput)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "send_input", Description: "Write text to the standard input of a background process started with keep_stdin_open, and optionally close it."}, s.sendInput)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "kill_process", Description: "Send a signal to a background process and everything it started."}, s.killProcess)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "expose_port", Description: "Make a port a server in the sandbox listens on reachable at a URL, for a person to review."}, s.exposePort)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "explain", Description: "Explain the gateway's decision for a request from a sandbox: allowed or refused, by which rule, and which scope would allow it.", Annotations: ro}, s.explain)
@@ -399,14 +410,45 @@ func (s *Server) startProcess(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, pool.ProcessInfo{}, err
 	}
-	if in.Stdin != "" {
-		return nil, pool.ProcessInfo{}, errors.New("a background process takes no stdin; write a file and redirect it")
-	}
-	p, err := s.sessionOf(req).c.StartProcess(ctx, in.Lease, api.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout})
+	c := s.sessionOf(req).c
+	p, err := c.StartProcess(ctx, in.Lease, api.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout,
+		Stdin: in.Stdin != "" || in.KeepStdinOpen})
 	if err != nil {
 		return nil, pool.ProcessInfo{}, agentError(err)
 	}
+	if err := input(ctx, c, in.Lease, p.ID, in.Stdin, in.Stdin != "" && !in.KeepStdinOpen); err != nil {
+		return nil, pool.ProcessInfo{}, fmt.Errorf("process %s started, but its stdin: %w", p.ID, err)
+	}
 	return nil, p, nil
+}
+
+func (s *Server) sendInput(ctx context.Context, req *mcp.CallToolRequest, in InputIn) (*mcp.CallToolResult, Done, error) {
+	if in.Input == "" && !in.Close {
+		return nil, Done{}, errors.New("give input, close, or both")
+	}
+	if err := input(ctx, s.sessionOf(req).c, in.Lease, in.Process, in.Input, in.Close); err != nil {
+		return nil, Done{}, err
+	}
+	msg := fmt.Sprintf("wrote %d bytes to %s", len(in.Input), in.Process)
+	if in.Close {
+		msg += " and closed its stdin"
+	}
+	return nil, Done{OK: true, Message: msg}, nil
+}
+
+// input writes text (if any) to a process's stdin, then closes it when asked.
+func input(ctx context.Context, c *client.Client, lease, pid, text string, close bool) error {
+	if text != "" {
+		if err := c.SendInput(ctx, lease, pid, []byte(text)); err != nil {
+			return agentError(err)
+		}
+	}
+	if close {
+		if err := c.CloseInput(ctx, lease, pid); err != nil {
+			return agentError(err)
+		}
+	}
+	return nil
 }
 
 func (s *Server) processOutput(ctx context.Context, req *mcp.CallToolRequest, in OutputIn) (*mcp.CallToolResult, api.OutputView, error) {
