@@ -5,6 +5,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
+
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // MaxEnv bounds how many variables one template, lease or command sets.
@@ -45,11 +48,11 @@ func envRefusal(k, v string) string {
 		return "holds a NUL byte"
 	}
 	u := strings.ToUpper(k)
-	if strings.Contains(u, "PROXY") || strings.HasSuffix(u, "CA_BUNDLE") || u == "SSL_CERT_FILE" || u == "SSL_CERT_DIR" ||
-		u == "HOME" || strings.HasPrefix(u, "AIRLOCK_") {
+	if airlockSets[u] || strings.Contains(u, "PROXY") || strings.HasSuffix(u, "CA_BUNDLE") || u == "SSL_CERT_DIR" ||
+		strings.HasPrefix(u, "AIRLOCK_") {
 		return "is set by airlock and cannot be overridden"
 	}
-	if secretName(u) {
+	if secretName(k) {
 		return "names a secret, and secrets never enter a sandbox: ask for a credential by its catalog name in the task's scopes, and the gateway injects it into the requests it allows"
 	}
 	if what := secretValue(v); what != "" {
@@ -60,19 +63,40 @@ func envRefusal(k, v string) string {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// secretWords are the parts of a variable name (split at _) that say it holds a secret, and
-// secretPairs the adjacent parts that do (API_KEY, but not KEYBOARD or MONKEY_PATCH).
+// airlockSets holds the names (upper case) of every variable a sandbox starts with, from the
+// one list that sets them: the proxies, the trust stores of every client, HOME.
+var airlockSets = func() map[string]bool {
+	m := map[string]bool{}
+	for _, kv := range inside.Env("http://proxy:1", "/") {
+		k, _, _ := strings.Cut(kv, "=")
+		m[strings.ToUpper(k)] = true
+	}
+	return m
+}()
+
+// secretWords are the words of a variable name (split at _ and at a lower-to-upper change, so
+// dbPassword is DB PASSWORD) that say it holds a secret, also as a word's end (PGPASSWORD,
+// AUTHTOKEN; not TOKENS, a count in MAX_TOKENS); secretParts say so only as a word of their own (GITHUB_PAT, MYSQL_PWD, but not
+// PATH or PWD itself); secretPairs are adjacent words that do (API_KEY, but not KEYBOARD or
+// MONKEY_PATCH).
 var (
-	secretWords = []string{"SECRET", "SECRETS", "TOKEN", "TOKENS", "PASSWORD", "PASSWD", "PASSPHRASE",
-		"APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY", "AUTHKEY"}
+	secretWords = []string{"SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWORDS", "PASSWD", "PASSPHRASE",
+		"APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY", "AUTHKEY", "SECRETKEY"}
+	secretParts = []string{"PAT", "PWD", "PASS", "PSK", "OTP"}
 	secretPairs = [][2]string{{"API", "KEY"}, {"ACCESS", "KEY"}, {"PRIVATE", "KEY"}, {"SECRET", "KEY"}, {"AUTH", "KEY"},
-		{"SIGNING", "KEY"}, {"ENCRYPTION", "KEY"}, {"CLIENT", "KEY"}, {"DEPLOY", "KEY"}, {"SSH", "KEY"}}
+		{"SIGNING", "KEY"}, {"ENCRYPTION", "KEY"}, {"CLIENT", "KEY"}, {"DEPLOY", "KEY"}, {"SSH", "KEY"}, {"MASTER", "KEY"},
+		{"LICENSE", "KEY"}, {"SESSION", "KEY"}, {"WEBHOOK", "SECRET"}, {"COOKIE", "SECRET"}}
 )
 
-func secretName(u string) bool {
-	parts := strings.Split(u, "_")
+func secretName(k string) bool {
+	parts := nameWords(k)
 	for i, p := range parts {
-		if slices.Contains(secretWords, p) {
+		for _, w := range secretWords {
+			if strings.HasSuffix(p, w) {
+				return true
+			}
+		}
+		if len(parts) > 1 && slices.Contains(secretParts, p) {
 			return true
 		}
 		if i > 0 && slices.Contains(secretPairs, [2]string{parts[i-1], p}) {
@@ -80,6 +104,28 @@ func secretName(u string) bool {
 		}
 	}
 	return false
+}
+
+// nameWords splits a variable name into upper-case words at each _ and where a lower-case
+// letter or a digit is followed by an upper-case one.
+func nameWords(k string) []string {
+	var words []string
+	var w strings.Builder
+	prev := rune(0)
+	for _, r := range k {
+		switch {
+		case r == '_':
+			words, prev = append(words, w.String()), r
+			w.Reset()
+			continue
+		case unicode.IsUpper(r) && (unicode.IsLower(prev) || unicode.IsDigit(prev)):
+			words = append(words, w.String())
+			w.Reset()
+		}
+		w.WriteRune(unicode.ToUpper(r))
+		prev = r
+	}
+	return append(words, w.String())
 }
 
 // secretValues are the shapes of well-known credentials, each with what it is called.
@@ -96,6 +142,11 @@ var secretValues = []struct {
 	{"a Slack token", regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9-]{10,}`)},
 	{"an API secret key", regexp.MustCompile(`\b(sk|rk)[-_](live_|test_|proj-|ant-)?[A-Za-z0-9_-]{20,}`)},
 	{"a Vault token", regexp.MustCompile(`\bhv[sbr]\.[A-Za-z0-9_-]{20,}`)},
+	{"a Hugging Face token", regexp.MustCompile(`\bhf_[A-Za-z0-9]{30,}`)},
+	{"an npm token", regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}\b`)},
+	{"a PyPI token", regexp.MustCompile(`\bpypi-AgE[A-Za-z0-9_-]{40,}`)},
+	{"a Docker Hub token", regexp.MustCompile(`\bdckr_pat_[A-Za-z0-9_-]{20,}`)},
+	{"a Google OAuth token", regexp.MustCompile(`\bya29\.[A-Za-z0-9_-]{20,}`)},
 	{"a bearer credential", regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{16,}`)},
 	{"a URL with a password", regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@`)},
 }

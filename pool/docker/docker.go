@@ -408,7 +408,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}
 	cmd := req.Cmd
 	if req.TTY {
-		cmd = inside.OnTerminal(req.Cmd, req.Size)
+		cmd = inside.OnTerminal(req.Cmd, req.Size.Rows, req.Size.Cols)
 	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
 		Cmd: cmd, Env: env, WorkingDir: req.Workdir,
@@ -502,7 +502,7 @@ func (r *Runtime) signalMarked(ctx context.Context, sb pool.Sandbox, marker, sig
 
 // resizeMarked sets the size of the terminal that the exec with marker runs on.
 func (r *Runtime) resizeMarked(ctx context.Context, sb pool.Sandbox, marker string, size pool.TermSize) {
-	r.runQuiet(ctx, sb, inside.ResizeCmd(marker, size))
+	r.runQuiet(ctx, sb, inside.ResizeCmd(marker, size.Rows, size.Cols))
 }
 
 // runQuiet runs cmd in sb as its user, discarding what it writes, within 10 seconds.

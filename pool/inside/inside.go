@@ -18,8 +18,6 @@ import (
 	"strings"
 
 	"software.sslmate.com/src/go-pkcs12"
-
-	"github.com/airlock-dev/airlock/pool"
 )
 
 // BundlePath is where the CA bundle is mounted inside every sandbox; it is also mounted over
@@ -126,8 +124,7 @@ func SignalCmd(marker, sig string) []string {
 // (its standard streams are host files there), while a terminal the sandbox's kernel makes is
 // one under every runtime. script returns the command's exit code; the terminal's output,
 // stderr included, comes on stdout.
-func OnTerminal(cmd []string, size pool.TermSize) []string {
-	rows, cols := size.Rows, size.Cols
+func OnTerminal(cmd []string, rows, cols uint16) []string {
 	if rows == 0 || cols == 0 {
 		rows, cols = 24, 80
 	}
@@ -146,10 +143,10 @@ func Quote(s string) string {
 
 // ResizeCmd sets the size of the terminal that the exec with marker runs on (OnTerminal's): the
 // one its processes have as their input.
-func ResizeCmd(marker string, size pool.TermSize) []string {
+func ResizeCmd(marker string, rows, cols uint16) []string {
 	sweep := `for p in /proc/[0-9]*; do grep -qxz "` + Marker + `=$0" "$p/environ" 2>/dev/null || continue; ` +
 		`t=$(readlink "$p/fd/0") || continue; case $t in /dev/pts/*) stty -F "$t" rows "$1" cols "$2"; exit;; esac; done; exit 0`
-	return []string{"sh", "-c", sweep, marker, strconv.Itoa(int(size.Rows)), strconv.Itoa(int(size.Cols))}
+	return []string{"sh", "-c", sweep, marker, strconv.Itoa(int(rows)), strconv.Itoa(int(cols))}
 }
 
 // ProbeCmd is the health probe every warm sandbox passes before a lease gets it: it does not

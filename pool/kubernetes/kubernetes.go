@@ -451,7 +451,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}
 	cmd := req.Cmd
 	if req.TTY {
-		cmd = inside.OnTerminal(req.Cmd, req.Size)
+		cmd = inside.OnTerminal(req.Cmd, req.Size.Rows, req.Size.Cols)
 	}
 	argv, err := execArgv(req, cmd, marker)
 	if err != nil {
@@ -460,7 +460,7 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	if req.TTY && req.Resize != nil {
 		go func() {
 			for sz := range req.Resize {
-				r.run(context.WithoutCancel(ctx), sb, inside.ResizeCmd(marker, sz))
+				r.run(context.WithoutCancel(ctx), sb, inside.ResizeCmd(marker, sz.Rows, sz.Cols))
 			}
 		}()
 	}
