@@ -4,7 +4,9 @@
 //
 //   node sdk.mjs run            the whole walk through
 //   node sdk.mjs bench N API    N runs of `true` through the SDK, and through airlock's own
-//                               HTTP API (the exec endpoint) from this same process
+//                               HTTP API from this same process: the exec endpoint, with
+//                               `true` and with the SDK's login shell, and that shell as a
+//                               background process (start, then wait for its end)
 import { Sandbox, CommandExitError, NotFoundError, SandboxError } from 'e2b'
 
 const say = (step, value) => console.log(JSON.stringify({ step, value }))
@@ -125,16 +127,30 @@ async function bench(n, api, key) {
   const time = async (f) => { const out = []; for (let i = 0; i < n; i++) { const t = performance.now(); await f(); out.push(performance.now() - t) } return out }
   await sbx.commands.run('true')
   const sdk = await time(() => sbx.commands.run('true'))
-  const own = await time(async () => {
-    const res = await fetch(`${api}/v1/leases/${sbx.sandboxId}/exec`, {
-      method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ cmd: ['true'] }),
+  const call = async (method, path, body) => {
+    const res = await fetch(`${api}/v1/leases/${sbx.sandboxId}${path}`, {
+      method, headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: body && JSON.stringify(body),
     })
-    if (res.status !== 200) throw new Error(`exec: ${res.status}`)
-    await res.arrayBuffer()
+    if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status}`)
+    return res
+  }
+  const exec = (cmd) => async () => { await (await call('POST', '/exec', { cmd })).arrayBuffer() }
+  // airlock's own exec of `true`; of the login shell the SDK runs; and that shell as the
+  // adapter runs it (a background process, then its end).
+  const login = ['/bin/bash', '-l', '-c', 'true']
+  const own = await time(exec(['true']))
+  const ownLogin = await time(exec(login))
+  const ownProcess = await time(async () => {
+    const p = await (await call('POST', '/processes', { cmd: login })).json()
+    await (await call('GET', `/processes/${p.id}/wait?timeout=30s`)).arrayBuffer()
   })
   await sbx.kill()
-  say('bench', { n, sdk_p50: pct(sdk, 0.5), sdk_p99: pct(sdk, 0.99), api_p50: pct(own, 0.5), api_p99: pct(own, 0.99) })
+  say('bench', {
+    n, sdk_p50: pct(sdk, 0.5), sdk_p99: pct(sdk, 0.99), api_p50: pct(own, 0.5), api_p99: pct(own, 0.99),
+    api_login_p50: pct(ownLogin, 0.5), api_login_p99: pct(ownLogin, 0.99),
+    api_process_p50: pct(ownProcess, 0.5), api_process_p99: pct(ownProcess, 0.99),
+  })
 }
 
 const [mode, ...args] = process.argv.slice(2)
