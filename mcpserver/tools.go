@@ -110,7 +110,6 @@ type OutputIn struct {
 	WaitSeconds  int    `json:"wait_seconds,omitempty" jsonschema:"wait up to this long (at most 60) for new output while it runs"`
 }
 
-// KillIn is kill_process's input.
 // InputIn is send_input's input.
 type InputIn struct {
 	Lease   string `json:"lease"`
@@ -119,6 +118,7 @@ type InputIn struct {
 	Close   bool   `json:"close,omitempty" jsonschema:"close its standard input after the text, so a program reading it sees the end"`
 }
 
+// KillIn is kill_process's input.
 type KillIn struct {
 	Lease   string `json:"lease"`
 	Process string `json:"process"`

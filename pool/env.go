@@ -76,13 +76,13 @@ var airlockSets = func() map[string]bool {
 
 // secretWords are the words of a variable name (split at _ and at a lower-to-upper change, so
 // dbPassword is DB PASSWORD) that say it holds a secret, also as a word's end (PGPASSWORD,
-// AUTHTOKEN; not TOKENS, a count in MAX_TOKENS); secretParts say so only as a word of their own (GITHUB_PAT, MYSQL_PWD, but not
-// PATH or PWD itself); secretPairs are adjacent words that do (API_KEY, but not KEYBOARD or
-// MONKEY_PATCH).
+// AUTHTOKEN; but not TOKENS, a count in MAX_TOKENS); secretParts say so only as the last
+// word of a longer name (GITHUB_PAT, MYSQL_PWD, SMTP_PASS, but not PATH, COMPASS or PWD
+// itself); secretPairs are adjacent words that do (API_KEY, but not KEYBOARD or MONKEY_PATCH).
 var (
 	secretWords = []string{"SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWORDS", "PASSWD", "PASSPHRASE",
 		"APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY", "AUTHKEY", "SECRETKEY"}
-	secretParts = []string{"PAT", "PWD", "PASS", "PSK", "OTP"}
+	secretParts = []string{"PAT", "PWD", "PASS", "PSK"}
 	secretPairs = [][2]string{{"API", "KEY"}, {"ACCESS", "KEY"}, {"PRIVATE", "KEY"}, {"SECRET", "KEY"}, {"AUTH", "KEY"},
 		{"SIGNING", "KEY"}, {"ENCRYPTION", "KEY"}, {"CLIENT", "KEY"}, {"DEPLOY", "KEY"}, {"SSH", "KEY"}, {"MASTER", "KEY"},
 		{"LICENSE", "KEY"}, {"SESSION", "KEY"}, {"WEBHOOK", "SECRET"}, {"COOKIE", "SECRET"}}
@@ -96,7 +96,7 @@ func secretName(k string) bool {
 				return true
 			}
 		}
-		if len(parts) > 1 && slices.Contains(secretParts, p) {
+		if i > 0 && i == len(parts)-1 && slices.Contains(secretParts, p) {
 			return true
 		}
 		if i > 0 && slices.Contains(secretPairs, [2]string{parts[i-1], p}) {

@@ -130,7 +130,7 @@ func TestCheckEnv(t *testing.T) {
 		{"plain", map[string]string{"LANG": "C.UTF-8", "TOKENIZERS_PARALLELISM": "false", "KEYBOARD": "us", "PATH_EXTRA": "/opt/bin",
 			"PWD": "/workspace", "OLDPWD": "/", "PASSTHROUGH": "1", "MAX_TOKENS_OUT": "5", "tokenizerName": "bpe", "PATTERN": "x",
 			"COMPASS_URL": "http://compass.example", "AUTH_URL": "https://login.example", "NODE_OPTIONS": "--max-old-space-size=4096",
-			"SENTRY_ENVIRONMENT": "dev", "npm_config_loglevel": "warn"}, ""},
+			"SENTRY_ENVIRONMENT": "dev", "npm_config_loglevel": "warn", "OTP_VERSION": "27.1", "PASS_COUNT": "2"}, ""},
 		{"a password as a word's end", map[string]string{"PGPASSWORD": "x"}, "PGPASSWORD names a secret"},
 		{"a token as a word's end", map[string]string{"NPM_CONFIG__AUTHTOKEN": "x"}, "names a secret"},
 		{"camel case", map[string]string{"githubToken": "x"}, "githubToken names a secret"},
