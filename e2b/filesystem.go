@@ -1,6 +1,9 @@
 package e2b
 
 import (
+	"cmp"
+	"context"
+	"encoding/base64"
 	"io/fs"
 	"slices"
 	"strconv"
@@ -8,6 +11,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // filesystem.Filesystem on the API's file operations, which keep every path inside the
@@ -143,9 +148,10 @@ func (s *Server) remove(c call) (any, error) {
 	return struct{}{}, c.api.Remove(c.ctx, c.id, req.Path, true)
 }
 
-// watchDir streams the changes under a folder. The workspace is listed every PollEvery and
-// compared with the listing before, so changes between two listings come as one event per
-// path (a file written twice is one write), and each listing is an audit record of the lease.
+// watchDir streams the changes under a folder. A background process of the lease (WatchCmd)
+// lists the folder in the sandbox every PollEvery and prints a listing when it changed; each
+// is compared with the one before, so changes between two listings come as one event per path
+// (a file written twice is one write). The trail records the watch once, as that process.
 func (s *Server) watchDir(c call, st *stream) error {
 	var req struct {
 		Path               string `json:"path"`
@@ -160,58 +166,82 @@ func (s *Server) watchDir(c call, st *stream) error {
 	if req.Recursive {
 		depth = 64
 	}
-	snapshot := func() (map[string]pool.Entry, error) {
-		v, err := c.api.ListFiles(c.ctx, c.id, req.Path, depth)
-		if err != nil {
-			return nil, err
-		}
-		if v.Truncated {
-			return nil, rpcErr("resource_exhausted", "%s holds more than %d entries: watch a smaller folder", req.Path, pool.MaxListEntries)
-		}
-		m := make(map[string]pool.Entry, len(v.Entries))
-		for _, e := range v.Entries {
-			m[e.Path] = e
-		}
-		return m, nil
-	}
-	base, err := c.api.Stat(c.ctx, c.id, req.Path)
+	base, err := c.api.Stat(c.ctx, c.id, req.Path) // the API's workspace check, and an audit record
 	if err != nil {
 		return err
 	}
 	if base.Type != "dir" {
 		return rpcErr("invalid_argument", "%s is not a folder", req.Path)
 	}
-	before, err := snapshot()
+	l, err := c.api.Get(c.ctx, c.id)
 	if err != nil {
 		return err
 	}
-	if err := st.send(map[string]any{"start": struct{}{}}); err != nil {
+	t, ok := s.cfg.Template(l.Template)
+	if !ok {
+		return rpcErr("internal", "the lease's template %s is not known to this node", l.Template)
+	}
+	p, err := c.api.StartProcess(c.ctx, c.id, api.ExecRequest{Cmd: pool.WatchCmd(t.Workdir, base.Path, depth, s.cfg.PollEvery)})
+	if err != nil {
 		return err
 	}
-	idle, quiet := keepalive(c.r), time.Duration(0)
-	tick := time.NewTicker(s.cfg.PollEvery)
-	defer tick.Stop()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 10*time.Second)
+		defer cancel()
+		c.api.SignalProcess(ctx, c.id, p.ID, "KILL")
+	}()
+	var (
+		r      pool.WatchReader
+		before map[string]pool.Entry // nil until the first listing
+		outOff int64
+		idle   = keepalive(c.r)
+	)
 	for {
-		select {
-		case <-c.ctx.Done():
-			return c.ctx.Err()
-		case <-tick.C:
-		}
-		now, err := snapshot()
+		// Stderr is read from its start each time: the watch writes there only why it ends.
+		o, err := c.api.ProcessOutput(c.ctx, c.id, p.ID, client.OutputQuery{StdoutOffset: outOff, Wait: idle, Base64: true})
 		if err != nil {
 			return err
 		}
-		events := diff(base.Path, before, now)
-		before = now
-		for _, ev := range events {
-			if err := st.send(map[string]any{"filesystem": ev}); err != nil {
-				return err
-			}
+		if o.StdoutDropped > 0 {
+			return rpcErr("resource_exhausted", "%s changed faster than it could be watched", req.Path)
 		}
-		if quiet += s.cfg.PollEvery; len(events) > 0 {
-			quiet = 0
-		} else if quiet >= idle {
-			quiet = 0
+		out, err := base64.StdEncoding.DecodeString(o.Stdout)
+		if err != nil {
+			return rpcErr("internal", "the watch's output did not decode")
+		}
+		outOff = o.StdoutOffset
+		lists, err := r.Feed(out)
+		if err != nil {
+			return rpcErr("internal", "the watch's listing: %v", err)
+		}
+		for _, list := range lists {
+			now := make(map[string]pool.Entry, len(list))
+			for _, e := range list {
+				now[e.Path] = e
+			}
+			var events []fsEvent
+			if before != nil {
+				events = diff(base.Path, before, now)
+			} else {
+				// The first listing is what later ones are compared with: the stream starts
+				// once it is known, so a change made after the SDK's watchDir returns is seen.
+				if err := st.send(map[string]any{"start": struct{}{}}); err != nil {
+					return err
+				}
+			}
+			for _, ev := range events {
+				if err := st.send(map[string]any{"filesystem": ev}); err != nil {
+					return err
+				}
+			}
+			before = now
+		}
+		switch {
+		case len(out) > 0:
+		case !o.Process.Running:
+			msg, _ := base64.StdEncoding.DecodeString(o.Stderr)
+			return rpcErr("failed_precondition", "the watch of %s ended: %s", req.Path, cmp.Or(strings.TrimSpace(string(msg)), endOf(o.Process).Status))
+		case before != nil:
 			if err := st.send(map[string]any{"keepalive": struct{}{}}); err != nil {
 				return err
 			}

@@ -39,7 +39,7 @@ type Config struct {
 	// Domain is the sandbox domain reported to the SDK (getHost builds PORT-ID.DOMAIN from it);
 	// empty reports none.
 	Domain string
-	// PollEvery is how often a WatchDir stream lists its folder; 0 means a second.
+	// PollEvery is how often a WatchDir stream's watch lists its folder; 0 means a second.
 	PollEvery time.Duration
 	Logger    *slog.Logger
 }
