@@ -259,7 +259,7 @@ func (s *Server) listProcesses(c call) (any, error) {
 	}
 	out := []processInfo{}
 	for _, p := range ps {
-		if !p.Running || len(p.Cmd) == 0 {
+		if !p.Running || len(p.Cmd) == 0 || pool.IsWatch(p.Cmd) { // a WatchDir's watch is not the user's command
 			continue
 		}
 		pi := processInfo{Pid: pidOf(p.ID), Config: processConfig{Cmd: p.Cmd[0], Args: p.Cmd[1:], Envs: map[string]string{}}}

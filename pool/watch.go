@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -21,7 +22,8 @@ const MaxWatchListing = 192 << 10
 func WatchCmd(ws, dir string, depth int, every time.Duration) []string {
 	depth = min(max(depth, 1), 64)
 	secs := strconv.FormatFloat(max(every, 10*time.Millisecond).Seconds(), 'f', 3, 64)
-	script := `t=$(mktemp -d) || exit 1; trap 'rm -rf "$t"' EXIT; trap 'exit 0' TERM INT HUP; : > "$t/old"; first=1
+	script := watchMark + `
+t=$(mktemp -d) || exit 1; trap 'rm -rf "$t"' EXIT; trap 'exit 0' TERM INT HUP; : > "$t/old"; first=1
 while :; do
 	airlock_full "$1"; [ -d "$1" ] || { echo "$1 is no longer a folder" >&2; exit 2; }
 	find "$1" -mindepth 1 -maxdepth "$2" -printf '` + entryFormat + `' 2>/dev/null | head -z -n "$3" > "$t/new"
@@ -31,6 +33,14 @@ while :; do
 	sleep "$4"
 done`
 	return confined(ws, script, dir, strconv.Itoa(depth), strconv.Itoa(6*(MaxListEntries+1)), secs)
+}
+
+// watchMark opens a watch's script, so the watch can be told from the lease's other processes.
+const watchMark = "# airlock: a folder watch"
+
+// IsWatch says whether cmd is a WatchCmd's.
+func IsWatch(cmd []string) bool {
+	return len(cmd) > 2 && cmd[0] == "sh" && cmd[1] == "-c" && strings.Contains(cmd[2], "\n"+watchMark+"\n")
 }
 
 // WatchReader reads what WatchCmd prints, as it comes. The zero value is ready.

@@ -50,6 +50,9 @@ func TestWatchReader(t *testing.T) {
 func watch(t *testing.T, ws, dir string) (<-chan []Entry, *bytes.Buffer, <-chan error) {
 	t.Helper()
 	argv := WatchCmd(ws, dir, 2, 20*time.Millisecond)
+	if !IsWatch(argv) || IsWatch([]string{"sh", "-c", "echo"}) {
+		t.Fatal("IsWatch does not tell a watch from another command")
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
