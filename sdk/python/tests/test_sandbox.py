@@ -91,8 +91,17 @@ def test_process_input_and_terminal(sb):
     with pytest.raises(AirlockError):
         sb.processes.start(["sleep", "30"]).send_input("x")
     sh = sb.processes.start(["bash", "--norc", "-i"], tty=True, rows=24, cols=80)
+    # Resize once the shell reads its terminal (the quotes keep the typed line, which the
+    # terminal echoes, from matching).
+    sh.send_input("echo rea''dy\n")
+    screen = ""
+    for _ in range(30):
+        screen += sh.read(wait=1)[0]
+        if "ready" in screen:
+            break
+    assert "ready" in screen
     sh.resize(40, 132)
-    sh.send_input("sleep 1; stty size; exit 7\n")
+    sh.send_input("stty size; exit 7\n")
     assert sh.wait(timeout=30) == 7
     assert "40 132" in sh.read()[0]
 
