@@ -101,7 +101,7 @@ def test_process_input_and_terminal(sb):
             break
     assert "ready" in screen
     sh.resize(40, 132)
-    sh.send_input("stty size; exit 7\n")
+    sh.send_input("sleep 1; stty size; exit 7\n")  # the resize is applied just after it answers
     assert sh.wait(timeout=30) == 7
     assert "40 132" in sh.read()[0]
 
