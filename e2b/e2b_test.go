@@ -2,14 +2,17 @@ package e2b_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -42,11 +45,18 @@ func (m minter) Mint(tenant string, allow []string, ttl time.Duration) (string, 
 type fakeShell struct {
 	mu      sync.Mutex
 	release map[string]chan struct{} // marker → closed by a signal
+	files   map[string]string        // what the API's file writes wrote, by path
 }
 
 func (f *fakeShell) exec(ctx context.Context, _ pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	cmd := req.Cmd[len(req.Cmd)-1]
 	switch {
+	case len(req.Cmd) > 2 && strings.Contains(req.Cmd[2], `cat > "$1"`): // the API's file write
+		b, _ := io.ReadAll(stdin)
+		f.mu.Lock()
+		f.files[cmd] = string(b)
+		f.mu.Unlock()
+		return 0, nil
 	case cmd == "echo hi":
 		io.WriteString(stdout, "hi\n")
 		return 0, nil
@@ -93,6 +103,7 @@ func (f *fakeShell) signal(_ context.Context, _ pool.Sandbox, marker, sig string
 type fixture struct {
 	srv *httptest.Server
 	env *pooltest.Env
+	sh  *fakeShell
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureMinting(t, true) }
@@ -101,7 +112,7 @@ func newFixture(t *testing.T) *fixture { return newFixtureMinting(t, true) }
 // mints none.
 func newFixtureMinting(t *testing.T, mints bool) *fixture {
 	t.Helper()
-	sh := &fakeShell{release: map[string]chan struct{}{}}
+	sh := &fakeShell{release: map[string]chan struct{}{}, files: map[string]string{}}
 	e := pooltest.NewEnv(t, pooltest.EnvConfig{Templates: []pool.Template{{MinWarm: 2, MaxTotal: 6}},
 		Runtime: func(r *pooltest.Runtime) { r.ExecFunc, r.SignalFunc = sh.exec, sh.signal }})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -117,7 +128,7 @@ func newFixtureMinting(t *testing.T, mints bool) *fixture {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	e.MustWarm(t, 2)
-	return &fixture{srv: srv, env: e}
+	return &fixture{srv: srv, env: e, sh: sh}
 }
 
 // control calls the control plane with key; it returns the status and the decoded body.
@@ -564,5 +575,71 @@ func TestCreateWithoutATokenWhereNoneIsMinted(t *testing.T) {
 	st, out := f.control(t, "key-acme", "POST", "/v2/sandboxes", `{}`)
 	if msg, _ := out["message"].(string); st != http.StatusBadRequest || !strings.Contains(msg, e2b.TokenHeader) {
 		t.Fatalf("create without a token: %d %v", st, out)
+	}
+}
+
+// Uploads: multipart (each part's filename its path) and octet-stream, either gzipped; another
+// encoding, a missing path and another user are refused.
+func TestUploads(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, "key-acme", `{}`)
+	gz := func(b []byte) []byte {
+		var out bytes.Buffer
+		zw := gzip.NewWriter(&out)
+		zw.Write(b)
+		zw.Close()
+		return out.Bytes()
+	}
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	for _, name := range []string{"a/one.txt", "two.txt"} {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", `form-data; name="file"; filename="`+name+`"`)
+		w, _ := mw.CreatePart(h)
+		io.WriteString(w, "body of "+name)
+	}
+	mw.Close()
+	post := func(query, ctype, enc string, body []byte) (int, string) {
+		req, _ := http.NewRequest("POST", f.srv.URL+"/files"+query, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		if enc != "" {
+			req.Header.Set("Content-Encoding", enc)
+		}
+		req.Header.Set("E2b-Sandbox-Id", sb.ID)
+		req.Header.Set("X-Access-Token", sb.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		name, query, ctype, enc string
+		body                    []byte
+		status                  int
+		want                    string
+	}{
+		{"multipart", "", mw.FormDataContentType(), "", form.Bytes(), 200, "one.txt"},
+		{"multipart, gzipped", "", mw.FormDataContentType(), "gzip", gz(form.Bytes()), 200, "two.txt"},
+		{"octet-stream, gzipped", "?path=z.txt", "application/octet-stream", "gzip", gz([]byte("zipped")), 200, "z.txt"},
+		{"another encoding", "?path=z.txt", "application/octet-stream", "br", []byte("x"), 415, "not gzip"},
+		{"not gzip after all", "?path=z.txt", "application/octet-stream", "gzip", []byte("plain"), 400, "gzip"},
+		{"octet-stream without a path", "", "application/octet-stream", "", []byte("x"), 400, "?path="},
+		{"as root", "?path=r.txt&username=root", "application/octet-stream", "", []byte("x"), 403, "root"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if st, body := post(c.query, c.ctype, c.enc, c.body); st != c.status || !strings.Contains(body, c.want) {
+				t.Fatalf("%d %s, want %d saying %q", st, body, c.status, c.want)
+			}
+		})
+	}
+	f.sh.mu.Lock()
+	defer f.sh.mu.Unlock()
+	for p, want := range map[string]string{"/workspace/a/one.txt": "body of a/one.txt", "/workspace/two.txt": "body of two.txt", "/workspace/z.txt": "zipped"} {
+		if got := f.sh.files[p]; got != want {
+			t.Errorf("%s holds %q, want %q (all: %q)", p, got, want, f.sh.files)
+		}
 	}
 }

@@ -85,26 +85,27 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		return writtenFile{Name: path.Base(info.Path), Type: "file", Path: info.Path}, nil
 	}
+	// Either kind of body may come compressed; the cap on each file applies after decompression.
+	var body io.Reader = r.Body
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			envdError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
+			return
+		}
+		body = zr
+	default:
+		envdError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q is not gzip", enc))
+		return
+	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []writtenFile
 	switch mt {
 	case "application/octet-stream":
 		if q == "" {
 			envdError(w, http.StatusBadRequest, "an octet-stream upload names its file in ?path=")
-			return
-		}
-		var body io.Reader = r.Body
-		switch enc := r.Header.Get("Content-Encoding"); enc {
-		case "", "identity":
-		case "gzip":
-			zr, err := gzip.NewReader(r.Body)
-			if err != nil {
-				envdError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
-				return
-			}
-			body = zr
-		default:
-			envdError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q is not gzip", enc))
 			return
 		}
 		f, err := put(q, body)
@@ -114,7 +115,7 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, f)
 	case "multipart/form-data":
-		mr := multipart.NewReader(r.Body, params["boundary"])
+		mr := multipart.NewReader(body, params["boundary"])
 		for {
 			part, err := mr.NextPart()
 			if errors.Is(err, io.EOF) {
