@@ -174,20 +174,36 @@ func (f *fixture) create(t *testing.T, key, body string) sandbox {
 	return sandbox{ID: out["sandboxID"].(string), Token: out["envdAccessToken"].(string)}
 }
 
-// rpc makes a unary Connect call; it returns the status and the decoded body.
-func (f *fixture) rpc(t *testing.T, sb sandbox, method, body string) (int, map[string]any) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", f.srv.URL+"/"+method, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+// envdRequest is a request to the sandbox API as sb's SDK makes it (its id and access token),
+// with more headers given in pairs.
+func (f *fixture) envdRequest(ctx context.Context, sb sandbox, path string, body io.Reader, hdr ...string) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+path, body)
 	req.Header.Set("E2b-Sandbox-Id", sb.ID)
 	req.Header.Set("X-Access-Token", sb.Token)
-	resp, err := http.DefaultClient.Do(req)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return req
+}
+
+// envd makes such a request and returns the answer with its whole body.
+func (f *fixture) envd(t *testing.T, sb sandbox, path string, body []byte, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(f.envdRequest(context.Background(), sb, path, bytes.NewReader(body), hdr...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// rpc makes a unary Connect call; it returns the status and the decoded body.
+func (f *fixture) rpc(t *testing.T, sb sandbox, method, body string) (int, map[string]any) {
+	t.Helper()
+	resp, b := f.envd(t, sb, "/"+method, []byte(body), "Content-Type", "application/json")
 	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
+	json.Unmarshal(b, &out)
 	return resp.StatusCode, out
 }
 
@@ -202,11 +218,7 @@ func (f *fixture) stream(t *testing.T, sb sandbox, method, body string, until fu
 	env.WriteString(body)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/"+method, &env)
-	req.Header.Set("Content-Type", "application/connect+json")
-	req.Header.Set("E2b-Sandbox-Id", sb.ID)
-	req.Header.Set("X-Access-Token", sb.Token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(f.envdRequest(ctx, sb, "/"+method, &env, "Content-Type", "application/connect+json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,20 +510,7 @@ func TestConnectProtocol(t *testing.T) {
 	f := newFixture(t)
 	sb := f.create(t, "key-acme", `{}`)
 	post := func(method, ctype, body string, hdr ...string) (*http.Response, []byte) {
-		req, _ := http.NewRequest("POST", f.srv.URL+"/"+method, strings.NewReader(body))
-		req.Header.Set("Content-Type", ctype)
-		req.Header.Set("E2b-Sandbox-Id", sb.ID)
-		req.Header.Set("X-Access-Token", sb.Token)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return f.envd(t, sb, "/"+method, []byte(body), append([]string{"Content-Type", ctype}, hdr...)...)
 	}
 	for _, c := range []struct {
 		name, method, ctype, body string
@@ -600,19 +599,11 @@ func TestUploads(t *testing.T) {
 	}
 	mw.Close()
 	post := func(query, ctype, enc string, body []byte) (int, string) {
-		req, _ := http.NewRequest("POST", f.srv.URL+"/files"+query, bytes.NewReader(body))
-		req.Header.Set("Content-Type", ctype)
+		hdr := []string{"Content-Type", ctype}
 		if enc != "" {
-			req.Header.Set("Content-Encoding", enc)
+			hdr = append(hdr, "Content-Encoding", enc)
 		}
-		req.Header.Set("E2b-Sandbox-Id", sb.ID)
-		req.Header.Set("X-Access-Token", sb.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := f.envd(t, sb, "/files"+query, body, hdr...)
 		return resp.StatusCode, string(b)
 	}
 	for _, c := range []struct {

@@ -98,6 +98,19 @@ func next(t *testing.T, lists <-chan []Entry, what string) []string {
 	}
 }
 
+// ends waits for a watch to end once why, and checks that it said want.
+func ends(t *testing.T, done <-chan error, stderr *bytes.Buffer, why, want string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("gave up after 10s waiting for the watch to end once %s", why)
+	}
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("the watch ended (%s) saying %q", why, stderr.String())
+	}
+}
+
 func TestWatchCmd(t *testing.T) {
 	ws := t.TempDir()
 	dir := filepath.Join(ws, "w")
@@ -125,14 +138,7 @@ func TestWatchCmd(t *testing.T) {
 	outside := t.TempDir()
 	os.RemoveAll(dir)
 	os.Symlink(outside, dir)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("gave up after 10s waiting for the watch to end once its folder led outside the workspace")
-	}
-	if !strings.Contains(stderr.String(), "outside the workspace") {
-		t.Errorf("the watch ended saying %q", stderr.String())
-	}
+	ends(t, done, stderr, "its folder led outside the workspace", "outside the workspace")
 
 	// A folder removed ends it too.
 	os.Remove(dir)
@@ -140,12 +146,5 @@ func TestWatchCmd(t *testing.T) {
 	lists, stderr, done = watch(t, ws, dir)
 	next(t, lists, "the empty folder")
 	os.Remove(dir)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("gave up after 10s waiting for the watch to end once its folder was removed")
-	}
-	if !strings.Contains(stderr.String(), "no longer a folder") {
-		t.Errorf("the watch ended saying %q", stderr.String())
-	}
+	ends(t, done, stderr, "its folder was removed", "no longer a folder")
 }
