@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/pool"
 )
 
 // e2bSDKVersion is the E2B JavaScript SDK the test drives airlock with, installed from the npm
@@ -245,10 +246,19 @@ func TestE2BSDK(t *testing.T) {
 			return r.Kind == audit.KindHTTP && r.Decision == audit.Deny && r.Host == "evil.example"
 		},
 		"release": func(r audit.Record) bool { return r.Kind == audit.KindLease && r.Event == "release" },
+		"the folder watch, as its process": func(r audit.Record) bool {
+			return r.Kind == audit.KindExec && pool.IsWatch(r.Command)
+		},
 	}
 	for name, match := range want {
 		if !slices.ContainsFunc(recs, match) {
 			t.Errorf("the lease's trail has no record of %s", name)
+		}
+	}
+	// The watch lists its folder in the sandbox: the trail holds no listing of it per poll.
+	for _, r := range recs {
+		if r.Kind == audit.KindFile && r.Event == "list" && strings.HasSuffix(r.Path, "/made") {
+			t.Errorf("the watched folder was listed through the API: %+v", r)
 		}
 	}
 	for _, r := range recs {
