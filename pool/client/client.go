@@ -85,13 +85,13 @@ func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (api.LeaseView
 // Get returns a lease.
 func (c *Client) Get(ctx context.Context, id string) (api.LeaseView, error) {
 	var v api.LeaseView
-	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id, nil, &v)
+	_, err := c.do(ctx, http.MethodGet, leasePath(id), nil, &v)
 	return v, err
 }
 
 // Release ends a lease.
 func (c *Client) Release(ctx context.Context, id string) error {
-	resp, err := c.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil, nil)
+	resp, err := c.do(ctx, http.MethodDelete, leasePath(id), nil, nil)
 	if err == nil {
 		resp.Body.Close()
 	}
@@ -137,13 +137,13 @@ func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, 
 	var resp *http.Response
 	var err error
 	if stdin == nil {
-		resp, err = c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", req, nil)
+		resp, err = c.do(ctx, http.MethodPost, leasePath(id, "exec"), req, nil)
 	} else {
 		h, merr := json.Marshal(req)
 		if merr != nil {
 			return -1, merr
 		}
-		resp, err = c.raw(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", io.NopCloser(stdin), http.Header{api.ExecHeader: {string(h)}})
+		resp, err = c.raw(ctx, http.MethodPost, leasePath(id, "exec"), io.NopCloser(stdin), http.Header{api.ExecHeader: {string(h)}})
 	}
 	if err != nil {
 		return -1, err
@@ -208,7 +208,7 @@ func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, st
 			}
 		}
 	}()
-	resp, err := c.raw(ctx, http.MethodPost, "/v1/leases/"+id+"/exec", pr, http.Header{api.ExecHeader: {string(h)}})
+	resp, err := c.raw(ctx, http.MethodPost, leasePath(id, "exec"), pr, http.Header{api.ExecHeader: {string(h)}})
 	if err != nil {
 		pw.Close()
 		return -1, err
@@ -267,26 +267,37 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (api.L
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", req, &v)
+	_, err := c.do(ctx, http.MethodPost, leasePath(id, "renew"), req, &v)
 	return v, err
 }
 
 // SwapToken replaces a lease's task token with a new one for the same task.
 func (c *Client) SwapToken(ctx context.Context, id, token string) (api.LeaseView, error) {
 	var v api.LeaseView
-	_, err := c.do(ctx, http.MethodPut, "/v1/leases/"+id+"/token", api.TokenRequest{Token: token}, &v)
+	_, err := c.do(ctx, http.MethodPut, leasePath(id, "token"), api.TokenRequest{Token: token}, &v)
 	return v, err
 }
 
 // Port exposes a sandbox port on a listener of its own and returns its capability URL.
 func (c *Client) Port(ctx context.Context, id string, port int) (api.PortView, error) {
 	var v api.PortView
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/ports", api.PortRequest{Port: port}, &v)
+	_, err := c.do(ctx, http.MethodPost, leasePath(id, "ports"), api.PortRequest{Port: port}, &v)
 	return v, err
 }
 
+// leasePath is the API path of lease id and the segments after it, each escaped, so an id or a
+// process id that holds a /, a ? or a .. names one segment and cannot reach another endpoint,
+// another lease, or add a query.
+func leasePath(id string, segments ...string) string {
+	p := "/v1/leases/" + url.PathEscape(id)
+	for _, s := range segments {
+		p += "/" + url.PathEscape(s)
+	}
+	return p
+}
+
 func filesPath(id, path string, archive bool) string {
-	p := "/v1/leases/" + id + "/files?path=" + url.QueryEscape(path)
+	p := leasePath(id, "files") + "?path=" + url.QueryEscape(path)
 	if archive {
 		p += "&archive=tar"
 	}
@@ -389,7 +400,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]audit.Record, error
 // Receipt returns the signed receipt of one of the tenant's leases (a signed note; see
 // audit/receipt.Open), live or ended, from the node's trail.
 func (c *Client) Receipt(ctx context.Context, lease string) ([]byte, error) {
-	resp, err := c.raw(ctx, http.MethodGet, "/v1/leases/"+url.PathEscape(lease)+"/receipt", nil, nil)
+	resp, err := c.raw(ctx, http.MethodGet, leasePath(lease, "receipt"), nil, nil)
 	if err != nil {
 		return nil, err
 	}

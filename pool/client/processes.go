@@ -15,14 +15,14 @@ import (
 // StartProcess starts req in the lease in the background and returns at once.
 func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (pool.ProcessInfo, error) {
 	var v pool.ProcessInfo
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+id+"/processes", req, &v)
+	_, err := c.do(ctx, http.MethodPost, leasePath(id, "processes"), req, &v)
 	return v, err
 }
 
 // Processes lists the lease's background processes, oldest first.
 func (c *Client) Processes(ctx context.Context, id string) ([]pool.ProcessInfo, error) {
 	var v []pool.ProcessInfo
-	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id+"/processes", nil, &v)
+	_, err := c.do(ctx, http.MethodGet, leasePath(id, "processes"), nil, &v)
 	return v, err
 }
 
@@ -47,7 +47,7 @@ func (c *Client) ProcessOutput(ctx context.Context, id, pid string, q OutputQuer
 		v.Set("encoding", "base64")
 	}
 	var out api.OutputView
-	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id+"/processes/"+pid+"/output?"+v.Encode(), nil, &out)
+	_, err := c.do(ctx, http.MethodGet, leasePath(id, "processes", pid, "output")+"?"+v.Encode(), nil, &out)
 	return out, err
 }
 
@@ -58,19 +58,19 @@ func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.D
 	if timeout > 0 {
 		q = "?timeout=" + url.QueryEscape(timeout.String())
 	}
-	_, err := c.do(ctx, http.MethodGet, "/v1/leases/"+id+"/processes/"+pid+"/wait"+q, nil, &v)
+	_, err := c.do(ctx, http.MethodGet, leasePath(id, "processes", pid, "wait")+q, nil, &v)
 	return v, err
 }
 
 // SignalProcess sends sig (TERM, KILL, INT, HUP, ...) to process pid and what it started.
 func (c *Client) SignalProcess(ctx context.Context, id, pid, sig string) error {
-	return c.noContent(ctx, "/v1/leases/"+id+"/processes/"+pid+"/signal", api.SignalRequest{Signal: sig})
+	return c.noContent(ctx, leasePath(id, "processes", pid, "signal"), api.SignalRequest{Signal: sig})
 }
 
 // SendInput sends data to the input of background process pid (started with stdin, or on a
 // terminal).
 func (c *Client) SendInput(ctx context.Context, id, pid string, data []byte) error {
-	resp, err := c.raw(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/processes/"+url.PathEscape(pid)+"/stdin",
+	resp, err := c.raw(ctx, http.MethodPost, leasePath(id, "processes", pid, "stdin"),
 		bytes.NewReader(data), http.Header{"Content-Type": {"application/octet-stream"}})
 	if err != nil {
 		return err
@@ -81,7 +81,7 @@ func (c *Client) SendInput(ctx context.Context, id, pid string, data []byte) err
 
 // CloseInput ends the input of background process pid.
 func (c *Client) CloseInput(ctx context.Context, id, pid string) error {
-	resp, err := c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id)+"/processes/"+url.PathEscape(pid)+"/stdin", nil, nil)
+	resp, err := c.do(ctx, http.MethodDelete, leasePath(id, "processes", pid, "stdin"), nil, nil)
 	if err != nil {
 		return err
 	}
@@ -91,5 +91,5 @@ func (c *Client) CloseInput(ctx context.Context, id, pid string) error {
 
 // ResizeProcess resizes the terminal background process pid runs on.
 func (c *Client) ResizeProcess(ctx context.Context, id, pid string, size pool.TermSize) error {
-	return c.noContent(ctx, "/v1/leases/"+url.PathEscape(id)+"/processes/"+url.PathEscape(pid)+"/resize", size)
+	return c.noContent(ctx, leasePath(id, "processes", pid, "resize"), size)
 }
