@@ -82,6 +82,9 @@ type API struct {
 	// MaxPortsPerLease bounds the ports one lease may expose with `airlock port` at once; each
 	// is a listener on the node. 0 means 8.
 	MaxPortsPerLease int `yaml:"max_ports_per_lease"`
+	// Streams bounds the calls held open (commands, process output and waits, file transfers,
+	// audit pages), per tenant and for the node.
+	Streams Streams `yaml:"streams"`
 }
 
 // APITLS is the API's certificate.
@@ -292,6 +295,9 @@ type Review struct {
 	Reviewers []ReviewerKey `yaml:"reviewers"`
 	// SessionTTL is how long a sign-in lasts.
 	SessionTTL time.Duration `yaml:"session_ttl"`
+	// Streams bounds the live tails and exports, per identity and for the node, with a share
+	// kept for reviewer keys.
+	Streams Streams `yaml:"streams"`
 }
 
 // E2B serves E2B's control plane and sandbox API (package e2b) on a listener of its own, so the
@@ -366,7 +372,7 @@ func Default() Config {
 	return Config{
 		Node:       "node-1",
 		Deployment: "airlock-dev",
-		API:        API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200},
+		API:        API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200, Streams: DefaultAPIStreams},
 		Redis:      Redis{Grace: 10 * time.Second},
 		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
 		Gateway:    Gateway{Port: 3128, TransparentPort: 3129, Approvals: Approvals{Hold: 30 * time.Second, TTL: 10 * time.Minute}},
@@ -374,7 +380,7 @@ func Default() Config {
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
 			CheckpointEvery: 10 * time.Second, OutputHead: 1024},
-		Review: Review{SessionTTL: 8 * time.Hour},
+		Review: Review{SessionTTL: 8 * time.Hour, Streams: DefaultReviewStreams},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -541,6 +547,7 @@ func (c *Config) Validate() error {
 	if c.API.MaxPortsPerLease < 0 || c.API.MaxPortsPerLease > 1000 {
 		bad("api.max_ports_per_lease", "must be between 0 (the default, 8) and 1000")
 	}
+	c.API.Streams.validate("api.streams", false, bad)
 	switch c.Vault.Auth.Method {
 	case "", "token":
 	case "approle":
@@ -820,6 +827,7 @@ func (c *Config) validateReview(bad func(field, format string, args ...any)) {
 	if r.SessionTTL < time.Minute || r.SessionTTL > 7*24*time.Hour {
 		bad("review.session_ttl", "must be between 1m and 168h")
 	}
+	r.Streams.validate("review.streams", true, bad)
 	names := map[string]bool{}
 	for i, k := range r.Reviewers {
 		f := fmt.Sprintf("review.reviewers[%d]", i)
