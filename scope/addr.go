@@ -25,9 +25,11 @@ func mustPrefixes(ss ...string) []netip.Prefix {
 
 // IsPublicAddr reports whether a is a public unicast address. IPv4 addresses embedded in
 // IPv4-mapped, NAT64 (64:ff9b::/96) and 6to4 (2002::/16) forms are judged by the address
-// they carry, so a private target cannot hide inside an IPv6 literal.
+// they carry, so a private target cannot hide inside an IPv6 literal. An address with a zone
+// (fe80::1%eth0, ::1%lo) is never public: a zone ties it to one of this host's links, and a
+// prefix never contains a zoned address, so judging it by the ranges alone would call it public.
 func IsPublicAddr(a netip.Addr) bool {
-	if !a.IsValid() {
+	if !a.IsValid() || a.Zone() != "" {
 		return false
 	}
 	a = a.Unmap()

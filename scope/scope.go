@@ -214,6 +214,9 @@ func CanonicalHost(h string) (string, error) {
 		return h, nil // first: a plain name is never an address literal (see isPlainName)
 	}
 	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+		if a.Zone() != "" {
+			return "", fmt.Errorf("%q names a zone: an address scoped to one of this host's links is never a destination", h)
+		}
 		return a.Unmap().String(), nil
 	}
 	// Decimal, octal, hex and short IPv4 forms ("2130706433", "0177.0.0.1", "0x7f.1") are

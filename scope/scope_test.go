@@ -113,6 +113,11 @@ func TestIsPublicAddr(t *testing.T) {
 		{"2002:a9fe:a9fe::1", false},
 		{"2002:808:808::1", true},
 		{"::127.0.0.1", false},
+		{"fe80::1%eth0", false},
+		{"::1%lo", false},
+		{"fd00::1%1", false},
+		{"::ffff:169.254.169.254%eth0", false},
+		{"2606:4700::1111%eth0", false}, // a zone on a global address scopes it to a link: not a destination
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {
@@ -154,6 +159,12 @@ func TestCanonicalHostIPForms(t *testing.T) {
 	for in, want := range tests {
 		if got, err := CanonicalHost(in); err != nil || got != want {
 			t.Errorf("CanonicalHost(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	// A zone names one of this host's links: never a destination, whatever the address.
+	for _, in := range []string{"[fe80::1%eth0]", "fe80::1%eth0", "[::1%lo]", "[2606:4700::1111%eth0]", "[::ffff:127.0.0.1%lo]"} {
+		if got, err := CanonicalHost(in); err == nil || !strings.Contains(err.Error(), "zone") {
+			t.Errorf("CanonicalHost(%q) = %q, %v; want refused for its zone", in, got, err)
 		}
 	}
 }
