@@ -166,7 +166,7 @@ func (r *Resolver) seal(req, resp *dns.Msg, udp bool, start time.Time, rec *audi
 
 // unrecorded is the answer to a query whose record the trail did not take.
 func (r *Resolver) unrecorded(req *dns.Msg) *dns.Msg {
-	return r.refusal(req, dns.ExtendedErrorCodeProhibited, "audit trail unavailable")
+	return r.refusal(req, dns.ExtendedErrorCodeProhibited, rule.AuditDown, "the audit trail cannot take records")
 }
 
 // record completes rec with its duration, counts it and writes it; false means the trail did not
@@ -221,11 +221,24 @@ func typeName(t uint16) string {
 	return "TYPE" + strconv.Itoa(int(t))
 }
 
-// denial is why a query is refused; the zero value means it is not.
+// denial is why a query is refused; the zero value means it is not. The sandbox is told the
+// reason (the EDE text); the record keeps the reason and the detail. Security: the detail is
+// what the sandbox must not learn from a refusal (the non-public address a public name resolved
+// to, an error from the lease store or the trail naming their addresses and files), so it never
+// goes into the answer.
 type denial struct {
 	rule   rule.Rule
 	reason string
+	detail string
 	code   uint16 // extended DNS error (RFC 8914)
+}
+
+// recorded is the denial's reason as the trail keeps it: the reason, then the detail.
+func (d denial) recorded() string {
+	if d.detail == "" {
+		return d.reason
+	}
+	return d.reason + ": " + d.detail
 }
 
 // admit applies what every query must pass before it is answered: the trail can take its record,
@@ -237,11 +250,11 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 	if c, ok := r.cfg.Audit.(audit.Checker); ok {
 		if err := c.Err(); err != nil {
 			r.metrics.auditRefused()
-			return "", denial{rule.AuditDown, err.Error(), dns.ExtendedErrorCodeProhibited}
+			return "", denial{rule: rule.AuditDown, reason: "the audit trail cannot take records", detail: err.Error(), code: dns.ExtendedErrorCodeProhibited}
 		}
 	}
 	if !src.IsValid() {
-		return "", denial{rule.BadRequest, "unreadable source address", dns.ExtendedErrorCodeProhibited}
+		return "", denial{rule: rule.BadRequest, reason: "unreadable source address", code: dns.ExtendedErrorCodeProhibited}
 	}
 	if !r.rate.Allow(src) {
 		// Attributed from the cache alone (no store lookup for a flood), so the lease's own
@@ -253,32 +266,32 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 				rec.Lease, rec.Task, rec.Tenant, rec.Sandbox = b.Lease, b.Task, b.Tenant, b.Sandbox
 			}
 		}
-		return "", denial{rule.RateLimit, "too many queries from this sandbox", dns.ExtendedErrorCodeProhibited}
+		return "", denial{rule: rule.RateLimit, reason: "too many queries from this sandbox", code: dns.ExtendedErrorCodeProhibited}
 	}
 	b, err := r.cfg.Bindings.Lookup(context.Background(), src)
 	if err != nil {
 		if errors.Is(err, binding.ErrUnknown) {
-			return "", denial{rule.NoLease, err.Error(), dns.ExtendedErrorCodeProhibited}
+			return "", denial{rule: rule.NoLease, reason: "no lease holds this sandbox's address", detail: err.Error(), code: dns.ExtendedErrorCodeProhibited}
 		}
-		return "", denial{rule.StoreDown, err.Error(), dns.ExtendedErrorCodeProhibited}
+		return "", denial{rule: rule.StoreDown, reason: "the lease store is unavailable", detail: err.Error(), code: dns.ExtendedErrorCodeProhibited}
 	}
 	rec.Lease, rec.Task, rec.Tenant, rec.Sandbox = b.Lease, b.Task, b.Tenant, b.Sandbox
 	name, err := scope.CanonicalHost(qname)
 	if err != nil {
-		return "", denial{rule.BadRequest, fmt.Sprintf("name %q is not a valid host name", qname), dns.ExtendedErrorCodeBlocked}
+		return "", denial{rule: rule.BadRequest, reason: fmt.Sprintf("name %q is not a valid host name", qname), code: dns.ExtendedErrorCodeBlocked}
 	}
 	s, ok := b.Scopes.AllowsName(name)
 	if !ok {
-		return "", denial{rule.ScopeMiss, fmt.Sprintf("task %s has no scope for %s", b.Task, name), dns.ExtendedErrorCodeBlocked}
+		return "", denial{rule: rule.ScopeMiss, reason: fmt.Sprintf("task %s has no scope for %s", b.Task, name), code: dns.ExtendedErrorCodeBlocked}
 	}
 	if !allowedTypes[qtype] && !slices.Contains(s.DNSTypes, rec.QType) {
-		return "", denial{rule.QType, fmt.Sprintf("query type %s is not answered for sandboxes unless a scope lists it in dns_types", rec.QType), dns.ExtendedErrorCodeBlocked}
+		return "", denial{rule: rule.QType, reason: fmt.Sprintf("query type %s is not answered for sandboxes unless a scope lists it in dns_types", rec.QType), code: dns.ExtendedErrorCodeBlocked}
 	}
 	if apex, ok := strings.CutPrefix(s.Host, "*."); ok {
 		// Under a wildcard the task chooses the names: guard against data encoded in them.
 		if reason := r.guard.Check(b.Lease, apex, name, now); reason != "" {
 			rec.Flagged = true
-			return "", denial{rule.Tunnel, reason, dns.ExtendedErrorCodeBlocked}
+			return "", denial{rule: rule.Tunnel, reason: reason, code: dns.ExtendedErrorCodeBlocked}
 		}
 	}
 	return name, denial{}
@@ -287,8 +300,8 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 // respond answers an admitted query (pinned, cached or forwarded), or refuses it with d.
 func (r *Resolver) respond(req *dns.Msg, name string, d denial, rec *audit.Record) *dns.Msg {
 	deny := func(d denial) *dns.Msg {
-		rec.Decision, rec.Rule, rec.Reason = audit.Deny, d.rule, d.reason
-		return r.refusal(req, d.code, d.reason)
+		rec.Decision, rec.Rule, rec.Reason = audit.Deny, d.rule, d.recorded()
+		return r.refusal(req, d.code, d.rule, d.reason)
 	}
 	if d.rule != "" {
 		return deny(d)
@@ -319,7 +332,7 @@ func (r *Resolver) respond(req *dns.Msg, name string, d denial, rec *audit.Recor
 	}
 	// Rebinding defence: every address in the answer, CNAME chain included, must be public.
 	if a, ok := firstPrivate(resp); ok {
-		return deny(denial{rule.PrivateAddress, fmt.Sprintf("%s resolved to the non-public address %s", name, a), dns.ExtendedErrorCodeFiltered})
+		return deny(denial{rule: rule.PrivateAddress, reason: fmt.Sprintf("%s resolved to a non-public address", name), detail: a.String(), code: dns.ExtendedErrorCodeFiltered})
 	}
 	resp.Id = req.Id
 	resp.Question = req.Question // the client's spelling (0x20 case) back
@@ -437,8 +450,9 @@ func (r *Resolver) forward(q dns.Question) (*dns.Msg, error) {
 }
 
 // refusal is REFUSED (or NXDOMAIN when configured, for name refusals) with an extended DNS error
-// (RFC 8914) carrying the reason.
-func (r *Resolver) refusal(req *dns.Msg, code uint16, reason string) *dns.Msg {
+// (RFC 8914) carrying the rule and the reason the sandbox may be told (a denial's reason, never
+// its detail).
+func (r *Resolver) refusal(req *dns.Msg, code uint16, ru rule.Rule, reason string) *dns.Msg {
 	m := new(dns.Msg)
 	rcode := dns.RcodeRefused
 	if r.cfg.NXDomain && code == dns.ExtendedErrorCodeBlocked {
@@ -447,7 +461,7 @@ func (r *Resolver) refusal(req *dns.Msg, code uint16, reason string) *dns.Msg {
 	m.SetRcode(req, rcode)
 	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
 	opt.SetUDPSize(1232)
-	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: strings.ToValidUTF8(reason, "?")})
+	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: strings.ToValidUTF8(ru.String()+": "+reason, "?")})
 	m.Extra = append(m.Extra, opt)
 	return m
 }

@@ -3,6 +3,7 @@ package dnsfilter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -85,7 +86,7 @@ func TestResolver(t *testing.T) {
 		w.WriteMsg(m)
 	}))
 	set, _ := scope.Parse([]scope.Scope{{Host: "public.example.test"}, {Host: "rebind.example.test"}, {Host: "*.files.example.test"}, {Host: "pinned.example.test"}})
-	var unknown atomic.Bool
+	var unknown, down atomic.Bool
 	sink := &memSink{}
 	r := New(Config{
 		Node: "n1", Audit: sink, Upstreams: []string{upstream},
@@ -93,6 +94,9 @@ func TestResolver(t *testing.T) {
 		Bindings: &fakeBindings{lookup: func(_ context.Context, a netip.Addr) (binding.Binding, error) {
 			if unknown.Load() {
 				return binding.Binding{}, binding.ErrUnknown
+			}
+			if down.Load() {
+				return binding.Binding{}, fmt.Errorf("%w: dial tcp 127.0.0.1:6379: connect: connection refused", binding.ErrUnavailable)
 			}
 			return binding.Binding{Lease: "l-1", Task: "task-1", Addr: a, Scopes: set, Expires: time.Now().Add(time.Hour)}, nil
 		}},
@@ -130,9 +134,9 @@ func TestResolver(t *testing.T) {
 		ede     string
 	}{
 		{"allowed name forwarded", "public.example.test.", dns.TypeA, dns.RcodeSuccess, 1, rule.Scope, ""},
-		{"name outside scopes", "evil.example.test.", dns.TypeA, dns.RcodeRefused, 0, rule.ScopeMiss, "Blocked: task task-1 has no scope for evil.example.test"},
+		{"name outside scopes", "evil.example.test.", dns.TypeA, dns.RcodeRefused, 0, rule.ScopeMiss, "Blocked: scope-miss: task task-1 has no scope for evil.example.test"},
 		{"wildcard covers one label", "a.files.example.test.", dns.TypeTXT, dns.RcodeRefused, 0, rule.QType, "Blocked"},
-		{"private answer behind a CNAME", "rebind.example.test.", dns.TypeA, dns.RcodeRefused, 0, rule.PrivateAddress, "Filtered: rebind.example.test resolved to the non-public address 169.254.169.254"},
+		{"private answer behind a CNAME", "rebind.example.test.", dns.TypeA, dns.RcodeRefused, 0, rule.PrivateAddress, "Filtered: private-address: rebind.example.test resolved to a non-public address"},
 		{"pinned private upstream", "pinned.example.test.", dns.TypeA, dns.RcodeSuccess, 1, rule.Scope, ""},
 		{"TXT refused", "public.example.test.", dns.TypeTXT, dns.RcodeRefused, 0, rule.QType, "Blocked"},
 	}
@@ -156,6 +160,23 @@ func TestResolver(t *testing.T) {
 		m := ask("public.example.test.", dns.TypeA)
 		if m.Rcode != dns.RcodeRefused || sink.last().Rule != rule.NoLease {
 			t.Fatalf("rcode %s rule %s", dns.RcodeToString[m.Rcode], sink.last().Rule)
+		}
+	})
+	// The lease store's error names its address: the record keeps it, the sandbox is told only
+	// that the store is unavailable.
+	t.Run("store down", func(t *testing.T) {
+		down.Store(true)
+		defer down.Store(false)
+		m := ask("public.example.test.", dns.TypeA)
+		rec := sink.last()
+		if m.Rcode != dns.RcodeRefused || rec.Rule != rule.StoreDown {
+			t.Fatalf("rcode %s rule %s", dns.RcodeToString[m.Rcode], rec.Rule)
+		}
+		if text := ede(m); text != "Prohibited: lease-store-down: the lease store is unavailable" {
+			t.Fatalf("the sandbox is told %q", text)
+		}
+		if !strings.Contains(rec.Reason, "127.0.0.1:6379") {
+			t.Fatalf("the record's reason %q lost the store's error", rec.Reason)
 		}
 	})
 }

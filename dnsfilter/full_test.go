@@ -37,6 +37,12 @@ func (u *countingUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		m.Rcode = dns.RcodeNameError
 		m.Ns = append(m.Ns, &dns.SOA{Hdr: dns.RR_Header{Name: "files.example.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 60},
 			Ns: "ns.", Mbox: "h.", Serial: 1, Refresh: 1, Retry: 1, Expire: 1, Minttl: 10})
+	case q.Qtype == dns.TypeMX:
+		// The exchange's address, in the additional section, is the metadata address.
+		m.Answer = append(m.Answer, &dns.MX{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeMX, Class: dns.ClassINET, Ttl: 60},
+			Preference: 10, Mx: "mx.files.example."})
+		m.Extra = append(m.Extra, &dns.A{Hdr: dns.RR_Header{Name: "mx.files.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+			A: net.ParseIP("169.254.169.254")})
 	case q.Qtype == dns.TypeTXT:
 		for i := range 40 {
 			m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60},
@@ -98,7 +104,7 @@ func newFullHarness(t testing.TB, mod func(*Config)) *fullHarness {
 		t.Cleanup(func() { srv.Shutdown() })
 	}
 
-	set, _ := scope.Parse([]scope.Scope{{Host: "*.files.example", DNSTypes: []string{"TXT"}}, {Host: "exact.example"}})
+	set, _ := scope.Parse([]scope.Scope{{Host: "*.files.example", DNSTypes: []string{"TXT", "MX"}}, {Host: "exact.example"}})
 	sink := &memSink{}
 	cfg := Config{
 		Node: "n1", Audit: sink, Upstreams: []string{upAddr},
@@ -250,18 +256,21 @@ func TestRateLimitAndMalformed(t *testing.T) {
 
 // The resolver never hands a sandbox a private address for a public name, in any section: the
 // additional and authority sections and the address hints of HTTPS and SVCB answers included,
-// on the general path and from the cache.
+// on the general path and from the cache. Nor does it name the address in the refusal's
+// extended error: the sandbox is told the rule and the name, the record keeps the address.
 func TestNoPrivateAddressInAnySection(t *testing.T) {
 	h := newFullHarness(t, nil)
 	for _, c := range []struct {
-		name  string
-		qtype uint16
+		name    string
+		qtype   uint16
+		private string // the address the answer held, as the record names it
 	}{
-		{"glue.files.example.", dns.TypeA},
-		{"auth.files.example.", dns.TypeA},
-		{"hint4.files.example.", dns.TypeHTTPS},
-		{"hint4.files.example.", dns.TypeSVCB},
-		{"hint6.files.example.", dns.TypeHTTPS},
+		{"glue.files.example.", dns.TypeA, "10.1.2.3"},
+		{"auth.files.example.", dns.TypeA, "192.168.1.1"},
+		{"hint4.files.example.", dns.TypeHTTPS, "127.0.0.1"},
+		{"hint4.files.example.", dns.TypeSVCB, "127.0.0.1"},
+		{"hint6.files.example.", dns.TypeHTTPS, "fd00::1"},
+		{"mail.files.example.", dns.TypeMX, "169.254.169.254"},
 	} {
 		for _, try := range []string{"first", "cached"} {
 			for _, edns := range []bool{false, true} {
@@ -275,6 +284,16 @@ func TestNoPrivateAddressInAnySection(t *testing.T) {
 						t.Errorf("%s: the refusal carries records: %v", c.name, m)
 					}
 				}
+				host := strings.TrimSuffix(c.name, ".")
+				if text := edeText(m); strings.Contains(text, c.private) || !strings.Contains(text, string(rule.PrivateAddress)) || !strings.Contains(text, host) {
+					t.Errorf("%s: the sandbox is told %q: want the rule and the name, not the address %s", c.name, text, c.private)
+				}
+				if !strings.Contains(m.String(), "EDE") || strings.Contains(m.String(), c.private) {
+					t.Errorf("%s: the refusal names %s: %v", c.name, c.private, m)
+				}
+				if !strings.Contains(rec.Reason, c.private) {
+					t.Errorf("%s: the record's reason %q lost the address %s", c.name, rec.Reason, c.private)
+				}
 			}
 		}
 	}
@@ -282,4 +301,16 @@ func TestNoPrivateAddressInAnySection(t *testing.T) {
 	if m := h.ask(t, "ok.files.example.", dns.TypeA, false, "udp"); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
 		t.Fatalf("public answer: %v", m)
 	}
+}
+
+// edeText is the extra text of m's extended DNS error, if it has one.
+func edeText(m *dns.Msg) string {
+	if o := m.IsEdns0(); o != nil {
+		for _, e := range o.Option {
+			if x, ok := e.(*dns.EDNS0_EDE); ok {
+				return x.ExtraText
+			}
+		}
+	}
+	return ""
 }

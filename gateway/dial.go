@@ -90,9 +90,10 @@ func (d *dialer) vet(ctx context.Context, host string, port int, onLookup func(l
 			return netip.AddrPortFrom(a, uint16(port)), nil
 		}
 	}
-	return netip.AddrPort{}, refuse(http.StatusForbidden, rule.PrivateAddress,
-		fmt.Sprintf("%s resolves only to non-public addresses (%v)", host, addrs),
+	ref := refuse(http.StatusForbidden, rule.PrivateAddress, fmt.Sprintf("%s resolves only to non-public addresses", host),
 		"an operator can pin a private upstream by name in gateway.private_upstreams")
+	ref.Detail = fmt.Sprint(addrs) // the record's; the sandbox's resolver would not have said them either
+	return netip.AddrPort{}, ref
 }
 
 func (d *dialer) kept(host string) []netip.Addr {

@@ -224,6 +224,7 @@ func newHarness(t testing.TB) *harness {
 		{Host: "api.example.test", Credential: "demo", Methods: []string{"GET", "POST"}, Paths: []string{"/v1/*", "/echo"}},
 		{Host: "open.example.test"},
 		{Host: "private.example.test"},
+		{Host: "zoned.example.test"},
 		{Host: "plain.example.test", Paths: []string{"/v1/*"}},
 	}
 	leaf, err := auth.Leaf("api.example.test")
@@ -294,6 +295,7 @@ func newHarness(t testing.TB) *harness {
 		Resolver: staticResolver{
 			"private.example.test": {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")},
 			"open.example.test":    {netip.MustParseAddr("::ffff:127.0.0.1")},
+			"zoned.example.test":   {netip.MustParseAddr("fe80::1%eth0"), netip.MustParseAddr("::1%lo")},
 		},
 		Dialer: h.dialer,
 	})
@@ -368,24 +370,32 @@ func TestRefusals(t *testing.T) {
 		status int
 		rule   rule.Rule
 		noDial string // an address that must never be dialed
+		untold string // what the record keeps and the sandbox must never be told
 	}{
 		{name: "unknown source", setup: func(h *harness) { h.bindErr = binding.ErrUnknown },
 			url: "https://api.example.test/v1/x", status: 407, rule: rule.NoLease},
 		{name: "store down", setup: func(h *harness) { h.bindErr = binding.ErrUnavailable },
 			url: "https://api.example.test/v1/x", status: 503, rule: rule.StoreDown},
+		{name: "store down, its error named", setup: func(h *harness) {
+			h.bindErr = fmt.Errorf("%w: dial tcp 127.0.0.1:6379: connect: connection refused", binding.ErrUnavailable)
+		}, url: "http://api.example.test/v1/x", status: 503, rule: rule.StoreDown, untold: "127.0.0.1:6379"},
 		{name: "host outside scopes", url: "https://evil.example.test/", status: 403, rule: rule.ScopeMiss},
 		{name: "plain http outside scopes", url: "http://evil.example.test/", status: 403, rule: rule.ScopeMiss},
 		{name: "path outside scope", url: "https://api.example.test/admin", status: 403, rule: rule.ScopeMiss},
 		{name: "method outside scope", method: "DELETE", url: "https://api.example.test/v1/x", status: 403, rule: rule.ScopeMiss},
 		{name: "ip literal without cidr scope", url: "https://93.184.215.14/", status: 403, rule: rule.ScopeMiss},
 		{name: "name resolving to private and metadata addresses", url: "http://private.example.test/", status: 403,
-			rule: rule.PrivateAddress, noDial: "169.254.169.254:80"},
+			rule: rule.PrivateAddress, noDial: "169.254.169.254:80", untold: "169.254.169.254"},
 		{name: "name resolving to mapped loopback", url: "http://open.example.test/", status: 403,
-			rule: rule.PrivateAddress, noDial: "127.0.0.1:80"},
-		{name: "vault down", setup: func(h *harness) { h.brokErr = fmt.Errorf("%w: vault sealed", broker.ErrUnavailable) },
-			url: "https://api.example.test/v1/x", status: 503, rule: rule.CredentialDown},
-		{name: "audit down", setup: func(h *harness) { h.sink.err = audit.ErrUnavailable },
-			url: "https://api.example.test/v1/x", status: 503, rule: rule.AuditDown},
+			rule: rule.PrivateAddress, noDial: "127.0.0.1:80", untold: "127.0.0.1"},
+		{name: "name resolving to a zoned link-local address", url: "http://zoned.example.test/", status: 403,
+			rule: rule.PrivateAddress, noDial: "[fe80::1%eth0]:80", untold: "fe80::1"},
+		{name: "vault down", setup: func(h *harness) {
+			h.brokErr = fmt.Errorf("%w: Put \"https://127.0.0.1:8200/v1/auth/approle/login\": dial tcp 127.0.0.1:8200: connection refused", broker.ErrUnavailable)
+		}, url: "https://api.example.test/v1/x", status: 503, rule: rule.CredentialDown, untold: "127.0.0.1:8200"},
+		{name: "audit down", setup: func(h *harness) {
+			h.sink.err = fmt.Errorf("%w: write /var/lib/airlock/audit/000001.jsonl: no space left on device", audit.ErrUnavailable)
+		}, url: "https://api.example.test/v1/x", status: 503, rule: rule.AuditDown, untold: "/var/lib/airlock/audit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -400,12 +410,15 @@ func TestRefusals(t *testing.T) {
 			req, _ := http.NewRequest(method, tt.url, nil)
 			resp, err := h.client().Do(req)
 			status := 0
+			told := ""
 			if err == nil {
 				status = resp.StatusCode
+				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if rule.Rule(resp.Header.Get("X-Airlock-Rule")) != tt.rule {
 					t.Errorf("rule header %q, want %q", resp.Header.Get("X-Airlock-Rule"), tt.rule)
 				}
+				told = fmt.Sprint(resp.Header) + string(body)
 			} else if !strings.Contains(err.Error(), http.StatusText(tt.status)) {
 				// A refused CONNECT surfaces as a client error naming the status.
 				t.Fatalf("request error %v, want status %d", err, tt.status)
@@ -418,6 +431,14 @@ func TestRefusals(t *testing.T) {
 			rec := h.sink.last()
 			if rec.Decision != audit.Deny || rec.Rule != tt.rule || rec.Reason == "" {
 				t.Fatalf("audit record %+v, want deny by %s with a reason", rec, tt.rule)
+			}
+			if tt.untold != "" {
+				if told == "" || strings.Contains(told, tt.untold) {
+					t.Errorf("the sandbox is told %q: want an answer that does not name %s", told, tt.untold)
+				}
+				if !strings.Contains(rec.Reason, tt.untold) {
+					t.Errorf("the record's reason %q lost %s", rec.Reason, tt.untold)
+				}
 			}
 			if tt.noDial != "" && h.dialer.saw(tt.noDial) {
 				t.Fatalf("the gateway dialed %s", tt.noDial)

@@ -51,7 +51,7 @@ func (p *Proxy) record(x *exchange) error {
 		rec.Mirror = x.mirror.String()
 	}
 	if x.refusal != nil {
-		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.Reason, x.refusal.Flagged
+		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.recorded(), x.refusal.Flagged
 	} else {
 		rec.Decision, rec.Rule, rec.Reason = audit.Allow, rule.Scope, "scope "+x.scope.String()
 		if x.note != "" {

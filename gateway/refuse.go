@@ -20,7 +20,12 @@ import (
 type Refusal struct {
 	Status int
 	Rule   rule.Rule
+	// Reason is what the sandbox is told and the record keeps.
 	Reason string
+	// Detail is what the record keeps after the reason and the sandbox is never told: the
+	// non-public addresses a name resolved to (what the resolver refuses to say), a
+	// dependency's own error (the address of the lease store, of Vault, a file of the trail).
+	Detail string
 	// Hint says what would allow the request, when there is something to say.
 	Hint string
 	// Flagged marks a refusal a security reviewer should look at (data leaving in a name).
@@ -31,7 +36,15 @@ type Refusal struct {
 	respond func(http.ResponseWriter)
 }
 
-func (r *Refusal) Error() string { return r.Rule.String() + ": " + r.Reason }
+func (r *Refusal) Error() string { return r.Rule.String() + ": " + r.recorded() }
+
+// recorded is the refusal's reason as the record keeps it: the reason, then the detail.
+func (r *Refusal) recorded() string {
+	if r.Detail == "" {
+		return r.Reason
+	}
+	return r.Reason + ": " + r.Detail
+}
 func (r *Refusal) Unwrap() error { return r.Err }
 
 func refuse(status int, r rule.Rule, reason, hint string) *Refusal {
@@ -49,7 +62,8 @@ func refusalFor(err error) *Refusal {
 		return &Refusal{Status: http.StatusProxyAuthRequired, Rule: rule.NoLease, Reason: err.Error(), Err: err,
 			Hint: "lease a sandbox through airlock; traffic from anything else is refused"}
 	case errors.Is(err, binding.ErrUnavailable):
-		return &Refusal{Status: http.StatusServiceUnavailable, Rule: rule.StoreDown, Reason: err.Error(), Err: err}
+		return &Refusal{Status: http.StatusServiceUnavailable, Rule: rule.StoreDown, Reason: "the lease store is unavailable",
+			Detail: err.Error(), Err: err}
 	case errors.Is(err, broker.ErrCleartext):
 		return &Refusal{Status: http.StatusForbidden, Rule: rule.CleartextCredential, Reason: err.Error(), Err: err,
 			Hint: "use https://, or have the operator list the port in the credential's plain_http_ports"}
@@ -57,9 +71,11 @@ func refusalFor(err error) *Refusal {
 		return &Refusal{Status: http.StatusForbidden, Rule: rule.CredentialDenied, Reason: err.Error(), Err: err,
 			Hint: "the operator's credential catalog decides where a credential may go"}
 	case errors.Is(err, broker.ErrUnavailable):
-		return &Refusal{Status: http.StatusServiceUnavailable, Rule: rule.CredentialDown, Reason: err.Error(), Err: err}
+		return &Refusal{Status: http.StatusServiceUnavailable, Rule: rule.CredentialDown, Reason: "the credential store is unavailable",
+			Detail: err.Error(), Err: err}
 	case errors.Is(err, audit.ErrUnavailable):
-		return &Refusal{Status: http.StatusServiceUnavailable, Rule: rule.AuditDown, Reason: err.Error(), Err: err}
+		return &Refusal{Status: http.StatusServiceUnavailable, Rule: rule.AuditDown, Reason: "the audit trail cannot take records",
+			Detail: err.Error(), Err: err}
 	default:
 		return &Refusal{Status: http.StatusBadGateway, Rule: rule.UpstreamFailed, Reason: err.Error(), Err: err}
 	}

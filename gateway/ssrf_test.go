@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/scope"
@@ -28,17 +32,62 @@ func TestSSRFCorpus(t *testing.T) {
 	for _, host := range hosts {
 		for _, scheme := range []string{"http", "https"} {
 			t.Run(scheme+"://"+host, func(t *testing.T) {
+				want := http.StatusForbidden
 				resp, err := c.Get(scheme + "://" + host + "/latest/meta-data/")
 				if err == nil {
 					resp.Body.Close()
-					if resp.StatusCode != http.StatusForbidden {
-						t.Fatalf("status %d", resp.StatusCode)
+					if resp.StatusCode != want {
+						t.Fatalf("status %d, want %d", resp.StatusCode, want)
 					}
-				} else if !strings.Contains(err.Error(), "Forbidden") {
-					t.Fatalf("error %v", err)
+				} else if !strings.Contains(err.Error(), http.StatusText(want)) {
+					t.Fatalf("error %v, want %d", err, want)
 				}
 				if rec := h.sink.last(); rec.Decision != audit.Deny {
 					t.Fatalf("audit %+v", rec)
+				}
+			})
+		}
+	}
+	h.dialer.mu.Lock()
+	defer h.dialer.mu.Unlock()
+	if len(h.dialer.dialed) > 0 {
+		t.Fatalf("the gateway dialed %v", h.dialer.dialed)
+	}
+}
+
+// TestZonedAddressesRefused sends addresses with a zone, which name one of the gateway host's
+// own links, in the request line, the Host header and the CONNECT line, raw (Go's client drops a
+// zone before it sends). Each is refused as a host that is not one, and nothing is dialed.
+func TestZonedAddressesRefused(t *testing.T) {
+	h := newHarness(t)
+	h.scopes = []scope.Scope{{CIDR: "1.0.0.0/8"}, {Host: "private.example.test"}}
+	for _, host := range []string{"[fe80::1%25eth0]", "[::1%25lo]", "[::ffff:127.0.0.1%25lo]", "[2606:4700::1111%25eth0]", "[fe80::1%eth0]"} {
+		for _, req := range []string{
+			"GET http://" + host + "/latest/meta-data/ HTTP/1.1\r\nHost: " + host + "\r\n\r\n",
+			"CONNECT " + host + ":443 HTTP/1.1\r\nHost: " + host + ":443\r\n\r\n",
+		} {
+			t.Run(strings.Fields(req)[0]+" "+host, func(t *testing.T) {
+				c, err := net.Dial("tcp", h.proxy.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.WriteString(c, req); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatalf("no answer to %q: %v", req, err)
+				}
+				resp.Body.Close()
+				// Refused by net/http's parser (a raw %), as a CONNECT target that is not
+				// host:port, or as a host that names a zone: each a bad request.
+				if resp.StatusCode != http.StatusBadRequest {
+					t.Fatalf("status %d, reason %q: want 400", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+				}
+				if strings.HasPrefix(req, "GET") && strings.Contains(host, "%25") && !strings.Contains(resp.Header.Get("X-Airlock-Reason"), "zone") {
+					t.Fatalf("reason %q: want the zone named", resp.Header.Get("X-Airlock-Reason"))
 				}
 			})
 		}
