@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -75,6 +76,23 @@ func BenchmarkInterceptedHTTPS(b *testing.B) {
 func BenchmarkInterceptedHTTPSInjected(b *testing.B) {
 	_, c := benchHarness(b, true)
 	benchGet(b, c, "https://api.example.test/x")
+}
+
+// BenchmarkInterceptedHTTPSBudget is BenchmarkInterceptedHTTPS under a byte budget it never
+// reaches, so each request's head is reserved and recorded.
+func BenchmarkInterceptedHTTPSBudget(b *testing.B) {
+	h, c := benchHarness(b, false)
+	p := h.proxyHandler()
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, nil, budget.Budget{BytesUp: 1 << 60})
+	benchGet(b, c, "https://api.example.test/x")
+}
+
+// BenchmarkPlainHTTPBudget is BenchmarkPlainHTTP under a byte budget it never reaches.
+func BenchmarkPlainHTTPBudget(b *testing.B) {
+	h, c := benchHarness(b, false)
+	p := h.proxyHandler()
+	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, nil, budget.Budget{BytesUp: 1 << 60})
+	benchGet(b, c, "http://api.example.test/x")
 }
 
 // BenchmarkDirectHTTP is the same request without the gateway: the client's and upstream's share
