@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/ratelimit"
 	"github.com/airlock-dev/airlock/rule"
+	"github.com/airlock-dev/airlock/slots"
 	"github.com/airlock-dev/airlock/token"
 )
 
@@ -75,6 +76,11 @@ type Config struct {
 	// Reviewers maps the hex SHA-256 of each reviewer key to its reviewer: the API takes those
 	// keys on the approval endpoints only (they cannot lease or run anything).
 	Reviewers map[string]Reviewer
+	// Streams bounds the calls held open (commands, process output and waits, file transfers,
+	// audit pages): so many for the node, so many per tenant (all its keys together), so no
+	// tenant can hold them all. Reserved is not used: the API serves reviewer keys no stream.
+	// Zero: DefaultStreams.
+	Streams slots.Limits
 	// PeerTransport carries forwarded calls (TLS towards other nodes' APIs); nil means
 	// http.DefaultTransport.
 	PeerTransport http.RoundTripper
@@ -83,30 +89,39 @@ type Config struct {
 
 // Server is the HTTP API. Safe for concurrent use.
 type Server struct {
-	cfg   Config
-	mux   *http.ServeMux
-	rate  *ratelimit.Limiter[string]
-	ports *ports
+	cfg     Config
+	mux     *http.ServeMux
+	rate    *ratelimit.Limiter[string]
+	ports   *ports
+	streams *slots.Set
 }
+
+// DefaultStreams are the API's stream bounds when the configuration names none (api.streams):
+// 1024 calls held open at once, 256 of them by one tenant.
+var DefaultStreams = slots.Limits{Max: 1024, PerIdentity: 256}
 
 // New returns the API handler.
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey),
+	if cfg.Streams.Max == 0 {
+		cfg.Streams = DefaultStreams
+	}
+	cfg.Streams.Reserved = 0
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey), streams: slots.New(cfg.Streams),
 		ports: &ports{host: cfg.PortHost, pool: cfg.Pool, perLease: cmp.Or(cfg.MaxPortsPerLease, DefaultMaxPortsPerLease),
 			every: cmp.Or(cfg.PortSweep, 10*time.Second)}}
 	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
 	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.owned(s.getLease)))
 	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.owned(s.releaseLease)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.owned(s.exec)))
+	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.stream(s.owned(s.exec))))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.owned(s.renew)))
 	s.mux.HandleFunc("PUT /v1/leases/{id}/token", s.auth(s.owned(s.swapToken)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/ports", s.auth(s.owned(s.exposePort)))
-	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.owned(s.putFile)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.owned(s.getFile)))
+	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.stream(s.owned(s.putFile))))
+	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.stream(s.owned(s.getFile))))
 	s.mux.HandleFunc("GET /v1/leases/{id}/fs/list", s.auth(s.owned(s.listFiles)))
 	s.mux.HandleFunc("GET /v1/leases/{id}/fs/stat", s.auth(s.owned(s.statFile)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/fs/mkdir", s.auth(s.owned(s.mkdir)))
@@ -114,13 +129,13 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/leases/{id}/fs/move", s.auth(s.owned(s.move)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/processes", s.auth(s.owned(s.startProcess)))
 	s.mux.HandleFunc("GET /v1/leases/{id}/processes", s.auth(s.owned(s.listProcesses)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/output", s.auth(s.owned(s.processOutput)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/wait", s.auth(s.owned(s.waitProcess)))
+	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/output", s.auth(s.stream(s.owned(s.processOutput))))
+	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/wait", s.auth(s.stream(s.owned(s.waitProcess))))
 	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/signal", s.auth(s.owned(s.signalProcess)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/stdin", s.auth(s.owned(s.processInput)))
 	s.mux.HandleFunc("DELETE /v1/leases/{id}/processes/{pid}/stdin", s.auth(s.owned(s.closeProcessInput)))
 	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/resize", s.auth(s.owned(s.resizeProcess)))
-	s.mux.HandleFunc("GET /v1/audit", s.auth(s.audit))
+	s.mux.HandleFunc("GET /v1/audit", s.auth(s.stream(s.audit)))
 	s.mux.HandleFunc("GET /v1/leases/{id}/receipt", s.auth(s.receipt))
 	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
 	s.mux.HandleFunc("GET /v1/approvals", s.approver(s.listApprovals))
