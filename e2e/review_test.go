@@ -350,7 +350,7 @@ done`)
 	}
 	t.Logf("airlock suggest %s:\n%s", a.ID, suggested)
 
-	// Mark the lease reviewed: the mark shows, and is a record naming the reviewer.
+	// Mark the lease reviewed: the mark shows, and is a record naming the reviewer key as one.
 	do("mark reviewed", chromedp.Navigate(base+"/leases/"+a.ID+"?since="), chromedp.WaitVisible(chromedp.ID("ledger")),
 		chromedp.SendKeys(chromedp.CSS(`form.mark input[name="note"]`), "denials looked at: an attack test"),
 		chromedp.Click(chromedp.CSS(".mark-button")), chromedp.WaitVisible(chromedp.ID("reviewed")))
@@ -359,7 +359,7 @@ done`)
 	}
 	marked := false
 	for _, r := range n.trail(t) {
-		marked = marked || r.Event == "review-mark" && r.Lease == a.ID && r.Reviewer == "secops" && r.Tenant == "dev"
+		marked = marked || r.Event == "review-mark" && r.Lease == a.ID && r.Reviewer == "reviewer:secops" && r.Tenant == "dev"
 	}
 	if !marked {
 		t.Errorf("the trail holds no review-mark record of lease %s by secops", a.ID)

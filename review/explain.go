@@ -91,8 +91,31 @@ func what(r audit.Record) string {
 			s += fmt.Sprintf(" (template %s, runtime %s)", r.Template, r.Runtime)
 		}
 		return s
+	case audit.KindAudit:
+		if r.Event == EventReviewMark {
+			return markWhat(r)
+		}
 	}
 	return r.Event
+}
+
+// markWhat says what a review mark's record is: a reviewer key's mark, or a mark the views do not
+// count (a tenant's key made it, or it was written before marks said what kind of key made them).
+func markWhat(r audit.Record) string {
+	of := "lease " + r.Lease
+	if r.Lease == "" {
+		of = "destination " + r.Host + " for every tenant's traffic"
+		if r.Tenant != "" {
+			of = "destination " + r.Host + " for tenant " + r.Tenant + "'s traffic"
+		}
+	}
+	if name, ok := reviewerMark(r); ok {
+		return of + " marked reviewed by reviewer key " + name
+	}
+	if t, ok := strings.CutPrefix(r.Reviewer, "tenant:"); ok {
+		return "a mark of " + of + " by tenant " + t + "'s API key: not a review (only reviewer keys mark), and no view counts it"
+	}
+	return "a mark of " + of + " by " + r.Reviewer + " that does not say it came from a reviewer key (written before marks did): no view counts it as a review"
 }
 
 // allowing says what would have allowed a denied record: for a destination no scope covered, the

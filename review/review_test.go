@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 const (
 	keyAcme    = "acme-api-key"
+	keyAcme2   = "acme-second-api-key"
 	keyGlobex  = "globex-api-key"
 	keyAll     = "reviewer-all-key"
 	keyOneTeam = "reviewer-acme-key"
@@ -38,28 +40,38 @@ const (
 type fixture struct {
 	t     *testing.T
 	sink  *audit.FileSink
+	page  *Server
 	srv   *httptest.Server
 	start time.Time
+	// ahead is how far the page's clock runs ahead of the wall clock (the test moves it).
+	ahead atomic.Int64
 }
 
-func newFixture(t *testing.T) *fixture {
+// newFixture serves the page over a trail holding two leases, l-acme and l-globex, each with a
+// lookup, an allowed request and two denials; opts change the page's configuration.
+func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	t.Helper()
 	sink, err := audit.OpenFile(audit.FileConfig{Dir: t.TempDir(), Node: "n1", SegmentBytes: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sink.Close() })
-	s, err := New(Config{Trail: sink, Sink: sink, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Keys: map[string]string{tokenHash(keyAcme): "acme", tokenHash(keyGlobex): "globex"},
+	f := &fixture{t: t, sink: sink, start: time.Now()}
+	cfg := Config{Trail: sink, Sink: sink, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Keys: map[string]string{tokenHash(keyAcme): "acme", tokenHash(keyAcme2): "acme", tokenHash(keyGlobex): "globex"},
 		Reviewers: map[string]Reviewer{tokenHash(keyAll): {Name: "secops", Tenants: []string{AllTenants}},
 			tokenHash(keyOneTeam): {Name: "acme-sec", Tenants: []string{"acme"}}},
 		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
 			return &audit.Report{Segments: 1, SegmentsValid: 1, LeaseRecords: 3}, nil
-		}})
-	if err != nil {
+		},
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.ahead.Load())) }}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if f.page, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, sink: sink, srv: httptest.NewServer(s), start: time.Now()}
+	f.srv = httptest.NewServer(f.page)
 	t.Cleanup(f.srv.Close)
 	w := func(r audit.Record) {
 		r.Time = time.Now()
@@ -229,10 +241,8 @@ func TestTenantIsolation(t *testing.T) {
 			t.Errorf("%s shows globex's records to acme", p)
 		}
 	}
-	if resp, _ := f.post(c, "/marks", url.Values{"csrf": {csrf}, "lease": {"l-globex"}, "note": {"x"}}); resp.StatusCode != http.StatusNotFound {
-		t.Errorf("acme marking globex's lease: %d", resp.StatusCode)
-	}
-	if resp, _ := f.post(c, "/marks", url.Values{"csrf": {csrf}, "lease": {"l-globex"}, "tenant": {"globex"}}); resp.StatusCode != http.StatusForbidden {
+	if resp, body := f.post(c, "/marks", url.Values{"csrf": {csrf}, "lease": {"l-globex"}, "tenant": {"globex"}}); resp.StatusCode != http.StatusForbidden ||
+		strings.Contains(body, "task-globex") {
 		t.Errorf("acme marking globex's lease naming globex: %d", resp.StatusCode)
 	}
 	// A reviewer of acme alone cannot read globex either; one of every tenant reads both.
@@ -302,7 +312,8 @@ func TestLedgerExplainsRows(t *testing.T) {
 	}
 }
 
-// A mark needs the session's CSRF token, records who marked what, and shows on the overview.
+// A mark needs the session's CSRF token, records which reviewer key marked what, and shows on
+// the overview.
 func TestMarks(t *testing.T) {
 	f := newFixture(t)
 	c := f.browser()
@@ -319,7 +330,7 @@ func TestMarks(t *testing.T) {
 	}
 	var marks []audit.Record
 	f.sink.Query(context.Background(), audit.Query{Event: EventReviewMark}, func(r audit.Record) error { marks = append(marks, r); return nil })
-	if len(marks) != 2 || marks[0].Reviewer != "secops" || marks[0].Lease != "l-acme" || marks[0].Tenant != "acme" ||
+	if len(marks) != 2 || marks[0].Reviewer != "reviewer:secops" || marks[0].Lease != "l-acme" || marks[0].Tenant != "acme" ||
 		marks[0].Reason != "looked at the <b>denial</b>" || marks[1].Host != "api.example" {
 		t.Fatalf("mark records: %+v", marks)
 	}
