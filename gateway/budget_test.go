@@ -132,6 +132,7 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 			}()
 		}
 	}()
+	const tunnelConnect = "CONNECT git.example.test:22 HTTP/1.1\r\nHost: git.example.test:22\r\n\r\n"
 	setup := func(t *testing.T, limit int64) *harness {
 		h := newHarness(t)
 		h.scopes = []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}}
@@ -148,7 +149,7 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(c, "CONNECT git.example.test:22 HTTP/1.1\r\nHost: git.example.test:22\r\n\r\n")
+		io.WriteString(c, tunnelConnect)
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -177,9 +178,10 @@ func TestTunnelFollowsRequestRules(t *testing.T) {
 		}
 		io.WriteString(c, "hello")
 		c.Close()
+		// The tunnel's bytes are on its close: the CONNECT's head, then what went through.
 		rec, ok := h.sink.await(func(r audit.Record) bool { return r.Event == "close" })
-		if !ok || rec.BytesUp != 5 {
-			t.Fatalf("close record %+v", rec)
+		if want := int64(len(tunnelConnect) + len("hello")); !ok || rec.BytesUp != want || open.BytesUp != 0 {
+			t.Fatalf("close record %+v, want %d bytes up (and none on the open record, %d)", rec, want, open.BytesUp)
 		}
 	})
 	t.Run("cut at the byte budget", func(t *testing.T) {

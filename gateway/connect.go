@@ -34,6 +34,10 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		p.tunnel(w, r, x)
 		return
 	}
+	if err := p.reserveSession(x, headSize(r)); err != nil {
+		p.deny(w, x, err)
+		return
+	}
 	conn, err := hijack(w)
 	if err != nil {
 		p.log.Error("hijack failed", "err", err)
@@ -59,8 +63,8 @@ func curvesFor(x *exchange) []tls.CurveID {
 
 // intercept terminates the sandbox's TLS on conn with a certificate for x.host from the
 // deployment CA, after checking that the server name it asks for is x.host, and serves the
-// requests inside, each decided on its own (serveIntercepted). It returns when the connection
-// is done.
+// requests inside, each decided on its own (serveIntercepted), the first one sent carrying the
+// head x.meter holds for the session. It returns when the connection is done.
 func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *exchange) {
 	host, port := x.host, x.port
 	// A session its lease allows is closed when that stops being so. One it never allowed (only a
@@ -107,7 +111,7 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(remote, x, reason) })
 	}
 	serveOne(conn2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.serveIntercepted(w, r, host, port, x.bearer, x.dest)
+		p.serveIntercepted(w, r, host, port, x.bearer, x.dest, x.meter)
 	}), serverProtocols)
 }
 
@@ -140,10 +144,12 @@ var serverProtocols = func() *http.Protocols {
 }()
 
 // serveIntercepted handles one request inside an intercepted CONNECT. Every request is checked
-// again: the lease may have ended, and Host must name the CONNECT target.
-func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int, bearer, dest string) {
+// again: the lease may have ended, and Host must name the CONNECT target. session is the meter
+// of the session's opening (see reserveSession).
+func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host string, port int, bearer, dest string, session *meter) {
 	x := newExchange(r)
-	x.dest = dest
+	defer x.meter.release()
+	x.dest, x.meter.session = dest, session
 	if err := p.identify(r, x, bearer); err != nil {
 		p.deny(w, x, err)
 		return
@@ -171,7 +177,7 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request, host st
 // closes, and what the sandbox sends through it counts against the byte budget, which closes
 // the tunnel when it runs out.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
-	up, err := p.openTunnel(r.Context(), x)
+	up, err := p.openTunnel(r.Context(), x, r)
 	if err != nil {
 		p.deny(w, x, err)
 		return
@@ -184,15 +190,17 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p.runTunnel(x, conn, up)
 }
 
-// openTunnel makes the checks a tunnel opens under and dials its vetted upstream address.
-func (p *Proxy) openTunnel(ctx context.Context, x *exchange) (net.Conn, error) {
+// openTunnel makes the checks a tunnel opens under and dials its vetted upstream address. r is
+// the CONNECT, whose head is reserved with the rest of the budget; nil for a redirected
+// connection, which sent none.
+func (p *Proxy) openTunnel(ctx context.Context, x *exchange, r *http.Request) (net.Conn, error) {
 	if err := p.auditOK(); err != nil {
 		return nil, err
 	}
 	if err := p.guardName(x); err != nil {
 		return nil, err
 	}
-	if err := p.startRequest(x, -1); err != nil {
+	if err := p.startRequest(x, r); err != nil {
 		return nil, err
 	}
 	if m, ok := p.dyn.Load().mirrors[net.JoinHostPort(x.host, strconv.Itoa(x.port))]; ok {
@@ -212,7 +220,7 @@ func (p *Proxy) openTunnel(ctx context.Context, x *exchange) (net.Conn, error) {
 }
 
 // runTunnel records the tunnel's opening (unrecorded means not opened), splices conn and up,
-// and records its close.
+// and records its close, whose bytes up are the CONNECT's head and what went through.
 func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 	x.status, x.event = http.StatusOK, "open"
 	if err := p.record(x); err != nil {
@@ -220,6 +228,7 @@ func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 		up.Close()
 		return
 	}
+	x.meter.commit()
 	p.tunnels.Add(1)
 	defer p.tunnels.Add(-1)
 	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, tunnel: true, bearer: x.bearer, closer: conn})()

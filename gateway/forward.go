@@ -98,7 +98,7 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	if err := p.auditOK(); err != nil {
 		return err
 	}
-	if err := p.startRequest(x, r.ContentLength); err != nil {
+	if err := p.startRequest(x, r); err != nil {
 		return err
 	}
 	if err := boundSignedBody(r, x); err != nil {
@@ -334,6 +334,7 @@ func (p *Proxy) send(out *http.Request, w http.ResponseWriter, x *exchange) (*ht
 	if err != nil {
 		return nil, err
 	}
+	x.meter.commit() // the head goes upstream from here: it stays charged whatever happens next
 	trace := &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
 		Got1xxResponse: func(code int, header textproto.MIMEHeader) error {

@@ -49,7 +49,8 @@ func TestBudgets(t *testing.T) {
 		t.Fatal("no audit record for the refused request")
 	}
 
-	// Bytes: a fresh lease whose token narrows the byte budget to 100.
+	// Bytes: a fresh lease whose token narrows the byte budget to 400: room for the heads of the
+	// CONNECT and the request, not for them and the body.
 	h2 := newHarness(t)
 	p2 := h2.proxyHandler()
 	p2.Reload(p2.dyn.Load().catalog, p2.dyn.Load().pins, nil, budget.Budget{BytesUp: 1000})
@@ -57,7 +58,7 @@ func TestBudgets(t *testing.T) {
 	inner := bindings.lookup
 	bindings.lookup = func(ctx context.Context, a netip.Addr) (binding.Binding, error) {
 		b, err := inner(ctx, a)
-		b.Lease, b.Budget = "l-2", budget.Budget{BytesUp: 100}
+		b.Lease, b.Budget = "l-2", budget.Budget{BytesUp: 400}
 		return b, err
 	}
 	resp, err := h2.client().Post("https://api.example.test/v1/x", "text/plain", strings.NewReader(strings.Repeat("x", 500)))

@@ -263,6 +263,7 @@ func newExchange(r *http.Request) *exchange {
 // ServeHTTP handles one request from a sandbox.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := newExchange(r)
+	defer x.meter.release()
 	if err := p.identify(r, x, ""); err != nil {
 		p.deny(w, x, err)
 		return

@@ -14,11 +14,13 @@ import (
 )
 
 // deny is the one way a refusal leaves the gateway: it is written to the sandbox (its reason
-// through the exchange's redaction) and recorded.
+// through the exchange's redaction) and recorded, with what went upstream before it (nothing,
+// unless the request was sent: see meter).
 func (p *Proxy) deny(w http.ResponseWriter, x *exchange, err error) {
 	ref := refusalFor(err)
 	ref.Reason = x.redact(ref.Reason)
 	x.refusal, x.status = ref, ref.Status
+	x.up = x.meter.n.Load()
 	ref.write(w, x.json)
 	p.record(x)
 }

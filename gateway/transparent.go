@@ -61,6 +61,7 @@ func (p *Proxy) redirectedWait() time.Duration {
 // read as HTTP/1 towards its Host.
 func (p *Proxy) serveRedirected(c net.Conn, dst netip.AddrPort) {
 	x := &exchange{start: time.Now(), meter: &meter{}, dest: dst.String(), port: int(dst.Port())}
+	defer x.meter.release()
 	// Unidentified, it is still served: each request inside is refused on its own, readably.
 	if err := p.identifyAt(context.Background(), c.RemoteAddr().String(), "", x); err != nil {
 		x.src = addrOf(c.RemoteAddr().String())
@@ -115,13 +116,22 @@ func (p *Proxy) serveRedirectedTLS(c net.Conn, x *exchange) {
 	x.scheme, x.host, x.method = "https", host, http.MethodConnect
 	if s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port}); ok && s.Tunnel {
 		x.scope = s
-		up, err := p.openTunnel(context.Background(), x)
+		up, err := p.openTunnel(context.Background(), x, nil)
 		if err != nil {
 			p.refuseRedirected(replay, x, err)
 			return
 		}
 		p.runTunnel(x, replay, up)
 		return
+	}
+	// The server name stands for the CONNECT a proxied client would have sent, and costs what
+	// that would (an unidentified sandbox is refused request by request, below).
+	if x.b.Lease != "" {
+		authority := net.JoinHostPort(sni, strconv.Itoa(x.port))
+		if err := p.reserveSession(x, headSize(&http.Request{Method: http.MethodConnect, RequestURI: authority, Host: authority})); err != nil {
+			p.refuseRedirected(replay, x, err)
+			return
+		}
 	}
 	// Every request inside is decided on its own, refusals included, and answered in HTTP.
 	p.intercept(context.Background(), replay, replay.RemoteAddr().String(), x)
@@ -141,6 +151,7 @@ func (p *Proxy) serveRedirectedHTTP(c net.Conn, x *exchange) {
 // its destination in Host.
 func (p *Proxy) serveRedirectedRequest(w http.ResponseWriter, r *http.Request, port int, dest string) {
 	x := newExchange(r)
+	defer x.meter.release()
 	x.dest = dest
 	if err := p.identifyAt(r.Context(), r.RemoteAddr, "", x); err != nil {
 		p.deny(w, x, err)
