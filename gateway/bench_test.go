@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -93,6 +95,26 @@ func BenchmarkPlainHTTPBudget(b *testing.B) {
 	p := h.proxyHandler()
 	p.Reload(p.dyn.Load().catalog, p.dyn.Load().pins, nil, budget.Budget{BytesUp: 1 << 60})
 	benchGet(b, c, "http://api.example.test/x")
+}
+
+// BenchmarkHeadSize measures a browser-sized request head, as every request's is measured for
+// the budget and its record: it must not allocate.
+func BenchmarkHeadSize(b *testing.B) {
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET /v1/repos/acme/app/issues?state=open&per_page=100 HTTP/1.1\r\n" +
+		"Host: api.example.test\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36\r\nAccept: application/json\r\n" +
+		"Accept-Language: en-GB,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\nCookie: a=1; b=2; session=0123456789abcdef\r\n" +
+		"Referer: https://api.example.test/\r\nConnection: keep-alive\r\n\r\n")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var n int64
+	for b.Loop() {
+		n += headSize(r)
+	}
+	if n == 0 {
+		b.Fatal("no head measured")
+	}
 }
 
 // BenchmarkDirectHTTP is the same request without the gateway: the client's and upstream's share
