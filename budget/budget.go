@@ -1,6 +1,6 @@
 // Package budget bounds what one lease may send upstream: how many requests, how many bytes. The
 // operator sets a default per lease, a task token may only narrow it, and the gateway holds each
-// lease to the result (requests, request bodies, upgraded streams and tunnels alike).
+// lease to the result (request heads and bodies, CONNECTs, upgraded streams and tunnels alike).
 package budget
 
 // Budget bounds what one lease may send upstream; zero fields mean no limit. A token's budget can
