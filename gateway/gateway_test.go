@@ -509,7 +509,7 @@ func TestScrubReaderAcrossChunks(t *testing.T) {
 	for _, f := range sc.forms {
 		out, _ := io.ReadAll(sc.reader(io.NopCloser(strings.NewReader("a"+string(f.b)+"b")), nil))
 		if strings.Contains(string(out), string(f.b)) {
-			t.Fatalf("form %q not scrubbed", f)
+			t.Fatalf("form %q not scrubbed", f.b)
 		}
 	}
 }

@@ -1,19 +1,13 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,38 +18,54 @@ import (
 
 const redacted = "[redacted]"
 
-// minForm is the shortest form scrubbed: shorter ones would match by chance in ordinary bytes.
+// minForm is the shortest form scrubbed, and the shortest cut-off start of one: shorter ones
+// would match by chance in ordinary bytes.
 const minForm = 4
 
 // scrubber finds every form in which an injected credential could come back in a response and
-// replaces it with "[redacted]". The forms are derived from each secret value and from each
-// value the gateway itself wrote into the request (the whole header value, the user:password of
-// basic auth): the value itself; base64 in the standard and URL alphabets, padded and not, and at
-// each of the three alignments it can have inside a longer base64 text; lower-case hex; URL query
-// and path escaping (either case of the hex digits); and JSON string escaping (with and without
-// HTML escaping, and with '/' escaped). A written value found as it is keeps its non-secret part
-// ("Bearer [redacted]"), so a reader still sees what kind of credential went. Safe for
-// concurrent use once built.
+// replaces it with "[redacted]". Safe for concurrent use once built.
 //
-// Matching samples the text instead of probing every byte: every form is at least short bytes
-// long, so any occurrence spans one of the positions short-3 apart that the scan looks at, and
-// the four bytes there are one of the form's four-byte windows at offsets 0 to short-4. Those
-// windows are kept in a bit filter (windows), so most samples cost one probe, and a text with
-// no form in it is read at about one position in short-3 (one in 30 or so for a 32-character
-// token); a sample that passes tries each start it could belong to, through the first-window
-// filter and the table by first four bytes. Leftmost, then longest, forms are replaced, as a
-// byte-by-byte scan would.
+// The forms are derived from each secret value and from each value the gateway itself wrote
+// into the request (the whole header value, the user:password of basic auth): the value itself;
+// hex in either case; base64 in the standard and URL alphabets, padded and not, and at each of
+// the three alignments it can have inside a longer base64 text; and, for a value with spaces,
+// the value with '+' for them. A written value found as it is keeps its non-secret part
+// ("Bearer [redacted]"), so a reader still sees what kind of credential went.
+//
+// Each byte of a form is found as it is or in any escape the parsers of common content types
+// undo (unescape.go: URL percent-escapes, HTML and XML character references, JSON, JavaScript,
+// Python and CSS escapes), one byte in one way and the next in another, so an upstream that
+// reflects the credential with "+" as "&#43;" or every character as "\u00XX" gives nothing
+// away. A text that ends inside a form derived from a secret has that cut-off start (minForm
+// bytes or more) redacted too: an upstream that cuts its answer where the sandbox chose would
+// otherwise hand out the credential a prefix at a time.
+//
+// Matching samples the text instead of reading every byte (scan.go): forms as they are through
+// four-byte windows of the text, forms holding an escape only near a byte an escape begins
+// with ('%', '&', '\'). Leftmost, then longest, forms are replaced, as a byte-by-byte scan
+// would.
 type scrubber struct {
 	forms   []form
 	buckets map[uint32][]form    // by their first four bytes, longest first
 	filter  [1 << 16 / 64]uint64 // first four bytes of every form
 	windows [1 << 16 / 64]uint64 // every form's four-byte windows at offsets 0 to short-4
 	at      map[uint32][]window  // the same windows, by their four bytes
+	first   [256][]form          // by their first byte, longest first: where reading unit by unit starts
+	pos     [256][]formAt        // every byte of every form, by the byte
+	pairs   pairSet              // every two bytes in a row in a form
 	short   int                  // the shortest form's length
 	keep    int                  // the longest form minus one: what a stream must hold back
 }
 
-type form struct{ b, repl []byte }
+// form is one form of a value and what replaces it. A form derived from a secret (not a written
+// value) also has a cut-off start of it redacted at the end of a text.
+type form struct {
+	b, repl []byte
+	secret  bool
+}
+
+// formAt is the byte at offset k of forms[f].
+type formAt struct{ f, k int32 }
 
 // window is a form's four bytes at offset o.
 type window struct {
@@ -68,16 +78,18 @@ type window struct {
 func newScrubber(secrets, written []string) *scrubber {
 	s := &scrubber{buckets: map[uint32][]form{}}
 	seen := map[string]bool{}
-	add := func(f, repl string) {
-		if len(f) >= minForm && !seen[f] {
-			seen[f] = true
-			s.forms = append(s.forms, form{[]byte(f), []byte(repl)})
+	add := func(f, repl string, secret bool) {
+		for _, v := range spaceVariants(f) {
+			if len(v) >= minForm && !seen[v] {
+				seen[v] = true
+				s.forms = append(s.forms, form{[]byte(v), []byte(repl), secret})
+			}
 		}
 	}
 	for _, v := range secrets {
 		if len(v) >= minForm {
 			for _, f := range derivedForms(v) {
-				add(f, redacted)
+				add(f, redacted, true)
 			}
 		}
 	}
@@ -92,9 +104,9 @@ func newScrubber(secrets, written []string) *scrubber {
 		if plain, found := secretOnly.scrub([]byte(v)); found {
 			repl = string(plain)
 		}
-		add(v, repl)
+		add(v, repl, false)
 		for _, f := range derivedForms(v)[1:] {
-			add(f, redacted)
+			add(f, redacted, false)
 		}
 	}
 	if len(s.forms) == 0 {
@@ -106,12 +118,19 @@ func newScrubber(secrets, written []string) *scrubber {
 
 // index fills the lookup tables from forms.
 func (s *scrubber) index() {
-	s.buckets, s.filter, s.windows, s.keep, s.short = map[uint32][]form{}, [1 << 16 / 64]uint64{}, [1 << 16 / 64]uint64{}, 0, 0
-	for _, f := range s.forms {
+	s.buckets, s.filter, s.windows, s.first, s.pos, s.pairs, s.keep, s.short = map[uint32][]form{}, [1 << 16 / 64]uint64{}, [1 << 16 / 64]uint64{}, [256][]form{}, [256][]formAt{}, pairSet{}, 0, 0
+	for i, f := range s.forms {
+		for k, c := range f.b {
+			s.pos[c] = append(s.pos[c], formAt{int32(i), int32(k)})
+			if k > 0 {
+				s.pairs.add(f.b[k-1], c)
+			}
+		}
 		k := binary.LittleEndian.Uint32(f.b)
 		s.buckets[k] = append(s.buckets[k], f)
 		h := filterHash(k)
 		s.filter[h/64] |= 1 << (h % 64)
+		s.first[f.b[0]] = append(s.first[f.b[0]], f)
 		s.keep = max(s.keep, len(f.b)-1)
 		if s.short == 0 || len(f.b) < s.short {
 			s.short = len(f.b)
@@ -126,16 +145,22 @@ func (s *scrubber) index() {
 			s.at[k] = append(s.at[k], window{f, o})
 		}
 	}
+	longestFirst := func(a, b form) int { return len(b.b) - len(a.b) }
 	for k, fs := range s.buckets {
-		slices.SortFunc(fs, func(a, b form) int { return len(b.b) - len(a.b) })
+		slices.SortFunc(fs, longestFirst)
 		s.buckets[k] = fs
+	}
+	for _, fs := range s.first {
+		slices.SortFunc(fs, longestFirst)
 	}
 }
 
-// derivedForms lists the encodings of v the scrubber looks for.
+// derivedForms lists the encodings of v the scrubber looks for, v itself first. Escaped forms
+// (URL, JSON, HTML) are not listed: the scan reads escapes wherever they are.
 func derivedForms(v string) []string {
 	b := []byte(v)
-	out := []string{v, hex.EncodeToString(b)}
+	lower := hex.EncodeToString(b)
+	out := []string{v, lower, strings.ToUpper(lower)}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
 		out = append(out, enc.EncodeToString(b))
 		raw := enc.WithPadding(base64.NoPadding)
@@ -152,114 +177,60 @@ func derivedForms(v string) []string {
 			}
 		}
 	}
-	for _, esc := range []string{url.QueryEscape(v), url.PathEscape(v)} {
-		out = append(out, esc, lowerEscapes(esc))
+	return out
+}
+
+// maxSpaceVariants bounds the spaces of a value whose every mix of ' ' and '+' is a form; a
+// value with more has two: as it is, and with '+' for every space.
+const maxSpaceVariants = 3
+
+// spaceVariants is f, and f with '+' for some or all of its spaces: form encoding writes a space
+// as '+', and a mix of the two still decodes to f. (A '+' in a text with an escape in it is read
+// as a space where a form needs one: scan.go.)
+func spaceVariants(f string) []string {
+	n := strings.Count(f, " ")
+	if n == 0 {
+		return []string{f}
 	}
-	var j bytes.Buffer
-	enc := json.NewEncoder(&j)
-	for _, html := range []bool{true, false} {
-		j.Reset()
-		enc.SetEscapeHTML(html)
-		if enc.Encode(v) == nil {
-			s := strings.TrimSuffix(j.String(), "\n")
-			s = s[1 : len(s)-1]
-			out = append(out, s, strings.ReplaceAll(s, "/", `\/`))
+	if n > maxSpaceVariants {
+		return []string{f, strings.ReplaceAll(f, " ", "+")}
+	}
+	out := make([]string, 0, 1<<n)
+	for mask := range 1 << n {
+		b, k := []byte(f), 0
+		for i, c := range b {
+			if c == ' ' {
+				if mask&(1<<k) != 0 {
+					b[i] = '+'
+				}
+				k++
+			}
 		}
+		out = append(out, string(b))
 	}
 	return out
 }
 
-// lowerEscapes lower-cases the hex digits of percent-escapes.
-func lowerEscapes(s string) string {
-	b := []byte(s)
-	for i := 0; i+2 < len(b); i++ {
-		if b[i] == '%' {
-			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
-			i += 2
-		}
-	}
-	return string(b)
-}
-
-func lowerHex(c byte) byte {
-	if 'A' <= c && c <= 'F' {
-		return c + 'a' - 'A'
-	}
-	return c
-}
-
 func filterHash(k uint32) uint32 { return (k * 2654435761) >> 16 }
-
-// match returns the longest form at the start of b, whose first four bytes are k, if any.
-func (s *scrubber) match(b []byte, k uint32) (form, bool) {
-	for _, f := range s.buckets[k] {
-		if bytes.HasPrefix(b, f.b) {
-			return f, true
-		}
-	}
-	return form{}, false
-}
 
 // scrub returns b with every form replaced, and whether any was; b itself is returned when none
 // was found.
 func (s *scrubber) scrub(b []byte) ([]byte, bool) {
-	if _, _, ok := s.next(b, 0); !ok {
+	sc := s.scan(b, true)
+	if _, ok := sc.next(0, sc.limit); !ok {
 		return b, false
 	}
-	out, _, _ := s.scrubFrom(make([]byte, 0, len(b)), b, true)
+	out, _, _ := sc.run(make([]byte, 0, len(b)))
 	return out, true
 }
 
 // scrubFrom appends to out the part of b that bytes after it cannot change, scrubbed, and
 // returns how much of b that was: with final, all of it; else up to where a form starting later
-// could still run past b's end (the last keep bytes, or the end of the last form replaced),
-// so a stream cut anywhere is scrubbed exactly as the whole text would be.
+// could still run past b's end (the last keep bytes, an escape b ends in, or the end of the last
+// form replaced), so a stream cut anywhere is scrubbed exactly as the whole text would be.
 func (s *scrubber) scrubFrom(out, b []byte, final bool) ([]byte, int, bool) {
-	last, found := 0, false
-	for i := 0; ; {
-		p, f, ok := s.next(b, i)
-		if !ok || !final && p+s.keep >= len(b) {
-			break
-		}
-		found = true
-		out = append(append(out, b[last:p]...), f.repl...)
-		i = p + len(f.b)
-		last = i
-	}
-	end := len(b)
-	if !final {
-		end = max(last, len(b)-s.keep)
-	}
-	return append(out, b[last:end]...), end, found
-}
-
-// next finds the leftmost form starting at i or after in b (the longest there), sampling every
-// short-3 positions: a form starting at p covers the sample in [p, p+short-4] with one of its
-// windows, so the first sample some form covers holds the leftmost form's start.
-func (s *scrubber) next(b []byte, i int) (int, form, bool) {
-	if len(s.forms) == 0 {
-		return 0, form{}, false
-	}
-	span := s.short - minForm // how far before a sample a form covering it can start
-	for j := i + span; j+minForm <= len(b); j += span + 1 {
-		k := binary.LittleEndian.Uint32(b[j:])
-		h := filterHash(k)
-		if s.windows[h>>6]&(1<<(h&63)) == 0 {
-			continue
-		}
-		start := -1
-		for _, w := range s.at[k] {
-			p := j - w.o
-			if p >= i && (start < 0 || p < start) && bytes.HasPrefix(b[p:], w.f.b) {
-				start = p
-			}
-		}
-		if start >= 0 {
-			f, _ := s.match(b[start:], binary.LittleEndian.Uint32(b[start:]))
-			return start, f, true
-		}
-	}
-	return 0, form{}, false
+	sc := s.scan(b, final)
+	return sc.run(out)
 }
 
 func (s *scrubber) scrubString(v string) string {
@@ -283,6 +254,13 @@ func (s *scrubber) scrubHeaders(h http.Header) {
 		}
 	}
 }
+
+// maxHeld bounds what a stream holds back undecided: an escape that is still going on (leading
+// zeros have no end) cannot be held for ever, so an answer that needs more is cut.
+const maxHeld = 1 << 20
+
+// errHeld cuts an answer whose undecided part grew past maxHeld.
+var errHeld = fmt.Errorf("the upstream's answer holds an escape over %d bytes long, which could hide a credential", maxHeld)
 
 // scrubReader replaces forms in a stream, holding back just enough bytes at each read's end that
 // a form split across reads is still caught. At the end of the body it scrubs trailers too
@@ -318,6 +296,9 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		r.obuf, used, _ = r.s.scrubFrom(r.obuf[:0], r.buf, r.eof)
 		r.out = r.obuf
 		r.buf = append(r.buf[:0], r.buf[used:]...)
+		if len(r.buf) > maxHeld {
+			return 0, errHeld
+		}
 		if r.eof {
 			r.s.scrubHeaders(r.trailers)
 		}
@@ -328,79 +309,6 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 }
 
 func (r *scrubReader) Close() error { return r.src.Close() }
-
-// decoded returns body with the content codings named in encoding undone, innermost last, for
-// the codings the gateway can undo (gzip, x-gzip, deflate); ok is false for any other, which
-// then cannot be scrubbed.
-func decoded(body io.ReadCloser, encoding string) (io.ReadCloser, string, bool) {
-	codings := strings.Split(encoding, ",")
-	r := io.ReadCloser(body)
-	for i := len(codings) - 1; i >= 0; i-- {
-		c := strings.ToLower(strings.TrimSpace(codings[i]))
-		switch c {
-		case "", "identity":
-		case "gzip", "x-gzip":
-			r = &lazyGzip{src: r}
-		case "deflate":
-			r = &zlibOrFlate{src: r}
-		default:
-			return nil, c, false
-		}
-	}
-	return r, "", true
-}
-
-// lazyGzip opens the gzip stream on first read, so a malformed one fails the body, not the
-// response header.
-type lazyGzip struct {
-	src io.ReadCloser
-	z   *gzip.Reader
-	err error
-}
-
-func (l *lazyGzip) Read(p []byte) (int, error) {
-	if l.z == nil && l.err == nil {
-		l.z, l.err = gzip.NewReader(l.src)
-		if l.err != nil {
-			l.err = fmt.Errorf("upstream's gzip body: %w", l.err)
-		}
-	}
-	if l.err != nil {
-		return 0, l.err
-	}
-	return l.z.Read(p)
-}
-
-func (l *lazyGzip) Close() error { return l.src.Close() }
-
-// zlibOrFlate undoes "deflate", which servers send either zlib-wrapped (as RFC 9110 says) or
-// raw: the first two bytes tell which.
-type zlibOrFlate struct {
-	src io.ReadCloser
-	r   io.Reader
-	err error
-}
-
-func (z *zlibOrFlate) Read(p []byte) (int, error) {
-	if z.r == nil && z.err == nil {
-		br := bufio.NewReader(z.src)
-		hdr, _ := br.Peek(2)
-		if len(hdr) == 2 && hdr[0]&0x0f == 8 && (uint16(hdr[0])<<8|uint16(hdr[1]))%31 == 0 {
-			z.r, z.err = zlib.NewReader(br)
-		} else {
-			z.r = flate.NewReader(br)
-		}
-		if z.err != nil {
-			z.err = fmt.Errorf("upstream's deflate body: %w", z.err)
-		}
-	}
-	if z.err != nil {
-		return 0, z.err
-	}
-	return z.r.Read(p)
-}
-
-func (z *zlibOrFlate) Close() error { return z.src.Close() }
 
 // scrubbers keeps the scrubber built for each set of values, so requests with the same
 // credential share one instead of deriving the forms again. Safe for concurrent use.
@@ -431,6 +339,20 @@ func (c *scrubbers) of(secrets, written []string) *scrubber {
 	return s
 }
 
+// isPartial reports whether resp is a part of a body: a 206, or byte ranges whatever the status
+// (any Content-Type naming them, parameters and odd spellings included).
+func isPartial(resp *http.Response) bool {
+	if resp.StatusCode == http.StatusPartialContent {
+		return true
+	}
+	for _, ct := range resp.Header.Values("Content-Type") {
+		if strings.Contains(strings.ToLower(ct), "byteranges") {
+			return true
+		}
+	}
+	return false
+}
+
 // smallBody is the largest response body scrubbed in one piece; larger ones stream through the
 // scrubbing reader.
 const smallBody = 16 << 10
@@ -440,6 +362,12 @@ const smallBody = 16 << 10
 // content coding the gateway cannot undo, and a switch to another protocol, cannot be scrubbed,
 // so they never carry a response to a request that had a credential.
 func (p *Proxy) scrubResponse(resp *http.Response, x *exchange) error {
+	if x.entry != nil && isPartial(resp) {
+		return refuse(http.StatusBadGateway, rule.Unscrubbable,
+			fmt.Sprintf("the upstream answered with part of a body (%d, %s) to a request that carried credential %q; a part can hold a piece of the credential that no scrubbing recognises",
+				resp.StatusCode, resp.Header.Get("Content-Type"), x.entry.Name),
+			"ask for the whole body: the gateway does not send Range on a request that carries a credential")
+	}
 	if x.scrub == nil {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 
@@ -182,55 +183,86 @@ func TestUnscrubbableRefused(t *testing.T) {
 	})
 }
 
-// BenchmarkScrub1MiB scrubs a 1 MiB body holding no secret (the common case) for a basic-auth
-// credential: every form of the password, user:password and the header value.
+// BenchmarkScrub1MiB scrubs 1 MiB bodies holding no secret (the common case) for a basic-auth
+// credential (every form of the password, user:password and the header value): text with no
+// byte an escape begins with, an HTML page with references and escapes in it, random bytes.
 func BenchmarkScrub1MiB(b *testing.B) {
 	userpass := testUser + ":" + testPassword
 	s := newScrubber([]string{testUser, testPassword}, []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(userpass)), userpass})
-	body := bytes.Repeat([]byte("The quick brown fox jumps over the lazy dog; {\"k\": \"v\"} 0123456789\n"), 1<<20/67)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		out, _ := io.Copy(io.Discard, s.reader(io.NopCloser(bytes.NewReader(body)), nil))
-		if out != int64(len(body)) {
-			b.Fatal(out)
-		}
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"text", bytes.Repeat([]byte("The quick brown fox jumps over the lazy dog; {\"k\": \"v\"} 0123456789\n"), 1<<20/67)},
+		{"html", bytes.Repeat([]byte(`<a href="/q?a=1&amp;b=%20x">caf&eacute; &#8212; \u00e9</a> lorem ipsum dolor sit amet`+"\n"), 1<<20/83)},
+		{"random", randomMiB()},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				out, _ := io.Copy(io.Discard, s.reader(io.NopCloser(bytes.NewReader(c.body)), nil))
+				if out != int64(len(c.body)) {
+					b.Fatal(out)
+				}
+			}
+			b.ReportMetric(float64(len(s.forms)), "forms")
+		})
 	}
-	b.ReportMetric(float64(len(s.forms)), "forms")
 }
 
-// scrubEveryPosition is the reference the sampling scan must agree with: at each position in
-// turn, the longest form starting there is replaced.
+// randomMiB is 1 MiB of random bytes, made once.
+var randomMiB = sync.OnceValue(func() []byte {
+	rng := rand.New(rand.NewPCG(5, 6))
+	b := make([]byte, 1<<20)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+})
+
+// scrubEveryPosition is the reference the scan must agree with: at each position in turn, every
+// form is read unit by unit; the longest found whole is replaced, or, where the text ends inside
+// a secret's form read that far (minForm bytes or more), the rest of the text is.
 func scrubEveryPosition(s *scrubber, b []byte) []byte {
+	m := matcher{b: b, final: true}
 	var out []byte
 	for i := 0; i < len(b); {
-		var best []byte
-		var repl []byte
-		for _, f := range s.forms {
-			if bytes.HasPrefix(b[i:], f.b) && len(f.b) > len(best) {
-				best, repl = f.b, f.repl
+		var best *form
+		end, cut := 0, false
+		for k := range s.forms {
+			f := &s.forms[k]
+			e, ok, ran := m.read(i, f.b)
+			if ok && (best == nil || len(f.b) > len(best.b)) {
+				best, end = f, e
+			}
+			if !ok && ran >= minForm && f.secret {
+				cut = true
 			}
 		}
-		if best == nil {
+		switch {
+		case cut:
+			return append(out, redacted...)
+		case best != nil:
+			out = append(out, best.repl...)
+			i = end
+		default:
 			out = append(out, b[i])
 			i++
-			continue
 		}
-		out = append(out, repl...)
-		i += len(best)
 	}
 	return out
 }
 
 // TestScrubSamplingFindsWhatEveryPositionFinds plants forms of short and long secrets at every
-// offset, overlapping, adjacent, cut at the end and at chunk boundaries of a stream, and checks
-// that the sampling scan and the stream reader replace exactly what a scan of every position
-// replaces.
+// offset, as they are and with random characters escaped, overlapping, adjacent, cut at the end
+// and at chunk boundaries of a stream, and checks that the scan and the stream reader replace
+// exactly what reading every position replaces.
 func TestScrubSamplingFindsWhatEveryPositionFinds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, secrets := range [][]string{{"abcd"}, {"s3cr3t"}, {"tok-0123456789abcdef0123456789abcdef"}, {"user", "hunter22"}} {
+	for _, secrets := range [][]string{{"abcd"}, {"s3cr3t"}, {"tok-0123456789abcdef0123456789abcdef"}, {"user", "hunter22"}, {"p%ss&w\rd"}} {
 		s := newScrubber(secrets, []string{"Bearer " + secrets[0]})
-		alphabet := []byte("abcdefs3cr3tok-0123456789%+/=Bearer \"\\")
+		alphabet := []byte("abcdefs3cr3tok-0123456789%+/=Bearer \"\\&#;xu")
 		for round := range 400 {
 			var b []byte
 			for len(b) < 200+round {
@@ -238,6 +270,9 @@ func TestScrubSamplingFindsWhatEveryPositionFinds(t *testing.T) {
 					f := s.forms[rng.IntN(len(s.forms))].b
 					if rng.IntN(3) == 0 {
 						f = f[:rng.IntN(len(f))] // a form cut short must stay
+					}
+					if rng.IntN(2) == 0 {
+						f = escapeSome(rng, f)
 					}
 					b = append(b, f...)
 					continue
@@ -247,7 +282,7 @@ func TestScrubSamplingFindsWhatEveryPositionFinds(t *testing.T) {
 			want := scrubEveryPosition(s, b)
 			got, _ := s.scrub(b)
 			if !bytes.Equal(got, want) {
-				t.Fatalf("secrets %q, input %q:\nsampled %q\nwant    %q", secrets, b, got, want)
+				t.Fatalf("secrets %q, input %q:\nscanned %q\nwant    %q", secrets, b, got, want)
 			}
 			streamed, err := io.ReadAll(s.reader(io.NopCloser(iotest.OneByteReader(bytes.NewReader(b))), nil))
 			if err != nil || !bytes.Equal(streamed, want) {
@@ -257,10 +292,54 @@ func TestScrubSamplingFindsWhatEveryPositionFinds(t *testing.T) {
 	}
 }
 
-// FuzzScrubSampling checks the sampling scan against the every-position scan on any input.
+// escapeSome writes some bytes of f in one of the escapes the scrubber reads.
+func escapeSome(rng *rand.Rand, f []byte) []byte {
+	var out []byte
+	for _, c := range f {
+		if rng.IntN(3) != 0 {
+			out = append(out, c)
+			continue
+		}
+		out = append(out, unitEscapes[rng.IntN(len(unitEscapes))](c)...)
+	}
+	return out
+}
+
+// unitEscapes write one ASCII byte as one escape, each unambiguous whatever follows it.
+var unitEscapes = []func(c byte) string{
+	func(c byte) string { return fmt.Sprintf("&#%d;", c) },
+	func(c byte) string { return fmt.Sprintf("&#x%X;", c) },
+	func(c byte) string { return fmt.Sprintf("&#X000%x;", c) },
+	func(c byte) string { return fmt.Sprintf("&#00%d;", c) },
+	func(c byte) string { return fmt.Sprintf(`\u%04x`, c) },
+	func(c byte) string { return fmt.Sprintf(`\u%04X`, c) },
+	func(c byte) string { return fmt.Sprintf(`\x%02x`, c) },
+	func(c byte) string { return fmt.Sprintf(`\U%08X`, c) },
+	func(c byte) string { return fmt.Sprintf(`\u{%x}`, c) },
+	func(c byte) string { return fmt.Sprintf("%%%02X", c) },
+	func(c byte) string { return fmt.Sprintf("%%%02x", c) },
+	func(c byte) string { return fmt.Sprintf("%%u%04X", c) },
+	func(c byte) string { return fmt.Sprintf(`\%03o`, c) },
+	func(c byte) string {
+		if name := namedFor(rune(c)); name != "" {
+			return "&" + name + ";"
+		}
+		return fmt.Sprintf("&#%d;", c)
+	},
+	func(c byte) string {
+		if strings.IndexByte(`"\/'`, c) >= 0 {
+			return `\` + string(c)
+		}
+		return fmt.Sprintf(`\u00%02x`, c)
+	},
+}
+
+// FuzzScrubSampling checks the scan against reading every position, on any input, whole and
+// streamed in pieces of any size.
 func FuzzScrubSampling(f *testing.F) {
 	f.Add([]byte("xx tok-0123456789abcdef Bearer tok-0123456789abcdef yy"), "tok-0123456789abcdef")
 	f.Add([]byte("abcdabcd"), "abcd")
+	f.Add([]byte("&#116;ok&#x2D;01\\u0032345 %74%6F%6b-0123 Bearer+tok-012345"), "tok-012345")
 	f.Fuzz(func(t *testing.T, b []byte, secret string) {
 		s := newScrubber([]string{secret}, []string{"Bearer " + secret})
 		if s == nil {
@@ -268,7 +347,27 @@ func FuzzScrubSampling(f *testing.F) {
 		}
 		want := scrubEveryPosition(s, b)
 		if got, _ := s.scrub(b); !bytes.Equal(got, want) {
-			t.Fatalf("secret %q, input %q: sampled %q, want %q", secret, b, got, want)
+			t.Fatalf("secret %q, input %q: scanned %q, want %q", secret, b, got, want)
+		}
+		piece := 1 + len(b)%61
+		streamed, err := io.ReadAll(s.reader(io.NopCloser(&pieceReader{b: b, n: piece}), nil))
+		if err != nil || !bytes.Equal(streamed, want) {
+			t.Fatalf("secret %q, input %q in pieces of %d: streamed %q (%v), want %q", secret, b, piece, streamed, err, want)
 		}
 	})
+}
+
+// pieceReader reads b n bytes at a time.
+type pieceReader struct {
+	b []byte
+	n int
+}
+
+func (r *pieceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), r.n)], r.b)
+	r.b = r.b[k:]
+	return k, nil
 }
