@@ -237,6 +237,10 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 
 var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
+// rangeHeaders ask for a part of an answer (Request-Range is an old name some servers still
+// read); they never go upstream on a request that carries a credential.
+var rangeHeaders = []string{"Range", "If-Range", "Request-Range"}
+
 // removeHopHeaders removes the hop-by-hop headers from h, those Connection names included.
 func removeHopHeaders(h http.Header) {
 	for _, v := range h["Connection"] {
@@ -293,8 +297,13 @@ func (p *Proxy) prepare(r *http.Request, x *exchange) (*http.Request, error) {
 		out.Header.Set("Accept-Encoding", "identity") // the answers are read for the tools they list
 	}
 	if x.entry != nil {
-		// Scrubbing needs plain bytes back; set before signing, which covers the headers.
+		// Scrubbing needs plain bytes back, and whole ones: a part of an answer can hold a piece
+		// of the credential that no scrubbing recognises, and pieces join. Set before signing,
+		// which covers the headers.
 		out.Header.Set("Accept-Encoding", "identity")
+		for _, k := range rangeHeaders {
+			out.Header.Del(k)
+		}
 		injected, err := x.entry.Apply(out, x.secret)
 		if err != nil {
 			return nil, refuse(http.StatusBadGateway, rule.CredentialDown, err.Error(), "")
