@@ -67,6 +67,8 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzPathMatchedIsPathSent$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzReadPushCommands$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzScrubSampling$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run XXX -fuzz '^FuzzScrubEscapes$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run XXX -fuzz '^FuzzReflectingUpstream$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzHeadSize$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzBudgetAccounting$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzTrailRoundTrip$$' -fuzztime $(FUZZTIME) ./audit
