@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ratelimit"
+	"github.com/airlock-dev/airlock/slots"
 )
 
 // Trail is what the page needs of the node's audit trail.
@@ -62,8 +63,12 @@ type Config struct {
 	Approvals *approval.Registry
 	// SessionTTL is how long a session lasts (0: 8 hours).
 	SessionTTL time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Streams bounds the live tails and exports served at once: for the node, per identity (a
+	// reviewer key by name, or a tenant with all its API keys, however many sessions it
+	// signs in), and the share only reviewer keys may take. A Max of 0: DefaultStreams.
+	Streams slots.Limits
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Server is the review page. Safe for concurrent use.
@@ -76,12 +81,15 @@ type Server struct {
 	// acts bounds, per session, what costs the node more than a page: marks (each a record)
 	// and chain verifications (each a read of the lease's segments).
 	acts *ratelimit.Limiter[string]
-	// tails bounds the live tails followed at once (each asks the trail every second).
-	tails chan struct{}
+	// streams bounds the live tails (each asks the trail every second, for up to tailFor) and
+	// exports (each reads every record its filters select) held open at once.
+	streams *slots.Set
 }
 
-// maxTails bounds the live tails the node serves at once.
-const maxTails = 64
+// DefaultStreams are the page's stream bounds when the configuration names none
+// (review.streams): 64 live tails and exports at once, 4 per identity, 16 kept for reviewer
+// keys.
+var DefaultStreams = slots.Limits{Max: 64, PerIdentity: 4, Reserved: 16}
 
 //go:embed templates static
 var files embed.FS
@@ -103,12 +111,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
+	if cfg.Streams.Max == 0 {
+		cfg.Streams = DefaultStreams
+	}
 	pages, err := template.New("").Funcs(funcs).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("review: %w", err)
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), pages: pages, sessions: newSessions(cfg.SessionTTL, cfg.Now),
-		signins: ratelimit.New[string](5, 20), acts: ratelimit.New[string](2, 10), tails: make(chan struct{}, maxTails)}
+		signins: ratelimit.New[string](5, 20), acts: ratelimit.New[string](2, 10), streams: slots.New(cfg.Streams)}
 	static, _ := fs.Sub(files, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {

@@ -426,31 +426,6 @@ func TestSafeNext(t *testing.T) {
 	}
 }
 
-// The node serves a bounded number of live tails; one more is refused, saying why.
-func TestTailsBounded(t *testing.T) {
-	f := newFixture(t)
-	c := f.browser()
-	f.signIn(c, keyAcme)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var open []*http.Response
-	for range maxTails {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/tail/events", nil)
-		resp, err := c.Do(req)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("tail: %v %v", err, resp)
-		}
-		open = append(open, resp)
-	}
-	resp, body := f.get(c, "/tail/events")
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "live tails") {
-		t.Fatalf("tail %d: %d %s", maxTails+1, resp.StatusCode, body)
-	}
-	for _, r := range open {
-		r.Body.Close()
-	}
-}
-
 // Under TLS the session cookie is Secure and __Host- prefixed, and the page asks for HSTS.
 func TestSecureCookie(t *testing.T) {
 	sink, err := audit.OpenFile(audit.FileConfig{Dir: t.TempDir(), Node: "n1"})

@@ -16,7 +16,9 @@ import (
 	"time"
 )
 
-// maxSessions bounds the sessions held; beyond it the one closest to expiry goes.
+// maxSessions bounds the sessions held; beyond it the identity holding the most loses the one
+// of its sessions closest to expiry, so signing in again and again ends only one's own sessions,
+// never a reviewer's.
 const maxSessions = 10000
 
 // session is one signed-in browser.
@@ -32,7 +34,14 @@ type session struct {
 	// keyHash is the hex SHA-256 of the key signed in with.
 	keyHash string
 	expires time.Time
+	// done is closed when the session ends (sign-out, or the node dropping it), so what it
+	// holds open (a live tail, an export) ends with it.
+	done    chan struct{}
+	endOnce sync.Once
 }
+
+// end ends the session's streams; safe to call more than once.
+func (s *session) end() { s.endOnce.Do(func() { close(s.done) }) }
 
 // tenant returns the tenant a view of the session reads, given the one the request names: a
 // tenant's key reads its own; a reviewer spanning every tenant reads the one named or all of
@@ -58,10 +67,11 @@ type sessions struct {
 	m   map[string]*session // by the SHA-256 of the cookie's value
 	ttl time.Duration
 	now func() time.Time
+	max int // maxSessions; tests set fewer
 }
 
 func newSessions(ttl time.Duration, now func() time.Time) *sessions {
-	return &sessions{m: map[string]*session{}, ttl: ttl, now: now}
+	return &sessions{m: map[string]*session{}, ttl: ttl, now: now, max: maxSessions}
 }
 
 func randomToken() string {
@@ -80,24 +90,57 @@ func (ss *sessions) start(s *session) string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.now()
+	held := map[string]int{} // sessions per identity
 	for k, v := range ss.m {
 		if now.After(v.expires) {
 			delete(ss.m, k)
+			v.end()
+		} else {
+			held[v.Who]++
 		}
 	}
-	if len(ss.m) >= maxSessions {
-		var oldest string
+	held[s.Who]++ // the new one counts for its identity
+	for len(ss.m) >= ss.max {
+		// The identity holding the most loses one; among equals, the one signing in, then the
+		// session closest to expiry.
+		var victim string
 		for k, v := range ss.m {
-			if oldest == "" || v.expires.Before(ss.m[oldest].expires) {
-				oldest = k
+			if victim == "" {
+				victim = k
+				continue
+			}
+			w := ss.m[victim]
+			switch a, b := held[v.Who], held[w.Who]; {
+			case a != b:
+				if a > b {
+					victim = k
+				}
+			case (v.Who == s.Who) != (w.Who == s.Who):
+				if v.Who == s.Who {
+					victim = k
+				}
+			case v.expires.Before(w.expires):
+				victim = k
 			}
 		}
-		delete(ss.m, oldest)
+		held[ss.m[victim].Who]--
+		ss.m[victim].end()
+		delete(ss.m, victim)
 	}
-	s.CSRF, s.expires = randomToken(), now.Add(ss.ttl)
+	s.CSRF, s.expires, s.done = randomToken(), now.Add(ss.ttl), make(chan struct{})
 	v := randomToken()
 	ss.m[tokenHash(v)] = s
 	return v
+}
+
+// live reports whether s has neither ended nor expired.
+func (ss *sessions) live(s *session) bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	return !ss.now().After(s.expires)
 }
 
 func (ss *sessions) get(v string) *session {
@@ -113,7 +156,10 @@ func (ss *sessions) get(v string) *session {
 func (ss *sessions) end(v string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	delete(ss.m, tokenHash(v))
+	if s := ss.m[tokenHash(v)]; s != nil {
+		s.end()
+		delete(ss.m, tokenHash(v))
+	}
 }
 
 // Cookie names: a TLS page's session cookie carries the __Host- prefix, so no other host or

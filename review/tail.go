@@ -2,7 +2,6 @@ package review
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -42,8 +41,11 @@ type tailEvent struct {
 
 // tailEvents streams, as server-sent events, the records that meet the filters from the head of
 // the trail on (or from the seq the browser last saw, when it reconnects). Each event's id is
-// its seq, so a reconnection misses nothing and repeats nothing.
+// its seq, so a reconnection misses nothing and repeats nothing. The stream holds one of the
+// node's stream slots (holdStream) and ends after tailFor, or with its session, sending an
+// "ended" event then so the browser stops rather than reconnecting.
 func (s *Server) tailEvents(w http.ResponseWriter, r *http.Request) {
+	sess := sessionOf(r)
 	f, err := s.filterOf(r)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err.Error())
@@ -54,25 +56,28 @@ func (s *Server) tailEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "this server cannot stream")
 		return
 	}
-	select {
-	case s.tails <- struct{}{}:
-		defer func() { <-s.tails }()
-	default:
-		w.Header().Set("Retry-After", "10")
-		s.fail(w, r, http.StatusTooManyRequests, fmt.Sprintf("this node already serves %d live tails; close one", maxTails))
-		return
-	}
 	q := f.Q
 	q.Since, q.Limit = time.Time{}, tailBatch
+	var last uint64 // the seq the browser saw last, when it reconnects
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if last, err = strconv.ParseUint(id, 10, 64); err != nil {
+			s.fail(w, r, http.StatusBadRequest, "Last-Event-ID is not a seq")
+			return
+		}
+	}
+	release, ok := s.holdStream(w, r, sess)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx, cancel := s.sessionContext(r, sess)
+	defer cancel()
 	if !s.flushed(w, r) {
 		return
 	}
 	q.After = s.cfg.Trail.Written()
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		if q.After, err = strconv.ParseUint(id, 10, 64); err != nil {
-			s.fail(w, r, http.StatusBadRequest, "Last-Event-ID is not a seq")
-			return
-		}
+	if last != 0 {
+		q.After = last
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
@@ -83,19 +88,26 @@ func (s *Server) tailEvents(w http.ResponseWriter, r *http.Request) {
 	end := time.After(tailFor)
 	for {
 		select {
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
 		case <-end:
 			return
 		case <-tick.C:
 		}
-		if err := s.cfg.Trail.Flush(r.Context()); err != nil {
+		if s.sessionEnded(ctx, sess) {
+			w.Write([]byte("event: ended\ndata: this session has ended (signed out or expired): sign in again to follow\n\n"))
+			flusher.Flush()
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err := s.cfg.Trail.Flush(ctx); err != nil {
 			w.Write([]byte("event: problem\ndata: the audit trail cannot be read now\n\n"))
 			flusher.Flush()
 			continue
 		}
 		for more := true; more; {
-			res, err := s.cfg.Trail.Query(r.Context(), q, func(rec audit.Record) error {
+			res, err := s.cfg.Trail.Query(ctx, q, func(rec audit.Record) error {
 				x := newRow(rec)
 				b, _ := json.Marshal(tailEvent{Seq: rec.Seq, Time: rec.Time.UTC().Format("15:04:05.000"), Kind: string(rec.Kind),
 					Decision: string(rec.Decision), Rule: string(rec.Rule), Lease: rec.Lease, What: x.What, Why: x.Why,

@@ -27,9 +27,19 @@
     status.textContent = "Following: new records that meet these filters appear below as they are written.";
   });
   source.addEventListener("error", function () {
+    if (source.readyState === EventSource.CLOSED) {
+      // The node answered with an error: the session ended, or the live tails this node
+      // serves (to this key, or to tenants' keys) are all open.
+      status.textContent = "The node refused to follow (the session may have ended, or its live tails are all open); reload the page to try again.";
+      return;
+    }
     status.textContent = "The stream was interrupted; reconnecting where it left off…";
   });
   source.addEventListener("problem", function (ev) {
+    status.textContent = ev.data;
+  });
+  source.addEventListener("ended", function (ev) {
+    source.close();
     status.textContent = ev.data;
   });
   source.addEventListener("record", function (ev) {
