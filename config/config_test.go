@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/review"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -365,5 +368,17 @@ func TestDeployComposeLoads(t *testing.T) {
 	}
 	if !slices.Contains(svc.Volumes, "./airlock.yaml:/etc/airlock/airlock.yaml:ro") || !slices.Contains(svc.Command, "/etc/airlock/airlock.yaml") {
 		t.Errorf("compose.yaml does not run the configuration it mounts: %v %v", svc.Command, svc.Volumes)
+	}
+}
+
+// The stream bounds a node starts with are the ones the review page and the API fall back to
+// when given none, so a caller that passes no configuration is bounded the same way.
+func TestStreamDefaultsMatchTheListeners(t *testing.T) {
+	d := Default()
+	if got := d.Review.Streams.Limits(); got != review.DefaultStreams {
+		t.Errorf("review.streams %+v; the page's own default is %+v", got, review.DefaultStreams)
+	}
+	if got := d.API.Streams.Limits(); got != api.DefaultStreams {
+		t.Errorf("api.streams %+v; the API's own default is %+v", got, api.DefaultStreams)
 	}
 }

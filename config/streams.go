@@ -1,5 +1,7 @@
 package config
 
+import "github.com/airlock-dev/airlock/slots"
+
 // Streams bounds the long-lived streams a listener serves: the review page's live tails and
 // exports, the API's commands, process output and waits, file transfers and audit pages. Each
 // holds a slot from start to end (package slots); past a bound the listener answers 429 naming
@@ -39,4 +41,9 @@ func (s Streams) validate(field string, reviewers bool, bad func(field, format s
 	case s.Reviewers < 0 || s.Reviewers > s.Max:
 		bad(field+".reviewers", "must be between 0 and max (%d) (%d)", s.Max, s.Reviewers)
 	}
+}
+
+// Limits are the bounds as package slots takes them.
+func (s Streams) Limits() slots.Limits {
+	return slots.Limits{Max: s.Max, PerIdentity: s.PerIdentity, Reserved: s.Reviewers}
 }
