@@ -145,7 +145,7 @@ func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval
 	}
 	dir := AuditDir(cfg)
 	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewerKeys(cfg),
-		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Logger: log,
+		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Streams: cfg.Review.Streams.Limits(), Logger: log,
 		Checkpoint: a.signed.Load, Approvals: approvals,
 		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
 			if err := a.sink.Flush(ctx); err != nil {
@@ -580,8 +580,8 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 	}
 	h := api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
-		MaxPortsPerLease: cfg.API.MaxPortsPerLease,
-		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, Audit: sink,
+		MaxPortsPerLease: cfg.API.MaxPortsPerLease, Streams: cfg.API.Streams.Limits(),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, Audit: sink,
 		Receipt: func(ctx context.Context, tenant, lease string) ([]byte, error) {
 			return receipt.Make(ctx, sink, signer, tenant, lease)
 		},
