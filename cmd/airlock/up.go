@@ -219,5 +219,5 @@ func reviewLine(url string) string {
 	if url == "" {
 		return ""
 	}
-	return "\n  review    " + url + "  (sign in with the API key, or a reviewer key)"
+	return "\n  review    " + url + "  (sign in with the API key to read, or a reviewer key of review.reviewers to read and mark)"
 }
