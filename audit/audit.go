@@ -22,14 +22,15 @@ const (
 	KindExec  Kind = "exec"
 	KindLease Kind = "lease"
 	KindFile  Kind = "file"
-	// KindAudit is a record the trail writes about itself: a segment opened, a checkpoint
-	// signed, segments deleted by retention.
+	// KindAudit is a record the trail writes about itself: a segment opened, a segment's index
+	// sealed, a checkpoint signed, segments deleted by retention.
 	KindAudit Kind = "audit"
 )
 
 // Events of KindAudit records.
 const (
 	EventSegment    = "segment"    // the first record of every segment
+	EventIndex      = "index"      // a sealed segment's index: its hash, under the chain (see seal.go)
 	EventCheckpoint = "checkpoint" // Note holds the signed checkpoint of the record before it
 	EventRetention  = "retention"  // every record up to Through was deleted; Reason says why
 )
@@ -103,15 +104,17 @@ type Record struct {
 	Stderr *Stream `json:"stderr,omitempty"`
 
 	// File transfers and operations: Path above is the sandbox path; To is where a move put it.
+	// An index seal (EventIndex) carries the SHA-256 of the sealed segment's index here.
 	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size,omitempty"`
 	To     string `json:"to,omitempty"`
 
 	DurationMS float64 `json:"duration_ms,omitempty"`
 
-	// The trail's own records (KindAudit): the segment a record opens; for retention, the last
-	// seq deleted and its hash (the prev of the first record kept); for a checkpoint, the signed
-	// note.
+	// The trail's own records (KindAudit): the segment a record opens (for an index seal, the
+	// segment whose index it seals); for retention, the last seq deleted and its hash (the prev
+	// of the first record kept), for an index seal the last seq of the sealed segment and its
+	// hash; for a checkpoint or an index seal, the signed note.
 	Segment string `json:"segment,omitempty"`
 	Through uint64 `json:"through,omitempty"`
 	Head    string `json:"head,omitempty"`

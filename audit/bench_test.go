@@ -170,6 +170,18 @@ func BenchmarkQueryOneHourOfOneTenant(b *testing.B) {
 	}
 }
 
+// BenchmarkOpenTrail is opening the trail for reading: every segment's summary (its index
+// checked against its seal) and the last segment indexed from its records, as a node's start
+// does.
+func BenchmarkOpenTrail(b *testing.B) {
+	dir, _ := benchTrail(b)
+	for b.Loop() {
+		if _, err := OpenTrail(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkQueryOneLeaseScan is the same one-lease query the way GET /v1/audit answered it before
 // the trail had an index: every line read and checked, then filtered.
 func BenchmarkQueryOneLeaseScan(b *testing.B) {
@@ -197,11 +209,14 @@ func BenchmarkQueryOneLeaseScan(b *testing.B) {
 	}
 }
 
-// TestMain removes the benchmarks' trail.
+// TestMain removes the trails the benchmarks and FuzzSealedIndex wrote.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if benchDir != "" {
 		os.RemoveAll(benchDir)
+	}
+	if fuzzBase.dir != "" {
+		os.RemoveAll(fuzzBase.dir)
 	}
 	os.Exit(code)
 }

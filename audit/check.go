@@ -47,6 +47,18 @@ type Report struct {
 	Problems []Problem
 	// Unchecked is set when no verifier key was given.
 	Unchecked bool
+	// Indexes counts the sealed segments checked (every one but the last), IndexesSealed those
+	// whose index a seal in the chain covers and matches their records. Unsealed names the rest
+	// that are not wrong, only not covered: sealed before index seals existed, or the last
+	// segment of a node that has not started since. Each was checked against its records.
+	Indexes, IndexesSealed int
+	Unsealed               []string
+	// Skipped counts the segments Since or Lease left out, each on the strength of its sealed
+	// index (a segment whose index is not sealed, or not the one sealed, is always checked).
+	Skipped int
+	// AllChecked is set when Since or Lease was asked without a verifier key: with nothing
+	// signed to choose by, every segment was checked.
+	AllChecked bool
 }
 
 // OK reports whether nothing was found wrong.
@@ -66,6 +78,22 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "%d checkpoints NOT checked (no public key given: --key)\n", r.Checkpoints)
 	} else {
 		fmt.Fprintf(&b, "%d/%d checkpoints valid\n", r.CheckpointsValid, r.Checkpoints)
+	}
+	if r.Indexes > 0 {
+		fmt.Fprintf(&b, "%d/%d indexes sealed in the chain and valid\n", r.IndexesSealed, r.Indexes)
+	}
+	if n := len(r.Unsealed); n > 0 {
+		names := r.Unsealed[0]
+		if n > 1 {
+			names = fmt.Sprintf("%s to %s", r.Unsealed[0], r.Unsealed[n-1])
+		}
+		fmt.Fprintf(&b, "%d index(es) not sealed (written before index seals, or not yet sealed by the node's next start), checked against their records: %s\n", n, names)
+	}
+	if r.Skipped > 0 {
+		fmt.Fprintf(&b, "%d segment(s) skipped: their sealed indexes hold nothing asked for\n", r.Skipped)
+	}
+	if r.AllChecked {
+		b.WriteString("Every segment checked: without the public key no sealed index can be trusted to skip one\n")
 	}
 	for _, d := range r.Deleted {
 		fmt.Fprintf(&b, "Deleted by retention (signed record): %s\n", d)
@@ -118,11 +146,16 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	if opt.Verifier != nil {
 		rep.Node, _ = strings.CutPrefix(opt.Verifier.Name(), "airlock-")
 	}
-	names, err = selectSegments(dir, names, opt)
+	// The seals are read first: they say which indexes can be trusted to choose segments by.
+	seals, err := readSeals(dir, names, opt.Verifier)
 	if err != nil {
 		return nil, err
 	}
-	v := &verifier{rep: rep, opt: opt, hashes: map[uint64]string{}}
+	skipped, err := selectSegments(dir, names, seals, rep, opt)
+	if err != nil {
+		return nil, err
+	}
+	v := &verifier{rep: rep, opt: opt, hashes: map[uint64]string{}, partial: len(skipped) > 0}
 	var latest *Checkpoint
 	if len(opt.Latest) > 0 && opt.Verifier != nil {
 		c, err := OpenCheckpoint(opt.Latest, opt.Verifier)
@@ -135,9 +168,22 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	if latest != nil {
 		v.watch = latest.Seq
 	}
-	for _, name := range names {
-		if err := v.segment(filepath.Join(dir, name), name); err != nil {
+	for i, name := range names {
+		if s, ok := skipped[name]; ok {
+			v.skip(s)
+			continue
+		}
+		path := filepath.Join(dir, name)
+		x, head, err := v.segment(path, name)
+		if err != nil {
 			return nil, err
+		}
+		seal, sealed := seals[name]
+		if err := v.index(path, name, x, head, i == len(names)-1, seal, sealed); err != nil {
+			return nil, err
+		}
+		if !v.segmentProblem {
+			v.rep.SegmentsValid++
 		}
 	}
 	v.resolveGaps()
@@ -170,25 +216,50 @@ func lineKey(p Problem) int {
 	return p.Line
 }
 
-// selectSegments keeps the segments Since and Lease ask for (all of them when neither is set).
-func selectSegments(dir string, names []string, opt VerifyOptions) ([]string, error) {
+// skippedSegment is a segment Since or Lease left out of the check: its first record (seq and
+// prev, read through its sealed index) and its last (seq and hash, from its seal), so the chain
+// is still followed across it.
+type skippedSegment struct {
+	name            string
+	first, last     uint64
+	firstPrev, head string
+}
+
+// selectSegments returns the segments Since and Lease leave out (none when neither is set). A
+// segment is left out only on the strength of its sealed index, checked with the verifier key
+// (see sealedIndex): without the key, and for a segment whose index is not sealed, not the one
+// sealed or lists lines left out, nothing the chain covers says what it holds, so it is checked.
+// The last segment has no seal and is always checked.
+func selectSegments(dir string, names []string, seals map[string]indexSeal, rep *Report, opt VerifyOptions) (map[string]skippedSegment, error) {
 	if opt.Since.IsZero() && opt.Lease == "" {
-		return names, nil
+		return nil, nil
 	}
-	var out []string
-	for _, name := range names {
-		x, err := loadIndex(filepath.Join(dir, name), false, false)
-		if err != nil {
-			return nil, err
-		}
-		g := x.summaryOf(name, 0)
-		if !opt.Since.IsZero() && g.To.Before(opt.Since) && g.Records > 0 {
+	if opt.Verifier == nil {
+		rep.AllChecked = true
+		return nil, nil
+	}
+	out := map[string]skippedSegment{}
+	for _, name := range names[:len(names)-1] {
+		seal, sealed := seals[name]
+		if !sealed {
 			continue
 		}
-		if opt.Lease != "" && g.Counts[fieldLease] != nil && g.Counts[fieldLease][opt.Lease] == 0 {
+		path := filepath.Join(dir, name)
+		x, err := sealedIndex(path, seal, false)
+		if err != nil || len(x.Bad) > 0 || x.records() < 2 {
+			continue // checked, and v.index says what is wrong with it
+		}
+		if _, to := x.timeSpan(); opt.Since.IsZero() || !to.Before(opt.Since) {
+			if opt.Lease == "" || x.Counts[fieldLease][opt.Lease] > 0 {
+				continue
+			}
+		}
+		first, err := readRecordAt(path, [2]uint32{x.Offsets[0], x.Offsets[1]})
+		if err != nil || first.Seq != x.first() {
 			continue
 		}
-		out = append(out, name)
+		out[name] = skippedSegment{name: name, first: first.Seq, firstPrev: first.Prev, last: seal.Last, head: seal.Head}
+		rep.Skipped++
 	}
 	return out, nil
 }
@@ -208,6 +279,9 @@ type verifier struct {
 	hashes         map[uint64]string // only the seq watched
 	watch          uint64
 	segmentProblem bool
+	// partial is set when only some segments are checked: the first record checked need not be
+	// seq 1 (see skip for the segments left out between).
+	partial bool
 }
 
 func (v *verifier) problem(seg string, line int, seq uint64, format string, args ...any) {
@@ -215,21 +289,34 @@ func (v *verifier) problem(seg string, line int, seq uint64, format string, args
 	v.segmentProblem = true
 }
 
-// segment checks one segment.
-func (v *verifier) segment(path, name string) error {
+// check checks one segment (see segment) and returns, with its rebuilt index and the hash of
+// its last record, the problems found in it.
+func (v *verifier) check(path, name string) (*index, string, []Problem, error) {
+	before := len(v.rep.Problems)
+	x, head, err := v.segment(path, name)
+	return x, head, slices.Clone(v.rep.Problems[before:]), err
+}
+
+// segment checks one segment's records and returns the index they give and the hash of the
+// last one indexed.
+func (v *verifier) segment(path, name string) (*index, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return nil, "", fmt.Errorf("audit: %w", err)
 	}
 	defer f.Close()
 	v.rep.Segments++
 	v.segmentProblem = false
 	rebuilt := newIndex()
 	lineNo := 0
+	head := ""
 	err = scanLines(f, func(line []byte, off int64, r *Record, lerr error) error {
 		lineNo++
 		v.rep.Records++
-		rebuilt.scanned(lineNo, line, off, r, lerr)
+		n := rebuilt.records()
+		if rebuilt.scanned(lineNo, line, off, r, lerr); rebuilt.records() > n {
+			head = r.Hash
+		}
 		if lerr != nil {
 			v.problem(name, lineNo, r.Seq, "%s", describeLineError(lerr))
 			if r.Hash != "" {
@@ -249,6 +336,11 @@ func (v *verifier) segment(path, name string) error {
 				ok = v.checkpoint(name, lineNo, r) && ok
 			case EventRetention:
 				v.retained = append(v.retained, *r)
+			case EventIndex:
+				if _, err := sealOf(r, v.opt.Verifier); err != nil {
+					v.problem(name, lineNo, r.Seq, "%v", err)
+					ok = false
+				}
 			}
 		}
 		if ok {
@@ -271,16 +363,41 @@ func (v *verifier) segment(path, name string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("audit: %s: %w", path, err)
+		return nil, "", fmt.Errorf("audit: %s: %w", path, err)
 	}
-	// A sealed segment's index must be the one its records give: an index edited to hide
-	// records from queries is caught here.
-	if data, err := os.ReadFile(indexPath(path)); err == nil && !bytes.Equal(data, rebuilt.encode()) {
-		v.problem(name, 0, 0, "its index does not match its records (edited, or from another trail); queries could miss records: delete %s and it is rebuilt",
-			filepath.Base(indexPath(path)))
+	return rebuilt, head, nil
+}
+
+// index checks a segment's index file against the index its records give (x, whose last record
+// has the hash head) and against its seal: an index edited to hide or invent records, swapped,
+// kept from another state of the trail, deleted, or a segment rewritten after its index was
+// sealed, is reported as tampering. last is set for the trail's last segment, which has no seal.
+func (v *verifier) index(path, name string, x *index, head string, last bool, seal indexSeal, sealed bool) error {
+	data, err := os.ReadFile(indexPath(path))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("audit: %w", err)
 	}
-	if !v.segmentProblem {
-		v.rep.SegmentsValid++
+	present := err == nil
+	enc := x.encode()
+	idx := filepath.Base(indexPath(path))
+	if !last {
+		v.rep.Indexes++
+	}
+	before := len(v.rep.Problems)
+	switch {
+	case present && !bytes.Equal(data, enc):
+		v.problem(name, 0, 0, "tampered index: %s does not match the segment's records (edited, swapped with another segment's, or left from another state of the trail); a query through it could miss records or show others: delete it and the node rebuilds it at start", idx)
+	case sealed && (indexSum(enc) != seal.Sum || seal.Last != x.last() || seal.Head != head):
+		v.problem(name, 0, 0, "tampered index: the segment's records are not the ones whose index was sealed at seq %d (the segment was rewritten after it was sealed)", seal.Seq)
+	case sealed && !present:
+		v.problem(name, 0, 0, "tampered index: %s, sealed at seq %d, is missing (deleted); queries read every record of the segment until the node rebuilds it at start", idx, seal.Seq)
+	}
+	switch {
+	case len(v.rep.Problems) > before || last:
+	case sealed:
+		v.rep.IndexesSealed++
+	default:
+		v.rep.Unsealed = append(v.rep.Unsealed, name)
 	}
 	return nil
 }
@@ -292,14 +409,28 @@ func describeLineError(err error) string {
 	return "record fails its own check: " + err.Error()
 }
 
+// skip follows the chain across a segment left out of the check: its first record must follow
+// the last record checked (a segment missing before it is a gap, as anywhere), and the next one
+// checked must follow the last record its seal names.
+func (v *verifier) skip(s skippedSegment) {
+	switch {
+	case !v.started:
+	case s.first > v.prevSeq+1:
+		v.gap(gap{seg: s.name, line: 1, from: v.prevSeq + 1, to: s.first - 1, prev: s.firstPrev, atSegment: true})
+	case s.first != v.prevSeq+1 || s.firstPrev != v.prevHash && s.firstPrev != v.claimed:
+		v.problem(s.name, 1, s.first, "chain broken: its first record (seq %d) does not follow seq %d", s.first, v.prevSeq)
+	}
+	v.prevSeq, v.prevHash, v.started, v.claimed = s.last, s.head, true, ""
+}
+
 // link checks that r follows the record before it; it reports whether it does. A gap is kept
 // for resolveGaps (retention may explain it); the record after a gap is itself valid.
 func (v *verifier) link(name string, line int, r *Record, opening bool) bool {
-	filtered := !v.opt.Since.IsZero() || v.opt.Lease != ""
+	filtered := v.partial
 	switch {
 	case !v.started:
-		// The trail (or the part checked) starts later than seq 1: retention must say why,
-		// unless the check was asked to start there.
+		// The trail starts later than seq 1: retention must say why, unless only part of the
+		// trail is checked (the retention record may be in a segment left out).
 		if (r.Seq != 1 || r.Prev != "") && !filtered {
 			v.gap(gap{seg: name, line: line, from: 1, to: r.Seq - 1, prev: r.Prev, atSegment: true})
 		}
@@ -307,9 +438,7 @@ func (v *verifier) link(name string, line int, r *Record, opening bool) bool {
 		// It links to the line before, which failed its own check and is reported already.
 	case r.Seq == v.prevSeq+1 && r.Prev == v.prevHash:
 	case r.Seq > v.prevSeq+1:
-		if !(opening && filtered) { // segments between may just not have been selected
-			v.gap(gap{seg: name, line: line, from: v.prevSeq + 1, to: r.Seq - 1, prev: r.Prev, atSegment: opening})
-		}
+		v.gap(gap{seg: name, line: line, from: v.prevSeq + 1, to: r.Seq - 1, prev: r.Prev, atSegment: opening})
 	case r.Seq <= v.prevSeq:
 		v.problem(name, line, r.Seq, "seq %d comes again after seq %d (a record replayed or reordered)", r.Seq, v.prevSeq)
 		return false

@@ -60,6 +60,17 @@ func signCheckpoint(c Checkpoint, s note.Signer) (Checkpoint, error) {
 // whether the signature is unknown (signed by another key: another node's, or forged), bad, or
 // the text not a checkpoint.
 func OpenCheckpoint(msg []byte, v note.Verifier) (Checkpoint, error) {
+	text, err := openNote(msg, v)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	c, err := parseCheckpoint(text)
+	c.Note = msg
+	return c, err
+}
+
+// openNote checks a signed note against the verifier key and returns its text.
+func openNote(msg []byte, v note.Verifier) (string, error) {
 	n, err := note.Open(msg, note.VerifierList(v))
 	if err != nil {
 		var unknown *note.UnverifiedNoteError
@@ -68,13 +79,11 @@ func OpenCheckpoint(msg []byte, v note.Verifier) (Checkpoint, error) {
 			for _, s := range unknown.Note.UnverifiedSigs {
 				names = append(names, s.Name)
 			}
-			return Checkpoint{}, fmt.Errorf("not signed by %s (signed by %s)", v.Name(), strings.Join(names, ", "))
+			return "", fmt.Errorf("not signed by %s (signed by %s)", v.Name(), strings.Join(names, ", "))
 		}
-		return Checkpoint{}, fmt.Errorf("signature does not verify: %v", err)
+		return "", fmt.Errorf("signature does not verify: %v", err)
 	}
-	c, err := parseCheckpoint(n.Text)
-	c.Note = msg
-	return c, err
+	return n.Text, nil
 }
 
 func parseCheckpoint(text string) (Checkpoint, error) {

@@ -42,9 +42,14 @@ type FileConfig struct {
 	KeepFor   time.Duration
 	KeepBytes int64
 	// Signer signs a checkpoint every CheckpointEvery (zero: 10s) while records arrive, when
-	// asked (Checkpoint), and at Close. Nil writes none.
+	// asked (Checkpoint), and at Close, and the seal of each segment's index. Nil writes none.
 	Signer          note.Signer
 	CheckpointEvery time.Duration
+	// Verifier is Signer's public key. At start the trail's index seals and, in the segments
+	// whose index is rebuilt, its checkpoints are checked with it before an index is trusted or
+	// sealed. Nil checks no signature: a seal then counts when its record verifies on its own and
+	// links to the one before it, which anyone who can rewrite the chain can forge.
+	Verifier note.Verifier
 	// OnCheckpoint is given each checkpoint written, in order, from a goroutine of the sink's
 	// own (only the latest is kept while it is busy), so it can copy it off the node.
 	OnCheckpoint func(Checkpoint)
@@ -89,6 +94,8 @@ type FileSink struct {
 	active  *index
 	actName string
 	flushed int // records of the active segment on the file
+	// cache keeps the sealed indexes queries read last, checked against their seals.
+	cache *indexCache
 
 	// Owned by the writer goroutine.
 	f          *os.File
@@ -157,21 +164,18 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	}
 	s := &FileSink{cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{}), flushes: make(chan chan error),
 		checkpoints: make(chan chan checkpointReply), published: make(chan Checkpoint, 1),
-		pending: make([]Record, 0, min(cfg.Queue, 1024))}
-	for _, name := range segs {
-		n, _ := strconv.ParseUint(strings.TrimSuffix(name, segmentExt), 10, 64)
+		pending: make([]Record, 0, min(cfg.Queue, 1024)), cache: newIndexCache(indexCacheBytes)}
+	// Every segment on disk is sealed from now on: an index is trusted only where its seal
+	// covers it, and the ones rebuilt here are sealed by the first records of the new segment.
+	sealed, unsealed, err := openSegments(cfg.Dir, segs, openOptions{node: cfg.Node, verifier: cfg.Verifier, own: true})
+	if err != nil {
+		return nil, err
+	}
+	s.sealed = sealed
+	for _, g := range sealed {
+		n, _ := strconv.ParseUint(strings.TrimSuffix(g.Name, segmentExt), 10, 64)
 		s.nextName = n + 1
-		path := filepath.Join(cfg.Dir, name)
-		x, err := loadIndex(path, true, false)
-		if err != nil {
-			return nil, err
-		}
-		st, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
-		}
-		s.sealed = append(s.sealed, x.summaryOf(name, st.Size()))
-		s.m.bytes.Add(st.Size())
+		s.m.bytes.Add(g.Bytes)
 	}
 	// The chain continues from the last record of the trail that verifies.
 	for i := len(s.sealed) - 1; i >= 0 && s.seq == 0; i-- {
@@ -187,6 +191,11 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 	s.lastSigned = s.seq
 	if err := s.openSegment("the node started", nil); err != nil {
 		return nil, err
+	}
+	for _, u := range unsealed {
+		if err := s.appendSeal(u); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.OnCheckpoint != nil {
 		go func() {
@@ -240,7 +249,7 @@ func (s *FileSink) openSegment(why string, sealed *segmentSummary) error {
 }
 
 // seal ends the active segment: its bytes reach the disk, its index is written beside it, and a
-// new segment begins.
+// new segment begins with the index's seal right after its opening record (see seal.go).
 func (s *FileSink) seal(why string) error {
 	if err := s.w.Flush(); err != nil {
 		return err
@@ -255,14 +264,30 @@ func (s *FileSink) seal(why string) error {
 	x, name := s.active, s.actName
 	s.flushed = x.records()
 	s.xmu.Unlock()
-	if err := writeFileAtomic(indexPath(filepath.Join(s.cfg.Dir, name)), x.encode()); err != nil {
+	data := x.encode()
+	if err := writeFileAtomic(indexPath(filepath.Join(s.cfg.Dir, name)), data); err != nil {
 		return err
 	}
 	sum := x.summaryOf(name, s.size)
+	sum.sum = indexSum(data)
+	// The segment's last record is the chain's head until the new segment opens.
+	last, head := s.seq, s.prev
 	if err := s.openSegment(why, &sum); err != nil {
 		return err
 	}
+	if err := s.appendSeal(indexSeal{Node: s.cfg.Node, Segment: name, Last: last, Head: head, Sum: sum.sum}); err != nil {
+		return err
+	}
 	return s.retain()
+}
+
+// appendSeal writes the seal of a sealed segment's index (signed when the trail has a key).
+func (s *FileSink) appendSeal(seal indexSeal) error {
+	r, err := sealRecord(seal, s.cfg.Signer)
+	if err != nil {
+		return err
+	}
+	return s.appendOwn(r)
 }
 
 // retain deletes the sealed segments retention no longer keeps, oldest first, and records what

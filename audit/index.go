@@ -69,8 +69,6 @@ type index struct {
 	// leases tallies each lease's records (see LeaseSummary); hotLease is the last one added to.
 	leases   map[string]*leaseTally
 	hotLease *leaseTally
-	// rebuilt is set on an index built from its segment rather than read from its file.
-	rebuilt bool
 	// Bad lists the lines left out because they failed their own check (only in an index
 	// rebuilt from a damaged segment: the writer writes none), so every answer can say so.
 	Bad []Problem
@@ -115,6 +113,15 @@ func (x *index) last() uint64 {
 		return 0
 	}
 	return x.Seqs[len(x.Seqs)-1]
+}
+
+// lastSpan is the byte span of the last record's line (zero for none).
+func (x *index) lastSpan() [2]uint32 {
+	n := x.records()
+	if n == 0 {
+		return [2]uint32{}
+	}
+	return [2]uint32{x.Offsets[n-1], x.Offsets[n]}
 }
 
 // timeSpan is the earliest and latest record time.
@@ -274,7 +281,15 @@ func decodeIndex(data []byte, want [nFields]string, all bool) (*index, error) {
 	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
 		return nil, fmt.Errorf("%w: checksum does not match", errIndex)
 	}
-	d := decoder{b: body[len(indexMagic):]}
+	return decodeChecked(data, want, all)
+}
+
+// decodeChecked is decodeIndex for bytes whose checksum was checked already (see indexCache).
+func decodeChecked(data []byte, want [nFields]string, all bool) (*index, error) {
+	if len(data) < len(indexMagic)+sha256.Size || !bytes.HasPrefix(data, []byte(indexMagic)) {
+		return nil, errIndex
+	}
+	d := decoder{b: data[len(indexMagic) : len(data)-sha256.Size]}
 	x := &index{Node: d.s()}
 	n := d.u()
 	if n > uint64(len(d.b)) {
@@ -412,6 +427,12 @@ type segmentSummary struct {
 	Leases      []LeaseSummary          // the segment's lease tallies, in lease order
 	Bad         []Problem
 	lastSpan    [2]uint32 // the byte span of the last record's line
+	// sum is the SHA-256 the segment's index file must end with for a query to read it: the
+	// one its seal covers, or the one the node wrote and seals. Unused when mem is set.
+	sum [sha256.Size]byte
+	// mem is the segment's index rebuilt from its records, queried in place of the file when
+	// the file cannot be trusted (see openSegments).
+	mem *index
 }
 
 // maxSummaryValues bounds the values of one field a segment's summary keeps in memory. Hosts are
@@ -442,9 +463,7 @@ func (x *index) summaryOf(name string, size int64) segmentSummary {
 	for _, id := range keysOfMap(x.leases) {
 		g.Leases = append(g.Leases, x.leases[id].summary())
 	}
-	if n := x.records(); n > 0 {
-		g.lastSpan = [2]uint32{x.Offsets[n-1], x.Offsets[n]}
-	}
+	g.lastSpan = x.lastSpan()
 	return g
 }
 
@@ -485,30 +504,6 @@ func (x *index) scanned(line int, b []byte, off int64, r *Record, lerr error) in
 
 // indexPath is the index file of the segment at path.
 func indexPath(segment string) string { return segment[:len(segment)-len(segmentExt)] + indexExt }
-
-// loadIndex reads the index of the sealed segment at path, rebuilding it when it is missing or
-// unreadable (and writing the rebuilt one when write is set). Postings are decoded only when all
-// is set: the segment's summary needs the value counts alone, and a node opening a trail of many
-// segments would otherwise decode every posting of every one at start.
-func loadIndex(path string, write, all bool) (*index, error) {
-	data, err := os.ReadFile(indexPath(path))
-	if err == nil {
-		if x, derr := decodeIndex(data, [nFields]string{}, all); derr == nil {
-			return x, nil
-		}
-	}
-	x, _, err := buildIndex(path)
-	if err != nil {
-		return nil, err
-	}
-	x.rebuilt = true
-	if write {
-		if werr := writeFileAtomic(indexPath(path), x.encode()); werr != nil {
-			return nil, werr
-		}
-	}
-	return x, nil
-}
 
 // writeFileAtomic writes data to path through a temporary file and a rename, so a reader never
 // sees half of it.

@@ -480,7 +480,7 @@ func (s *FileSink) Leases(ctx context.Context, q LeaseQuery) ([]LeaseSummary, bo
 	s.xmu.RLock()
 	segs := make([]segView, 0, len(s.sealed)+1)
 	for _, g := range s.sealed {
-		segs = append(segs, segView{path: filepath.Join(s.cfg.Dir, g.Name), sum: g})
+		segs = append(segs, sealedView(s.cfg.Dir, g, s.cache))
 	}
 	x, n := s.active.view([nFields]string{}), s.flushed
 	live := s.active.summaryOf(s.actName, 0)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,14 +121,22 @@ func (q Query) indexed() [nFields]string {
 // Matches reports whether r is one the query selects. It is the one test of that: the index only
 // narrows which records are read, and every record read is tested here.
 func (q Query) Matches(r *Record) bool {
-	want, have := q.indexed(), fieldValues(r)
+	if !hasValues(q.indexed(), r) {
+		return false
+	}
+	t := r.Time
+	return r.Seq > q.After && (q.Since.IsZero() || !t.Before(q.Since)) && (q.Until.IsZero() || !t.After(q.Until))
+}
+
+// hasValues reports whether r has each value want names.
+func hasValues(want [nFields]string, r *Record) bool {
+	have := fieldValues(r)
 	for f := range want {
 		if want[f] != "" && want[f] != have[f] {
 			return false
 		}
 	}
-	t := r.Time
-	return r.Seq > q.After && (q.Since.IsZero() || !t.Before(q.Since)) && (q.Until.IsZero() || !t.After(q.Until))
+	return true
 }
 
 // normalHost is the form hosts are indexed and compared in: lower case, without a final dot, so a
@@ -146,12 +155,24 @@ func normalHost(h string) string {
 }
 
 // segView is one segment as a query sees it: a sealed one by its summary (its index is read
-// from disk if the summary says it may hold matches), the active one by a view of its index.
+// from disk, and checked against its seal, if the summary says it may hold matches), the active
+// one by a view of its index, and one whose index file cannot be trusted by the index rebuilt
+// from its records when the trail was opened.
 type segView struct {
-	path string
-	sum  segmentSummary
-	live *index // the active segment's index, or nil
-	n    int    // records of live that are on the file
+	path  string
+	sum   segmentSummary
+	live  *index // the active segment's index, or a rebuilt one (see segmentSummary.mem), or nil
+	n     int    // records of live that are on the file
+	cache *indexCache
+}
+
+// sealedView is the view of a sealed segment of the trail in dir.
+func sealedView(dir string, g segmentSummary, cache *indexCache) segView {
+	sv := segView{path: filepath.Join(dir, g.Name), sum: g, cache: cache}
+	if g.mem != nil {
+		sv.live, sv.n = g.mem, g.mem.records()
+	}
+	return sv
 }
 
 // errStop ends a scan early without being an error.
@@ -170,13 +191,11 @@ func query(ctx context.Context, segs []segView, q Query, fn func(Record) error) 
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		x, err := sv.candidates(q, want)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // deleted by retention since the query began
-		}
+		x, problems, err := sv.candidates(q, want)
 		if err != nil {
 			return res, err
 		}
+		res.Problems = append(res.Problems, problems...)
 		if x == nil {
 			continue
 		}
@@ -209,6 +228,13 @@ func query(ctx context.Context, segs []segView, q Query, fn func(Record) error) 
 			r, _, lerr := checkLine(line, nil)
 			if lerr != nil {
 				res.Problems = append(res.Problems, Problem{Segment: filepath.Base(sv.path), Seq: x.Seqs[o], Reason: lerr.Error()})
+				return nil
+			}
+			// The index picked this record for its seq and the values asked: a record that is
+			// not that one means the segment changed under its index, and is said, not skipped.
+			if r.Seq != x.Seqs[o] || !hasValues(want, &r) {
+				res.Problems = append(res.Problems, Problem{Segment: filepath.Base(sv.path), Seq: x.Seqs[o],
+					Reason: fmt.Sprintf("tampered segment: the record where its index puts seq %d (read: seq %d) is not the one indexed there (the segment was changed after it was indexed)", x.Seqs[o], r.Seq)})
 				return nil
 			}
 			if !q.Matches(&r) {
@@ -244,33 +270,68 @@ func indexByte(b []byte, c byte) int {
 	return -1
 }
 
-// candidates returns the index to read for q, or nil when the segment cannot hold a match.
-func (sv segView) candidates(q Query, want [nFields]string) (*index, error) {
+// candidates returns the index to read for q, or nil when the segment cannot hold a match. A
+// sealed segment's index file is read only when it is the one sealed (it ends with the sealed
+// hash, and its body hashes to it); otherwise the answer comes from the index rebuilt from the
+// segment's records, and the problem says that the index was tampered with.
+func (sv segView) candidates(q Query, want [nFields]string) (*index, []Problem, error) {
 	if sv.live != nil {
 		x := sv.live
 		if sv.n == 0 || x.Seqs[sv.n-1] <= q.After {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return x, nil
+		return x, nil, nil
 	}
 	g := sv.sum
 	if g.Records == 0 || g.Last <= q.After || (!q.Since.IsZero() && g.To.Before(q.Since)) || (!q.Until.IsZero() && g.From.After(q.Until)) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	for f, v := range want {
 		if v != "" && g.Counts[f] != nil && g.Counts[f][v] == 0 {
-			return nil, nil
+			return nil, nil, nil
 		}
 	}
+	if data := sv.cache.get(g.Name, g.sum); data != nil {
+		x, err := decodeChecked(data, want, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit: the index of %s: %w", g.Name, err)
+		}
+		return x, nil, nil
+	}
+	why := ""
 	data, err := os.ReadFile(indexPath(sv.path))
-	if err != nil {
-		return nil, fmt.Errorf("audit: the index of %s: %w", g.Name, err)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if _, err := os.Stat(sv.path); errors.Is(err, os.ErrNotExist) {
+			return nil, nil, nil // deleted by retention, with its index, since the query began
+		}
+		why = "its index is missing (deleted)"
+	case err != nil:
+		return nil, nil, fmt.Errorf("audit: the index of %s: %w", g.Name, err)
+	case indexSum(data) != g.sum:
+		why = "its index is not the one sealed (edited, swapped with another segment's, or left from another state of the trail)"
+	default:
+		x, err := decodeIndex(data, want, false)
+		if err == nil {
+			sv.cache.put(g.Name, g.sum, data)
+			return x, nil, nil
+		}
+		why = fmt.Sprintf("its index is not the one sealed (%v)", err)
 	}
-	x, err := decodeIndex(data, want, false)
-	if err != nil {
-		return nil, fmt.Errorf("audit: the index of %s: %w", g.Name, err)
+	x, _, err := buildIndex(sv.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
 	}
-	return x, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit: %s: %w", g.Name, err)
+	}
+	problems := []Problem{tamperedIndex(g.Name, why+"; this answer read every record of the segment instead")}
+	for _, p := range x.Bad {
+		if p.Segment = g.Name; !slices.Contains(g.Bad, p) {
+			problems = append(problems, p)
+		}
+	}
+	return x, problems, nil
 }
 
 // each calls fn with the ordinal of every record of x the index says may match q, in order.
@@ -335,7 +396,7 @@ func (s *FileSink) Query(ctx context.Context, q Query, fn func(Record) error) (R
 	s.xmu.RLock()
 	segs := make([]segView, 0, len(s.sealed)+1)
 	for _, g := range s.sealed {
-		segs = append(segs, segView{path: filepath.Join(s.cfg.Dir, g.Name), sum: g})
+		segs = append(segs, sealedView(s.cfg.Dir, g, s.cache))
 	}
 	live := segView{path: filepath.Join(s.cfg.Dir, s.actName), live: s.active.view(want), n: s.flushed}
 	s.xmu.RUnlock()
@@ -351,25 +412,24 @@ type Trail struct {
 	segs []segView
 }
 
-// OpenTrail reads the indexes of the trail in dir (building in memory those it lacks, such as
-// the segment a running node is writing).
+// OpenTrail reads the summaries of the trail in dir. An index file is trusted only where the
+// chain seals it (see seal.go; without the node's key a seal is checked on its own hash and its
+// links to the records either side of it, not its signature); every other segment, the last one
+// (a node may be writing it) among them, is read whole and queried through the index its
+// records give, built in memory, and what is wrong with it is in every answer's problems.
 func OpenTrail(dir string) (*Trail, error) {
 	names, err := listSegments(dir)
 	if err != nil {
 		return nil, err
 	}
+	sums, _, err := openSegments(dir, names, openOptions{})
+	if err != nil {
+		return nil, err
+	}
 	t := &Trail{dir: dir}
-	for _, name := range names {
-		path := filepath.Join(dir, name)
-		x, err := loadIndex(path, false, false)
-		if err != nil {
-			return nil, err
-		}
-		sv := segView{path: path, sum: x.summaryOf(name, 0)}
-		if x.rebuilt {
-			sv.live, sv.n = x, x.records() // no readable index on disk: query the one built here
-		}
-		t.segs = append(t.segs, sv)
+	cache := newIndexCache(indexCacheBytes)
+	for _, g := range sums {
+		t.segs = append(t.segs, sealedView(dir, g, cache))
 	}
 	return t, nil
 }

@@ -49,8 +49,9 @@ func (p Problem) String() string {
 	return b.String()
 }
 
-// TrailError lists the records of a trail that failed their own check. ReadDir returns it after
-// reading every record it could: a bad line never hides the good ones around it.
+// TrailError lists what a read of a trail found wrong: records that failed their own check (left
+// out), and indexes that were tampered with (the records were read without them). ReadDir returns
+// it after reading every record it could: a bad line never hides the good ones around it.
 type TrailError struct {
 	Path     string
 	Problems []Problem
@@ -58,7 +59,7 @@ type TrailError struct {
 
 func (e *TrailError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "audit: %s: %d record(s) failed verification", e.Path, len(e.Problems))
+	fmt.Fprintf(&b, "audit: %s: %d problem(s) found reading it", e.Path, len(e.Problems))
 	for i, p := range e.Problems {
 		if i == 5 {
 			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)

@@ -158,8 +158,10 @@ func TestTornTailDoesNotStopStart(t *testing.T) {
 	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Reason, "ends mid-record") {
 		t.Fatalf("torn line reported as:\n%s", rep)
 	}
+	// The chain goes on from seq 3: the new segment's opening record (4), the seal of the torn
+	// segment's index (5), then the record written (6).
 	got := readAllLoose(dir)
-	if last := got[len(got)-1]; last.Event != "after-crash" || last.Seq != 5 {
+	if last := got[len(got)-1]; last.Event != "after-crash" || last.Seq != 6 || got[len(got)-3].Seq != 4 || got[len(got)-3].Prev != got[len(got)-4].Hash {
 		t.Fatalf("the record after the torn line: %+v", last)
 	}
 }

@@ -112,7 +112,7 @@ func openAudit(ctx context.Context, cfg config.Config, store *redisstore.Store, 
 	}
 	a.sink, err = audit.OpenFile(audit.FileConfig{Dir: AuditDir(cfg), Node: cfg.Node, FlushEvery: cfg.Audit.FlushEvery,
 		SegmentBytes: cfg.Audit.SegmentBytes, SegmentAge: cfg.Audit.SegmentAge, KeepFor: cfg.Audit.KeepFor, KeepBytes: cfg.Audit.KeepBytes,
-		Signer: signer, CheckpointEvery: cfg.Audit.CheckpointEvery,
+		Signer: signer, Verifier: a.verifier, CheckpointEvery: cfg.Audit.CheckpointEvery,
 		OnCheckpoint: func(c audit.Checkpoint) {
 			a.signed.Store(c.Seq)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

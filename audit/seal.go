@@ -1,0 +1,362 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+)
+
+// A segment's index is a file beside it that anyone who can write the trail can write too, and
+// its checksum is unkeyed. So nothing trusts an index file for what it says: a reader trusts it
+// only when it is the index the node sealed.
+//
+// Sealing: when a segment is sealed (at segment_bytes or segment_age, or at the node's next start
+// for the segment it was writing when it stopped), the node writes its index and then, as the
+// records that follow the next segment's opening record, an index seal (KindAudit, EventIndex):
+// the sealed segment's name (Segment), the SHA-256 of its index (SHA256: the checksum the index
+// file ends with), and the seq and hash of the segment's last record (Through, Head). The seal is
+// a record of the chain, so every checkpoint after it covers it; with a key, its Note is also the
+// node's signed note over the same fields:
+//
+//	airlock audit index
+//	node <node>
+//	segment <name>
+//	last <seq>
+//	head <hash of record seq>
+//	index <SHA-256 of the index>
+//
+// so a reader holding the public key checks one segment's index without reading the chain
+// between the seal and a checkpoint.
+//
+// Reading: a sealed segment's index is used only when the file ends with the sealed hash (which
+// decodeIndex checks is the hash of the rest) and the segment's last record is the one sealed.
+// Anything else (an index edited, swapped with another segment's, truncated, deleted, an old one
+// kept, or a segment rewritten under its index) is tampering: the reader says so and reads the
+// index rebuilt from the segment's records instead. The segment being written has no seal and its
+// index is never read from a file. Segments sealed before index seals existed are rebuilt from
+// their records and checked (see openSegments) before their index is trusted and sealed.
+
+const sealHeader = "airlock audit index\n"
+
+// indexSeal is what an index seal says, read from its record (and checked against its note).
+type indexSeal struct {
+	Node    string
+	Segment string
+	Last    uint64            // the sealed segment's last record
+	Head    string            // its hash
+	Sum     [sha256.Size]byte // the SHA-256 of the index (the checksum the file ends with)
+	Seq     uint64            // the seal record's own seq
+}
+
+func (s indexSeal) text() string {
+	return fmt.Sprintf("%snode %s\nsegment %s\nlast %d\nhead %s\nindex %x\n", sealHeader, s.Node, s.Segment, s.Last, s.Head, s.Sum)
+}
+
+// sealRecord is the record that seals a segment's index, signed when signer is set.
+func sealRecord(s indexSeal, signer note.Signer) (Record, error) {
+	r := Record{Kind: KindAudit, Event: EventIndex, Segment: s.Segment, SHA256: hex.EncodeToString(s.Sum[:]), Through: s.Last, Head: s.Head}
+	if signer != nil {
+		msg, err := note.Sign(&note.Note{Text: s.text()}, signer)
+		if err != nil {
+			return r, fmt.Errorf("audit: signing an index seal: %w", err)
+		}
+		r.Note = string(msg)
+	}
+	return r, nil
+}
+
+// sealOf reads the index seal in r and, when v is given, checks that its note is the node's
+// signature over exactly what the record says. Without v the note is not checked: the seal is
+// then worth what the chain around it is worth.
+func sealOf(r *Record, v note.Verifier) (indexSeal, error) {
+	s := indexSeal{Node: r.Node, Segment: r.Segment, Last: r.Through, Head: r.Head, Seq: r.Seq}
+	sum, err := hex.DecodeString(r.SHA256)
+	if err != nil || len(sum) != sha256.Size || hex.EncodeToString(sum) != r.SHA256 || r.Segment == "" || r.Through == 0 || len(r.Head) != hashLen {
+		return s, errors.New("the index seal does not name a segment, its index's SHA-256, its last seq and that record's hash")
+	}
+	copy(s.Sum[:], sum)
+	if v == nil {
+		return s, nil
+	}
+	if r.Note == "" {
+		return s, errors.New("the index seal is not signed")
+	}
+	text, err := openNote([]byte(r.Note), v)
+	if err != nil {
+		return s, fmt.Errorf("the index seal's note: %v", err)
+	}
+	n, err := parseSeal(text)
+	if err != nil {
+		return s, fmt.Errorf("the index seal's note: %v", err)
+	}
+	if n.Segment != s.Segment || n.Last != s.Last || n.Head != s.Head || n.Sum != s.Sum {
+		return s, fmt.Errorf("the index seal's signed note seals %s (seq %d, index %x), not what the record says", n.Segment, n.Last, n.Sum)
+	}
+	if want, _ := strings.CutPrefix(v.Name(), "airlock-"); n.Node != want {
+		return s, fmt.Errorf("the index seal's note is for node %q", n.Node)
+	}
+	return s, nil
+}
+
+func parseSeal(text string) (indexSeal, error) {
+	var s indexSeal
+	rest, ok := strings.CutPrefix(text, sealHeader)
+	if !ok {
+		return s, errors.New("not an airlock index seal")
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(rest, "\n"), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			return s, fmt.Errorf("index seal line %q has no value", line)
+		}
+		fields[k] = v
+	}
+	var err error
+	s.Node, s.Segment, s.Head = fields["node"], fields["segment"], fields["head"]
+	if s.Last, err = strconv.ParseUint(fields["last"], 10, 64); err != nil {
+		return s, fmt.Errorf("index seal last %q: %v", fields["last"], err)
+	}
+	sum, err := hex.DecodeString(fields["index"])
+	if err != nil || len(sum) != sha256.Size {
+		return s, fmt.Errorf("index seal index %q is not a SHA-256", fields["index"])
+	}
+	copy(s.Sum[:], sum)
+	return s, nil
+}
+
+// indexSum is the SHA-256 an index file ends with: the hash of everything before it.
+func indexSum(data []byte) (sum [sha256.Size]byte) {
+	if len(data) >= sha256.Size {
+		copy(sum[:], data[len(data)-sha256.Size:])
+	}
+	return sum
+}
+
+// readSeals returns the index seals the trail's segments hold, by the segment each seals. The
+// node writes them right after a segment's opening record, so only those records are read. A
+// seal counts when its record verifies on its own and, when v is given, its note is the node's
+// signature over what the record says (see sealOf); without v, when the record before it and the
+// one after it link to it, so that editing it means rewriting the chain from there on. When one
+// segment is sealed twice, the first seal counts. Verify reports every seal that does not check.
+func readSeals(dir string, names []string, v note.Verifier) (map[string]indexSeal, error) {
+	out := map[string]indexSeal{}
+	add := func(s indexSeal) {
+		if _, dup := out[s.Segment]; !dup {
+			out[s.Segment] = s
+		}
+	}
+	for _, name := range names {
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted by retention since it was listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		line, prev := 0, ""
+		var pending *indexSeal // an unsigned seal waiting for the record after it to link to it
+		err = scanLines(f, func(_ []byte, _ int64, r *Record, lerr error) error {
+			line++
+			if lerr != nil || line > 1 && r.Prev != prev {
+				return errStop
+			}
+			if pending != nil {
+				add(*pending)
+				pending = nil
+			}
+			switch {
+			case line == 1:
+				if r.Kind != KindAudit || r.Event != EventSegment {
+					return errStop
+				}
+			case r.Kind != KindAudit || r.Event != EventIndex:
+				return errStop
+			default:
+				if s, err := sealOf(r, v); err == nil && v != nil {
+					add(s)
+				} else if err == nil {
+					pending = &s
+				}
+			}
+			prev = r.Hash
+			return nil
+		})
+		f.Close()
+		if err != nil && !errors.Is(err, errStop) {
+			return nil, fmt.Errorf("audit: %s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// sealedIndex reads the index of the sealed segment at path when it is the one s seals, and says
+// why not otherwise: the file must end with the sealed hash (decodeIndex checks that it is the
+// hash of the rest), and the segment's last record must be the one sealed, so an index left
+// beside a segment rewritten since is not used either. Postings are decoded only when all is set.
+func sealedIndex(path string, s indexSeal, all bool) (*index, error) {
+	data, err := os.ReadFile(indexPath(path))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("its index, sealed at seq %d, is missing (deleted)", s.Seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	if indexSum(data) != s.Sum {
+		return nil, fmt.Errorf("its index is not the one sealed at seq %d (edited, swapped with another segment's, or left from another state of the trail)", s.Seq)
+	}
+	x, err := decodeIndex(data, [nFields]string{}, all)
+	if err != nil {
+		return nil, fmt.Errorf("its index is not the one sealed at seq %d (%v)", s.Seq, err)
+	}
+	if x.last() != s.Last {
+		return nil, fmt.Errorf("its sealed index ends at seq %d, not the seq %d sealed", x.last(), s.Last)
+	}
+	r, err := readRecordAt(path, x.lastSpan())
+	if err != nil || r.Seq != s.Last || r.Hash != s.Head {
+		return nil, fmt.Errorf("its last record is not the one sealed at seq %d with its index (the segment was changed after it was sealed)", s.Seq)
+	}
+	return x, nil
+}
+
+// tamperedIndex is the problem a reader reports for a segment whose index is not the one sealed,
+// or does not match the records it indexes.
+func tamperedIndex(segment, why string) Problem {
+	return Problem{Segment: segment, Reason: "tampered index: " + why}
+}
+
+// openOptions say how openSegments reads a trail.
+type openOptions struct {
+	node     string        // the trail's node; "" learns it from the first segment
+	verifier note.Verifier // checks seals and checkpoints; nil leaves their signatures unchecked
+	// own is set for the node opening its own trail: every segment on disk is sealed from now on
+	// (the node begins a new one), and the indexes it rebuilds are written, to be sealed. Without
+	// it nothing is written, and the last segment is one a node may still be writing.
+	own bool
+}
+
+// openSegments reads the summary of each segment of the trail in dir, trusting an index file
+// only where its seal covers it (see sealedIndex). Every other segment is read whole, its records
+// checked as Verify checks them (each on its own hash, the chain between them, the segment's
+// opening record and node, and with a verifier each checkpoint), and its index rebuilt from them:
+//   - a sealed segment whose index is not the one sealed is reported as tampered, and its rebuilt
+//     index is used from memory (the file is left as it is, for audit verify to show); only when
+//     the index file is gone and the records give back exactly the sealed index is it written
+//     again without a word;
+//   - a segment with no seal (the last one of the previous run; one sealed before index seals
+//     existed) whose records check, with nothing beside it or an index that matches them, has its
+//     index written and is returned among the seals to write, for the node to seal with its first
+//     records; an index beside it that
+//     does not match its records is reported as tampered and left as it is;
+//   - a segment whose records do not check (beyond a torn last line: a crash's mark, reported
+//     and kept out of its index) is never sealed: its rebuilt index is used from memory and its
+//     problems are part of every answer, at every start, until the trail is repaired.
+func openSegments(dir string, names []string, opt openOptions) ([]segmentSummary, []indexSeal, error) {
+	seals, err := readSeals(dir, names, opt.verifier)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := &verifier{rep: &Report{Node: opt.node}, opt: VerifyOptions{Verifier: opt.verifier}, hashes: map[uint64]string{}, partial: true}
+	var sums []segmentSummary
+	var todo []indexSeal
+	for i, name := range names {
+		path := filepath.Join(dir, name)
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit: %w", err)
+		}
+		seal, sealed := seals[name]
+		why := ""
+		if sealed {
+			x, err := sealedIndex(path, seal, false)
+			if err == nil {
+				g := x.summaryOf(name, st.Size())
+				g.sum = seal.Sum
+				sums = append(sums, g)
+				v.prevSeq, v.prevHash, v.started = seal.Last, seal.Head, true
+				if v.rep.Node == "" {
+					v.rep.Node = seal.Node
+				}
+				continue
+			}
+			why = err.Error()
+		}
+		x, head, problems, err := v.check(path, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		g := x.summaryOf(name, st.Size())
+		g.Bad, g.mem = problems, x // from memory, unless the node writes and seals it below
+		clean := onlyTorn(problems)
+		switch {
+		case sealed:
+			enc := x.encode()
+			if _, err := os.Stat(indexPath(path)); !errors.Is(err, os.ErrNotExist) || !clean || indexSum(enc) != seal.Sum {
+				g.Bad = append(g.Bad, tamperedIndex(name, why+"; read from the index rebuilt from its records"))
+				break
+			}
+			// Deleted, and its records give back exactly the index sealed: nothing is lost.
+			if opt.own {
+				if err := writeFileAtomic(indexPath(path), enc); err != nil {
+					return nil, nil, err
+				}
+				g.sum, g.mem = seal.Sum, nil
+			}
+		case !opt.own && i == len(names)-1:
+			// A node may be writing it: an index beside it is never read.
+		case !clean || x.records() == 0:
+		default:
+			enc := x.encode()
+			data, err := os.ReadFile(indexPath(path))
+			present := err == nil
+			if present && !bytes.Equal(data, enc) && validIndexFile(data) {
+				g.Bad = append(g.Bad, tamperedIndex(name, "its index does not match its records (edited, swapped or left from another state of the trail), and no seal covers it; read from the index rebuilt from its records"))
+				break
+			}
+			if !opt.own {
+				if present && bytes.Equal(data, enc) {
+					g.sum, g.mem = indexSum(enc), nil // the very index its records give
+				}
+				break
+			}
+			// Nothing beside it, an index of an earlier version or a damaged one, or the very
+			// index its records give: the node writes it and seals it.
+			if !bytes.Equal(data, enc) {
+				if err := writeFileAtomic(indexPath(path), enc); err != nil {
+					return nil, nil, err
+				}
+			}
+			g.sum, g.mem = indexSum(enc), nil
+			todo = append(todo, indexSeal{Node: opt.node, Segment: name, Last: x.last(), Head: head, Sum: g.sum})
+		}
+		sums = append(sums, g)
+	}
+	return sums, todo, nil
+}
+
+// onlyTorn reports whether the problems found in a segment are none, or its torn last line.
+func onlyTorn(ps []Problem) bool {
+	for _, p := range ps {
+		if p.Reason != errTorn.Error() {
+			return false
+		}
+	}
+	return true
+}
+
+// validIndexFile reports whether data is an index file of this version with its checksum right
+// (whatever it indexes).
+func validIndexFile(data []byte) bool {
+	if len(data) < len(indexMagic)+sha256.Size || !bytes.HasPrefix(data, []byte(indexMagic)) {
+		return false
+	}
+	return sha256.Sum256(data[:len(data)-sha256.Size]) == indexSum(data)
+}
