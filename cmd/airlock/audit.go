@@ -16,8 +16,10 @@ import (
 
 const auditUsage = `airlock audit verify [--dir DIR] [--key PUB] [--since D|TIME] [--lease ID] [--latest FILE] [--json]
   checks the audit trail with the node's public key only: every record, the chain across
-  segments, the signed checkpoints, retention's records, the indexes, and the tail against the
-  latest checkpoint kept in Redis (or --latest); exits 0 when all is intact, 1 when not
+  segments, the signed checkpoints, retention's records, each index against its records and its
+  seal in the chain, and the tail against the latest checkpoint kept in Redis (or --latest);
+  --since and --lease skip only segments whose sealed index (checked with the key) holds
+  nothing asked for; exits 0 when all is intact, 1 when not
 `
 
 // cmdAudit runs audit's subcommands.
@@ -29,8 +31,8 @@ func cmdAudit(args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	dir := fs.String("dir", "", "the trail's directory (default: the local node's)")
 	key := fs.String("key", "", "the node's public checkpoint key, or a file holding it (default: the local node's audit-key.pub)")
-	since := fs.String("since", "", "check only the segments holding records from this time (RFC 3339) or duration ago")
-	lease := fs.String("lease", "", "check only the segments holding this lease's records")
+	since := fs.String("since", "", "check only the segments holding records from this time (RFC 3339) or duration ago (as their sealed indexes say; every segment without --key)")
+	lease := fs.String("lease", "", "check only the segments holding this lease's records (as their sealed indexes say; every segment without --key)")
 	latest := fs.String("latest", "", "a file holding the node's latest signed checkpoint (default: read from the node's Redis)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args[1:]); err != nil {

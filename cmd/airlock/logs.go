@@ -80,8 +80,9 @@ func cmdLogs(args []string) int {
 			return fail(err)
 		}
 		if len(page.Problems) > warned {
-			// The records that verify are still shown; say once what did not.
-			fmt.Fprintln(os.Stderr, "airlock: warning: the node's audit trail has records that failed verification and are not shown:",
+			// The records that verify are still shown; say once what did not, and any index
+			// the node found tampered with (its segment's records were read without it).
+			fmt.Fprintln(os.Stderr, "airlock: warning: the node's audit trail has problems (records that failed verification are not shown; a tampered index is named):",
 				terminalSafe((&audit.TrailError{Path: "trail", Problems: page.Problems}).Error()))
 			warned = len(page.Problems)
 		}
