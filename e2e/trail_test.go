@@ -255,6 +255,18 @@ func TestTrailForSecurityTeams(t *testing.T) {
 		if !containsDest(r.Destinations, "api.example.test", "demo") || len(r.Credentials) != 1 || r.Credentials[0] != "demo" {
 			t.Errorf("destinations %+v credentials %v", r.Destinations, r.Credentials)
 		}
+		// The lease sent only a GET there: its bytes up are the heads the gateway counted against
+		// the budget (the CONNECT's and the request's), the same in the records and the receipt.
+		out, _, _ := n.cli(t, "logs", "--lease", a.ID, "--kind", "http", "--host", "api.example.test", "--json")
+		var up int64
+		for _, rec := range decodeRecords(t, out) {
+			up += rec.BytesUp
+		}
+		for _, d := range r.Destinations {
+			if d.Host == "api.example.test" && (d.BytesUp != up || up == 0) {
+				t.Errorf("the receipt has %d bytes up to api.example.test, its records %d", d.BytesUp, up)
+			}
+		}
 		if !containsDenial(r.Denials, "evil.example") {
 			t.Errorf("denials %+v", r.Denials)
 		}
@@ -365,7 +377,7 @@ func decodeRecords(t *testing.T, out string) []audit.Record {
 
 func containsDest(ds []receipt.Destination, host, cred string) bool {
 	for _, d := range ds {
-		if d.Host == host && d.Allowed > 0 && d.BytesDown > 0 && len(d.Credentials) == 1 && d.Credentials[0] == cred {
+		if d.Host == host && d.Allowed > 0 && d.BytesUp > 0 && d.BytesDown > 0 && len(d.Credentials) == 1 && d.Credentials[0] == cred {
 			return true
 		}
 	}
