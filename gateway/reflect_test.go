@@ -96,13 +96,17 @@ func assertNoSecret(t testing.TB, got string, secrets ...string) {
 }
 
 // escapeWith writes s with each byte escaped as plan says (a byte of plan per byte of s, cycled:
-// 0 as it is, else one of unitEscapes).
+// 0 as it is, else one of unitEscapes). A byte an escape begins with is always escaped, as a
+// writer that escapes anything escapes it: as it is, it would begin an escape of what follows.
 func escapeWith(s string, plan []byte) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		k := 0
 		if len(plan) > 0 {
 			k = int(plan[i%len(plan)]) % (len(unitEscapes) + 1)
+		}
+		if k == 0 && isIntroducer(s[i]) {
+			k = 1
 		}
 		if k == 0 {
 			b.WriteByte(s[i])
