@@ -1,10 +1,25 @@
 package e2e
 
 import (
+	"fmt"
+	"html"
+	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
+
+const redacted = "[redacted]"
+
+// unquoteAll undoes JSON's \uXXXX escapes wherever they are in s.
+func unquoteAll(s string) string {
+	return regexp.MustCompile(`\\u[0-9a-fA-F]{4}`).ReplaceAllStringFunc(s, func(m string) string {
+		v, _ := strconv.ParseUint(m[2:], 16, 32)
+		return string(rune(v))
+	})
+}
 
 // TestCredentialsGoWhereTheCatalogSays attacks invariant 5: the gateway injects the credential a
 // scope names, never the sandbox's own, scrubs it from what comes back, mints per-task Vault
@@ -34,6 +49,35 @@ func TestCredentialsGoWhereTheCatalogSays(t *testing.T) {
 			}
 			if strings.Contains(out, secret) || !strings.Contains(out, "you sent: Bearer [redacted]") || !strings.Contains(strings.ToLower(out), "x-echo: bearer [redacted]") {
 				t.Fatalf("response reached the sandbox unscrubbed:\n%s", out)
+			}
+		})
+
+		t.Run("the injected value comes back neither escaped nor in ranges", func(t *testing.T) {
+			a := n.lease(t, "api.example.test=demo")
+			var got strings.Builder
+			for _, as := range []string{"html", "json", "pct"} {
+				out, errs, code := n.exec(t, a.ID, "curl", "-sS", "https://api.example.test/reflect?as="+as)
+				if code != 0 || !strings.Contains(out, redacted) {
+					t.Fatalf("%s: exit %d, %q, %s: want the escaped value redacted", as, code, out, errs)
+				}
+				got.WriteString(out)
+			}
+			// Eight bytes at a time, as the sandbox would ask for pieces too short to recognise.
+			for off := 0; off < 64; off += 8 {
+				out, errs, code := n.exec(t, a.ID, "curl", "-sS", "-w", "\n%{http_code}", "-r", fmt.Sprintf("%d-%d", off, off+7),
+					"https://api.example.test/reflect")
+				if code != 0 || !strings.HasSuffix(out, "\n200") || !strings.Contains(out, redacted) {
+					t.Fatalf("range %d: exit %d, %q, %s: want the whole answer, scrubbed, with 200", off, code, out, errs)
+				}
+				got.WriteString(out)
+			}
+			for _, d := range []string{got.String(), html.UnescapeString(got.String()), unquoteAll(got.String())} {
+				if u, err := url.PathUnescape(d); err == nil {
+					d += u
+				}
+				if strings.Contains(d, secret) {
+					t.Fatalf("the sandbox can read the credential from what it got:\n%s", got.String())
+				}
 			}
 		})
 

@@ -82,6 +82,27 @@ func newUpstream() (*upstream, error) {
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "you sent: %s\n", r.Header.Get("Authorization"))
 	})
+	// /reflect sends the Authorization header back escaped as ?as= says, one escape per byte
+	// (html: &#x..;, json: \u00.., pct: %.. in both cases), or as it is with Range honoured: the
+	// gateway must scrub every escape and never let a range of it through.
+	mux.HandleFunc("/reflect", func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get("Authorization")
+		var b strings.Builder
+		for i, c := range []byte(v) {
+			switch r.URL.Query().Get("as") {
+			case "html":
+				fmt.Fprintf(&b, "&#x%X;", c)
+			case "json":
+				fmt.Fprintf(&b, `\u%04x`, c)
+			case "pct":
+				fmt.Fprintf(&b, [2]string{"%%%02x", "%%%02X"}[i%2], c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		http.ServeContent(w, r, "", time.Time{}, strings.NewReader("you sent: "+b.String()+"\n"))
+	})
 	u.srv = httptest.NewUnstartedServer(mux)
 	u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	u.srv.StartTLS()
