@@ -72,6 +72,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzHeadSize$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzBudgetAccounting$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run XXX -fuzz '^FuzzTrailRoundTrip$$' -fuzztime $(FUZZTIME) ./audit
+	$(GO) test -run XXX -fuzz '^FuzzSealedIndex$$' -fuzztime $(FUZZTIME) ./audit
 	$(GO) test -run XXX -fuzz '^FuzzAnswer$$' -fuzztime $(FUZZTIME) ./dnsfilter
 	$(GO) test -run XXX -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./dnsfilter
 
