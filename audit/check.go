@@ -383,17 +383,27 @@ func (v *verifier) index(path, name string, x *index, head string, last bool, se
 	if !last {
 		v.rep.Indexes++
 	}
-	before := len(v.rep.Problems)
+	ok := true
 	switch {
+	case sealed && present && indexSum(data) == seal.Sum && validIndexFile(data) && !bytes.Equal(data, enc):
+		// The index is the one sealed: its records changed under it. Lines that fail their
+		// own check, or break the chain, are reported where they are.
+		ok = false
+		if !v.segmentProblem {
+			v.problem(name, 0, 0, "tampered segment: its records are not the ones its index, sealed at seq %d, was made from (the segment was rewritten after it was sealed)", seal.Seq)
+		}
 	case present && !bytes.Equal(data, enc):
+		ok = false
 		v.problem(name, 0, 0, "tampered index: %s does not match the segment's records (edited, swapped with another segment's, or left from another state of the trail); a query through it could miss records or show others: delete it and the node rebuilds it at start", idx)
 	case sealed && (indexSum(enc) != seal.Sum || seal.Last != x.last() || seal.Head != head):
-		v.problem(name, 0, 0, "tampered index: the segment's records are not the ones whose index was sealed at seq %d (the segment was rewritten after it was sealed)", seal.Seq)
+		ok = false
+		v.problem(name, 0, 0, "tampered index: the segment's records are not the ones whose index was sealed at seq %d (the segment and its index were rewritten after it was sealed)", seal.Seq)
 	case sealed && !present:
+		ok = false
 		v.problem(name, 0, 0, "tampered index: %s, sealed at seq %d, is missing (deleted); queries read every record of the segment until the node rebuilds it at start", idx, seal.Seq)
 	}
 	switch {
-	case len(v.rep.Problems) > before || last:
+	case !ok || last:
 	case sealed:
 		v.rep.IndexesSealed++
 	default:

@@ -777,3 +777,43 @@ func TestPartialVerifyFollowsTheChain(t *testing.T) {
 		}
 	}
 }
+
+// A record edited in a sealed segment whose index is the one sealed is reported as what it is (a
+// line that fails its own check, or, with its own hash made right, the chain broken after it),
+// not as a tampered index.
+func TestRecordEditUnderASealedIndex(t *testing.T) {
+	for _, rechained := range []bool{false, true} {
+		t.Run(fmt.Sprint("rechained ", rechained), func(t *testing.T) {
+			dir, segs, _, verifier := sealTrail(t)
+			victim := segmentOf(t, dir, segs, "l1")
+			p := filepath.Join(dir, victim)
+			ls := lines(t, p)
+			for i, l := range ls {
+				if r, _, err := checkLine([]byte(strings.TrimSuffix(l, "\n")), nil); err == nil && r.Lease == "l1" {
+					r.Lease = "l7"
+					if rechained {
+						ls[i] = string((&FileSink{seq: r.Seq - 1, prev: r.Prev}).line(&r))
+					} else {
+						ls[i] = strings.Replace(l, `"lease":"l1"`, `"lease":"l7"`, 1)
+					}
+					break
+				}
+			}
+			put(t, p, ls)
+			rep, err := Verify(dir, VerifyOptions{Verifier: verifier})
+			if err != nil || rep.OK() {
+				t.Fatalf("verify: %v\n%s", err, rep)
+			}
+			if saysTampered(rep.Problems, victim) {
+				t.Fatalf("a record edit under a sealed index is reported as a tampered index:\n%s", rep)
+			}
+			if want := "record fails its own check"; rechained {
+				if !saysProblem(rep.Problems, victim, "chain broken") {
+					t.Fatalf("want the chain broken after the rewritten record:\n%s", rep)
+				}
+			} else if !saysProblem(rep.Problems, victim, want) {
+				t.Fatalf("want %q:\n%s", want, rep)
+			}
+		})
+	}
+}
