@@ -344,10 +344,33 @@ func TestTrailForSecurityTeams(t *testing.T) {
 		if len(segs) < 2 {
 			t.Fatalf("the trail has %d segments; 64 KiB segments should have made several", len(segs))
 		}
-		// The node stops (writing its last checkpoint); then one byte of a sealed segment
-		// changes.
+		// The node stops (writing its last checkpoint); then the index of a sealed segment
+		// holding the lease is swapped with another's, which a check of that lease (choosing
+		// segments by their sealed indexes) names; then one byte of a sealed segment changes.
 		keyPath, trailDir := n.client.AuditKey, n.client.Audit
 		n.stop(t)
+		idx := func(seg string) string { return strings.TrimSuffix(seg, ".jsonl") + ".idx" }
+		victim := -1
+		for i, seg := range segs[:len(segs)-1] {
+			if b, _ := os.ReadFile(seg); victim < 0 && strings.Contains(string(b), `"lease":"`+a.ID+`"`) {
+				victim = i
+			}
+		}
+		if victim < 0 || len(segs) < 3 {
+			t.Fatalf("no sealed segment holds lease %s, or no other is sealed (%d segments)", a.ID, len(segs))
+		}
+		orig, err := os.ReadFile(idx(segs[victim]))
+		other, err2 := os.ReadFile(idx(segs[(victim+1)%(len(segs)-1)]))
+		if err != nil || err2 != nil {
+			t.Fatalf("the indexes of the sealed segments: %v %v", err, err2)
+		}
+		os.WriteFile(idx(segs[victim]), other, 0o600)
+		out, _, c = n.cli(t, "audit", "verify", "--dir", trailDir, "--key", keyPath, "--lease", a.ID)
+		t.Logf("\n%s", out)
+		if c != 1 || !strings.Contains(out, "INVALID: "+filepath.Base(segs[victim])+": tampered index") {
+			t.Fatalf("audit verify --lease with a swapped index: exit %d\n%s", c, out)
+		}
+		os.WriteFile(idx(segs[victim]), orig, 0o600)
 		b, _ := os.ReadFile(segs[0])
 		i := strings.Index(string(b), `"kind":"lease"`)
 		if i < 0 {
