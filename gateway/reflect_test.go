@@ -345,6 +345,33 @@ func TestCutEchoGivesNoPrefix(t *testing.T) {
 	}
 }
 
+// A cut-off start is redacted once it carries minForm bytes of the secret, and not before: a
+// number that ends as the secret's hex begins is a number.
+func TestCutOffStartNeedsItsBytes(t *testing.T) {
+	s := newScrubber([]string{testSecret}, []string{"Bearer " + testSecret})
+	hexOfSecret := fmt.Sprintf("%x", testSecret)
+	b64 := base64.StdEncoding.EncodeToString([]byte(testSecret))
+	for _, c := range []struct {
+		text string
+		cut  bool
+	}{
+		{"X-RateLimit-Reset: 17" + hexOfSecret[:4], false},
+		{"1" + hexOfSecret[:7], false},
+		{"1" + hexOfSecret[:8], true},
+		{"1" + strings.ToUpper(hexOfSecret[:8]), true},
+		{"tok " + testSecret[:3], false},
+		{"tok " + testSecret[:4], true},
+		{"tok " + html.EscapeString(testSecret[:2]) + "&#x" + fmt.Sprintf("%x", testSecret[2]) + ";" + testSecret[3:4], true},
+		{"b64 " + b64[:5], false},
+		{"b64 " + b64[:6], true},
+	} {
+		out, _ := s.scrub([]byte(c.text))
+		if got := strings.HasSuffix(string(out), redacted); got != c.cut {
+			t.Errorf("%q scrubbed to %q: cut %v, want %v", c.text, out, got, c.cut)
+		}
+	}
+}
+
 // FuzzScrubEscapes reflects a secret, or the header written from it, with random characters in a
 // random covered escape, between any text, and scrubs it whole and streamed: no decoding of
 // what comes out holds the secret.

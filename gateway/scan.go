@@ -204,7 +204,7 @@ func (sc *scan) at(p int) (event, bool) {
 				openWhole = openWhole || ran >= 0
 			case ran >= 0 && !sc.final:
 				open = max(open, len(f.b))
-			case ran >= minForm && f.secret:
+			case f.cut > 0 && ran >= f.cut:
 				cut = true
 			}
 		}

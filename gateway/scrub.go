@@ -36,9 +36,9 @@ const minForm = 4
 // undo (unescape.go: URL percent-escapes, HTML and XML character references, JSON, JavaScript,
 // Python and CSS escapes), one byte in one way and the next in another, so an upstream that
 // reflects the credential with "+" as "&#43;" or every character as "\u00XX" gives nothing
-// away. A text that ends inside a form derived from a secret has that cut-off start (minForm
-// bytes or more) redacted too: an upstream that cuts its answer where the sandbox chose would
-// otherwise hand out the credential a prefix at a time.
+// away. A text that ends inside a form derived from a secret has that cut-off start redacted
+// too, once it carries minForm bytes of the secret: an upstream that cuts its answer where the
+// sandbox chose would otherwise hand out the credential a prefix at a time.
 //
 // Matching samples the text instead of reading every byte (scan.go): forms as they are through
 // four-byte windows of the text, forms holding an escape only near a byte an escape begins
@@ -58,10 +58,11 @@ type scrubber struct {
 }
 
 // form is one form of a value and what replaces it. A form derived from a secret (not a written
-// value) also has a cut-off start of it redacted at the end of a text.
+// value) also has a cut-off start of it redacted at the end of a text, once that start is cut
+// bytes long: as many as carry minForm bytes of the secret in its encoding.
 type form struct {
 	b, repl []byte
-	secret  bool
+	cut     int // zero: a cut-off start is not redacted
 }
 
 // formAt is the byte at offset k of forms[f].
@@ -78,18 +79,18 @@ type window struct {
 func newScrubber(secrets, written []string) *scrubber {
 	s := &scrubber{buckets: map[uint32][]form{}}
 	seen := map[string]bool{}
-	add := func(f, repl string, secret bool) {
-		for _, v := range spaceVariants(f) {
+	add := func(d derived, repl string, cut int) {
+		for _, v := range spaceVariants(d.f) {
 			if len(v) >= minForm && !seen[v] {
 				seen[v] = true
-				s.forms = append(s.forms, form{[]byte(v), []byte(repl), secret})
+				s.forms = append(s.forms, form{[]byte(v), []byte(repl), cut})
 			}
 		}
 	}
 	for _, v := range secrets {
 		if len(v) >= minForm {
-			for _, f := range derivedForms(v) {
-				add(f, redacted, true)
+			for _, d := range derivedForms(v) {
+				add(d, redacted, d.cut)
 			}
 		}
 	}
@@ -104,9 +105,9 @@ func newScrubber(secrets, written []string) *scrubber {
 		if plain, found := secretOnly.scrub([]byte(v)); found {
 			repl = string(plain)
 		}
-		add(v, repl, false)
-		for _, f := range derivedForms(v)[1:] {
-			add(f, redacted, false)
+		add(derived{f: v}, repl, 0)
+		for _, d := range derivedForms(v)[1:] {
+			add(d, redacted, 0)
 		}
 	}
 	if len(s.forms) == 0 {
@@ -157,12 +158,16 @@ func (s *scrubber) index() {
 
 // derivedForms lists the encodings of v the scrubber looks for, v itself first. Escaped forms
 // (URL, JSON, HTML) are not listed: the scan reads escapes wherever they are.
-func derivedForms(v string) []string {
+func derivedForms(v string) []derived {
 	b := []byte(v)
 	lower := hex.EncodeToString(b)
-	out := []string{v, lower, strings.ToUpper(lower)}
+	// A cut-off start is redacted once it carries minForm bytes: minForm characters of the value,
+	// twice as many hex digits, a third more base64 characters. Fewer would put "Content-Length:
+	// 17333" (the hex of "s3...") under suspicion; the sandbox learns at most the bytes below.
+	hexCut, b64Cut := 2*minForm, (minForm*4+2)/3
+	out := []derived{{v, minForm}, {lower, hexCut}, {strings.ToUpper(lower), hexCut}}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
-		out = append(out, enc.EncodeToString(b))
+		out = append(out, derived{enc.EncodeToString(b), b64Cut})
 		raw := enc.WithPadding(base64.NoPadding)
 		for k := range 3 {
 			// v preceded by k other bytes: drop the characters that mix in those bytes, and the
@@ -173,11 +178,18 @@ func derivedForms(v string) []string {
 				e = e[:len(e)-1]
 			}
 			if len(e) >= 6 || k == 0 { // short fragments would match by chance
-				out = append(out, e)
+				out = append(out, derived{e, b64Cut})
 			}
 		}
 	}
 	return out
+}
+
+// derived is one encoding of a value, and the length of a cut-off start of it that gives away
+// minForm bytes of the value.
+type derived struct {
+	f   string
+	cut int
 }
 
 // maxSpaceVariants bounds the spaces of a value whose every mix of ' ' and '+' is a form; a

@@ -236,7 +236,7 @@ func scrubEveryPosition(s *scrubber, b []byte) []byte {
 			if ok && (best == nil || len(f.b) > len(best.b)) {
 				best, end = f, e
 			}
-			if !ok && ran >= minForm && f.secret {
+			if !ok && f.cut > 0 && ran >= f.cut {
 				cut = true
 			}
 		}
