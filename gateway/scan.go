@@ -96,8 +96,8 @@ func (sc *scan) next(i, limit int) (event, bool) {
 	// A form holding an escape starts at most keep bytes before its first one.
 	var as alts
 	for e := sc.introAt(i); e < len(b) && e-s.keep < best; e = sc.introAt(e + 1) {
-		short := readings(b, e, sc.final, &as)
-		if short && max(i, e-s.keep) < best {
+		cut := readings(b, e, &as)
+		if cut && !sc.final && max(i, e-s.keep) < best {
 			// The escape goes on past what is here: a form reading through it may start as far
 			// back as keep bytes.
 			best = max(i, e-s.keep)
@@ -105,6 +105,23 @@ func (sc *scan) next(i, limit int) (event, bool) {
 		}
 		var seen [4]uint64
 		for _, a := range as.a[:as.n] {
+			if a.n == 0 {
+				// A reading of nothing (a line continued): the form's bytes go on after it, and
+				// the text's byte before e is one of them.
+				if e-1 >= i {
+					for _, prev := range [2]byte{b[e-1], ' '} {
+						if prev == ' ' && b[e-1] != '+' {
+							break
+						}
+						for _, fk := range s.pos[prev] {
+							if p := e - int(fk.k) - 1; p >= i && p < best && literalPrefix(b[p:e], s.forms[fk.f].b[:fk.k+1]) {
+								try(p)
+							}
+						}
+					}
+				}
+				continue
+			}
 			v := a.val[0]
 			if seen[v>>6]&(1<<(v&63)) != 0 {
 				continue
@@ -177,9 +194,9 @@ func (sc *scan) at(p int) (event, bool) {
 	firsts[0] = c
 	if c == '+' || isIntroducer(c) {
 		var as alts
-		short = readings(b, p, sc.final, &as)
+		short = readings(b, p, &as)
 		for _, a := range as.a[:as.n] {
-			if bytes.IndexByte(firsts[:n], a.val[0]) < 0 {
+			if a.n > 0 && bytes.IndexByte(firsts[:n], a.val[0]) < 0 {
 				firsts[n] = a.val[0]
 				n++
 			}
@@ -270,8 +287,8 @@ func (m *matcher) from(j int, f []byte, k int) result {
 			j, k = j+1, k+1
 			continue
 		}
-		if readings(m.b, j, m.final, &as) {
-			ran = max(ran, k)
+		if readings(m.b, j, &as) {
+			ran = max(ran, k) // the text ends inside an escape that may go on to f[k]
 		}
 		fit := as.a[:0]
 		for _, a := range as.a[:as.n] {

@@ -12,13 +12,15 @@ import (
 //	%XX (either case), %uXXXX            URL percent-escapes; JavaScript's escape()
 //	&#NNN; &#xHH; &#XHH;                  HTML and XML character references, any number of leading
 //	                                      zeros, the ';' optional (HTML reads them without it), both
-//	                                      HTML's reading of 0x80-0x9F (Windows-1252) and XML's
+//	                                      HTML's reading of 0x80-0x9F (Windows-1252) and XML's, and
+//	                                      the value Go's html packages read past 32 bits (it wraps)
 //	&name; and &name                      HTML's named references for every ASCII character that has
-//	                                      one (entities.go), and the legacy ones read without ';'
+//	                                      one, "fj" too (entities.go), and the legacy ones without ';'
 //	\uXXXX, a surrogate pair of them      JSON and JavaScript
 //	\" \\ \/ \' \X, \b \f \n \r \t \v \0  JSON's escapes, and the identity escapes of JavaScript
-//	\xHH \u{H..} \UHHHHHHHH \NNN (octal)  JavaScript, Python, C
+//	\xHH \u{H..} \UHHHHHHHH \NNN (octal)  JavaScript (any number of leading zeros), Python, C
 //	\H.. (1 to 6 hex digits, one space)   CSS
+//	\ and a line end                      a line continued (JavaScript, CSS, Python, C): nothing
 //	+                                     a space, in form-encoded text
 //
 // Escapes are read one level deep, as one parser reads them: an escaped escape ("&amp;#43;",
@@ -37,7 +39,7 @@ type alt struct {
 
 // maxAlts bounds the readings of one position: the byte as it is, and at most one of each kind
 // of escape that can begin there.
-const maxAlts = 10
+const maxAlts = 12
 
 // alts is the readings of one position.
 type alts struct {
@@ -54,6 +56,14 @@ func (as *alts) char(r rune, took int) {
 	}
 }
 
+// text adds a reading as the bytes of v: none, for what stands for nothing.
+func (as *alts) text(v string, took int) {
+	if as.n < maxAlts && len(v) <= utf8.UTFMax {
+		as.a[as.n].n, as.a[as.n].took = int8(copy(as.a[as.n].val[:], v)), took
+		as.n++
+	}
+}
+
 // byte adds a reading as the byte c.
 func (as *alts) byte(c byte, took int) {
 	if as.n < maxAlts {
@@ -63,9 +73,9 @@ func (as *alts) byte(c byte, took int) {
 }
 
 // readings sets out to every way the text at b[j:] can be read as one unit, the byte as it is
-// first. short reports that b ends inside an escape that could still complete (only when the
-// text is not final): more text may add a reading.
-func readings(b []byte, j int, final bool, out *alts) (short bool) {
+// first. cut reports that b ends inside an escape that could go on: what follows may give the
+// escape another reading, and a text that ends there ends inside whatever the escape began.
+func readings(b []byte, j int, out *alts) (cut bool) {
 	out.n = 0
 	c := b[j]
 	out.byte(c, 1)
@@ -73,45 +83,45 @@ func readings(b []byte, j int, final bool, out *alts) (short bool) {
 	case '+':
 		out.byte(' ', 1)
 	case '%':
-		short = percentReadings(b, j, final, out)
+		cut = percentReadings(b, j, out)
 	case '&':
-		short = referenceReadings(b, j, final, out)
+		cut = referenceReadings(b, j, out)
 	case '\\':
-		short = backslashReadings(b, j, final, out)
+		cut = backslashReadings(b, j, out)
 	}
-	return short
+	return cut
 }
 
 // percentReadings reads %XX and %uXXXX at b[j] (a '%').
-func percentReadings(b []byte, j int, final bool, out *alts) (short bool) {
+func percentReadings(b []byte, j int, out *alts) (cut bool) {
 	rest := b[j+1:]
 	if len(rest) > 0 && (rest[0] == 'u' || rest[0] == 'U') {
 		v, k := hexRun(rest[1:], 4)
 		switch {
 		case k == 4:
 			out.char(utf16Rune(v), 6)
-		case 1+k == len(rest) && !final:
-			short = true
+		case 1+k == len(rest):
+			cut = true
 		}
 	}
 	v, k := hexRun(rest, 2)
 	switch {
 	case k == 2:
 		out.byte(byte(v), 3) // a byte: percent-escapes spell UTF-8 one byte at a time
-	case k == len(rest) && !final:
-		short = true
+	case k == len(rest):
+		cut = true
 	}
-	return short
+	return cut
 }
 
 // referenceReadings reads an HTML or XML character reference at b[j] (a '&').
-func referenceReadings(b []byte, j int, final bool, out *alts) (short bool) {
+func referenceReadings(b []byte, j int, out *alts) (cut bool) {
 	i := j + 1
 	if i == len(b) {
-		return !final
+		return true
 	}
 	if b[i] != '#' {
-		return namedReadings(b, j, final, out)
+		return namedReadings(b, j, out)
 	}
 	i++
 	hex := false
@@ -124,21 +134,23 @@ func referenceReadings(b []byte, j int, final bool, out *alts) (short bool) {
 		i++
 	}
 	sig := i
-	for i < len(b) && isDigit(b[i], hex) {
-		i++
+	// v is the value, or out of range past 8 digits; wrapped is the value in int32 arithmetic,
+	// which overflows as the html packages of Go read it (&#x1000000NN; is U+00NN to them).
+	v, wrapped := rune(0), int32(0)
+	for ; i < len(b) && isDigit(b[i], hex); i++ {
+		if i-sig < 8 {
+			v = v*base(hex) + rune(hexVal(b[i]))
+		}
+		wrapped = wrapped*int32(base(hex)) + int32(hexVal(b[i]))
 	}
-	if i == len(b) && !final {
-		return true // more digits, or the ';', may follow
+	if i == len(b) {
+		cut = true // more digits, or the ';', may follow
 	}
 	if i == start {
-		return false // "&#" or "&#x" with no digits is text
+		return cut // "&#" or "&#x" with no digits is text
 	}
-	v := rune(0x110000) // too many digits: out of range
-	if i-sig <= 8 {
-		v = 0
-		for _, d := range b[sig:i] {
-			v = v*base(hex) + rune(hexVal(d))
-		}
+	if i-sig > 8 {
+		v = 0x110000
 	}
 	took := i - j
 	if i < len(b) && b[i] == ';' {
@@ -148,68 +160,68 @@ func referenceReadings(b []byte, j int, final bool, out *alts) (short bool) {
 	if h := htmlRune(v, b[j:j+took]); h != xmlRune(v) {
 		out.char(h, took)
 	}
-	return false
+	if w := rune(wrapped); w != v && w > 0 && w <= utf8.MaxRune {
+		out.char(w, took)
+	}
+	return cut
 }
 
 // namedReadings reads a named reference (&amp; &plus; &lt) at b[j] (a '&').
-func namedReadings(b []byte, j int, final bool, out *alts) (short bool) {
+func namedReadings(b []byte, j int, out *alts) (cut bool) {
 	i := j + 1
 	for i < len(b) && i-j <= maxEntityName && isAlnum(b[i]) {
 		i++
 	}
-	if i == len(b) && !final {
-		return true // the name may go on, or its ';' come
-	}
+	cut = i == len(b) // the name may go on, or its ';' come
 	name := b[j+1 : i]
 	if i < len(b) && b[i] == ';' {
-		if c, ok := lookupEntity(&namedByLen, name); ok {
-			out.char(rune(c), i+1-j)
-			return false // the longest reading: HTML reads no shorter legacy name here
+		if v, ok := lookupEntity(&namedByLen, name); ok {
+			out.text(v, i+1-j)
+			return cut // the longest reading: HTML reads no shorter legacy name here
 		}
 	}
 	// The legacy references are read without ';', as the longest that starts the name.
 	for k := min(len(name), maxLegacyName); k >= 2; k-- {
-		if c, ok := lookupEntity(&legacyByLen, name[:k]); ok {
-			out.char(rune(c), 1+k)
+		if v, ok := lookupEntity(&legacyByLen, name[:k]); ok {
+			out.text(v, 1+k)
 			break
 		}
 	}
-	return false
+	return cut
 }
 
-// namedEntity is one name of entities or legacyEntities and the character it stands for.
+// namedEntity is one name of entities or legacyEntities and the text it stands for.
 type namedEntity struct {
-	name string
-	c    byte
+	name, text string
 }
 
 // namedByLen and legacyByLen hold entities and legacyEntities by the length of the name: a
 // lookup compares a handful of names instead of hashing one, on every '&' of a page.
 var namedByLen, legacyByLen = byLen(entities), byLen(legacyEntities)
 
-func byLen(m map[string]byte) (out [maxEntityName + 1][]namedEntity) {
-	for name, c := range m {
-		out[len(name)] = append(out[len(name)], namedEntity{name, c})
+func byLen(m map[string]string) (out [maxEntityName + 1][]namedEntity) {
+	for name, v := range m {
+		out[len(name)] = append(out[len(name)], namedEntity{name, v})
 	}
 	return out
 }
 
-func lookupEntity(t *[maxEntityName + 1][]namedEntity, name []byte) (byte, bool) {
+func lookupEntity(t *[maxEntityName + 1][]namedEntity, name []byte) (string, bool) {
 	if len(name) >= len(t) {
-		return 0, false
+		return "", false
 	}
 	for _, e := range t[len(name)] {
 		if e.name[0] == name[0] && e.name == string(name) {
-			return e.c, true
+			return e.text, true
 		}
 	}
-	return 0, false
+	return "", false
 }
 
 // backslashReadings reads the escapes of JSON, JavaScript, Python, C and CSS at b[j] (a '\').
-func backslashReadings(b []byte, j int, final bool, out *alts) (short bool) {
+func backslashReadings(b []byte, j int, out *alts) (cut bool) {
 	if j+1 == len(b) {
-		return !final
+		return true
 	}
 	d := b[j+1]
 	out.byte(d, 2) // \" \\ \/ \' and the identity escapes of JavaScript
@@ -218,14 +230,28 @@ func backslashReadings(b []byte, j int, final bool, out *alts) (short bool) {
 	}
 	rest := b[j+2:]
 	switch d {
+	case '\n': // a line continued (JavaScript, CSS, Python, C): it stands for nothing
+		out.text("", 2)
+	case '\r':
+		switch {
+		case len(rest) > 0 && rest[0] == '\n':
+			out.text("", 3)
+		case len(rest) == 0:
+			cut = true // "\r\n" is one line end
+		}
+		out.text("", 2)
 	case 'u':
-		if len(rest) > 0 && rest[0] == '{' { // \u{1F600}
-			v, k := hexRun(rest[1:], 6)
+		if len(rest) > 0 && rest[0] == '{' { // \u{1F600}, any number of leading zeros
+			z := 1
+			for z < len(rest) && rest[z] == '0' {
+				z++
+			}
+			v, k := hexRun(rest[z:], 6)
 			switch {
-			case k > 0 && 1+k < len(rest) && rest[1+k] == '}':
-				out.char(v, 2+1+k+1)
-			case 1+k == len(rest) && !final:
-				short = true
+			case z+k == len(rest):
+				cut = true
+			case (z > 1 || k > 0) && rest[z+k] == '}':
+				out.char(v, 2+z+k+1)
 			}
 			break
 		}
@@ -237,14 +263,14 @@ func backslashReadings(b []byte, j int, final bool, out *alts) (short bool) {
 				if lo, k := hexRun(rest[6:], 4); k == 4 && lo >= 0xDC00 && lo < 0xE000 {
 					out.char(0x10000+(v-0xD800)<<10+(lo-0xDC00), 12)
 				}
-			} else if len(rest) < 10 && !final {
-				short = true
+			} else if lowMayFollow(rest[4:]) {
+				cut = true
 			}
 			out.char(utf8.RuneError, 6)
 		case k == 4:
 			out.char(utf16Rune(v), 6)
-		case k == len(rest) && !final:
-			short = true
+		case k == len(rest):
+			cut = true
 		}
 	case 'x':
 		v, k := hexRun(rest, 2)
@@ -252,30 +278,29 @@ func backslashReadings(b []byte, j int, final bool, out *alts) (short bool) {
 		case k == 2:
 			out.byte(byte(v), 4) // a byte in Python's and C's strings
 			out.char(v, 4)       // a character in JavaScript's
-		case k == len(rest) && !final:
-			short = true
+		case k == len(rest):
+			cut = true
 		}
 	case 'U':
 		v, k := hexRun(rest, 8)
 		switch {
 		case k == 8:
 			out.char(v, 10)
-		case k == len(rest) && !final:
-			short = true
+		case k == len(rest):
+			cut = true
 		}
 	}
 	if isDigit(d, true) { // CSS: one to six hex digits, then one optional white space
 		v, k := hexRun(b[j+1:], 6)
 		i := j + 1 + k
 		switch {
-		case i == len(b) && !final:
-			short = true
-		case i < len(b) && b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n':
+		case i == len(b):
+			cut = true
+			out.char(v, i-j)
+		case b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n':
 			out.char(v, i+2-j)
-		case i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r' || b[i] == '\f'):
-			if b[i] == '\r' && i+1 == len(b) && !final {
-				short = true // "\r\n" counts as one
-			}
+		case b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r' || b[i] == '\f':
+			cut = cut || b[i] == '\r' && i+1 == len(b) // "\r\n" counts as one
 			out.char(v, i+1-j)
 		default:
 			out.char(v, i-j)
@@ -287,13 +312,26 @@ func backslashReadings(b []byte, j int, final bool, out *alts) (short bool) {
 			v = v*8 + rune(b[j+1+k]-'0')
 			k++
 		}
-		if j+1+k == len(b) && k < 3 && !final {
-			short = true
-		}
+		cut = cut || j+1+k == len(b) && k < 3
 		out.byte(byte(v), 1+k)
 		out.char(v, 1+k)
 	}
-	return short
+	return cut
+}
+
+// lowMayFollow reports whether tail, what follows a high surrogate's \uXXXX, is the start of
+// the low surrogate's, cut by the end of the text.
+func lowMayFollow(tail []byte) bool {
+	if len(tail) >= 6 {
+		return false
+	}
+	for i, c := range tail {
+		switch {
+		case i == 0 && c != '\\', i == 1 && c != 'u', i > 1 && !isDigit(c, true):
+			return false
+		}
+	}
+	return true
 }
 
 // controlEscape is the control character a one-letter escape of JSON, JavaScript and C stands

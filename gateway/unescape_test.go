@@ -7,9 +7,9 @@ import (
 	"html"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +84,9 @@ var escapers = []escaper{
 	{"python \\U", nil, func(r rune) string { return fmt.Sprintf(`\U%08x`, r) }, unquoteC},
 	{"javascript \\u{}", nil, func(r rune) string { return fmt.Sprintf(`\u{%X}`, r) }, nil},
 	{"javascript identity", func(r rune) bool { return strings.ContainsRune(`'"\/?$`, r) }, func(r rune) string { return `\` + string(r) }, nil},
+	{"html hex, wrapped past 32 bits", nil, func(r rune) string { return fmt.Sprintf("&#x1%08X;", r) }, unescapeHTML},
+	{"html decimal, wrapped past 32 bits", nil, func(r rune) string { return fmt.Sprintf("&#%d;", int64(r)+1<<32) }, unescapeHTML},
+	{"javascript \\u{} with leading zeros", nil, func(r rune) string { return fmt.Sprintf(`\u{0000000%X}`, r) }, nil},
 	{"css", nil, func(r rune) string { return fmt.Sprintf(`\%x `, r) }, nil},
 	{"css, six digits", nil, func(r rune) string { return fmt.Sprintf(`\%06X`, r) }, nil},
 	{"html named", func(r rune) bool { return namedFor(r) != "" }, func(r rune) string { return "&" + namedFor(r) + ";" }, unescapeHTML},
@@ -91,8 +94,8 @@ var escapers = []escaper{
 
 // namedFor is a name entities holds for r, if any.
 func namedFor(r rune) string {
-	for name, c := range entities {
-		if rune(c) == r {
+	for name, v := range entities {
+		if v == string(r) {
 			return name
 		}
 	}
@@ -140,23 +143,32 @@ func readsAs(esc, want string) bool {
 	return ok && end == len(esc)
 }
 
-// An escape cut by the end of a text that goes on is undecided (short), and the same bytes at the
-// end of a final text are decided.
+// An escape cut by the end of a text is cut: what follows may read it another way, and a text
+// that ends there ends inside whatever it began. An escape that has ended is not.
 func TestReadingsAtTheEnd(t *testing.T) {
 	for _, s := range []string{"%", "%2", "%u00", "&", "&#", "&#x", "&#00", "&#43", "&#x2b", "&pl", "&plus", "\\",
-		"\\u00", "\\u{2", "\\x4", "\\U0000", "\\2b", "\\12", "\\ud83d", "\\ud83d\\u", "\\2b\r"} {
+		"\\u00", "\\u{2", "\\u{0000", "\\x4", "\\U0000", "\\2b", "\\12", "\\ud83d", "\\ud83d\\u", "\\ud83d\\ude0", "\\2b\r", "\\\r"} {
 		var as alts
-		if short := readings([]byte(s), 0, false, &as); !short {
-			t.Errorf("%q at the end of a text that goes on: decided", s)
-		}
-		if short := readings([]byte(s), 0, true, &as); short {
-			t.Errorf("%q at the end of a final text: undecided", s)
+		if cut := readings([]byte(s), 0, &as); !cut {
+			t.Errorf("%q at the end of a text: not cut", s)
 		}
 	}
-	for _, s := range []string{"%2B", "&#43;", "&plus;", "&amp ", "\\u002B", "\\x2b", "\\n", "+", "a"} {
+	for _, s := range []string{"%2B", "&#43;", "&plus;", "&amp ", "\\u002B", "\\x2b", "\\n", "+", "a", "\\ud83d\\ude00", "\\ud83dx"} {
 		var as alts
-		if short := readings([]byte(s+"z"), 0, false, &as); short {
-			t.Errorf("%q followed by more text: undecided", s)
+		if cut := readings([]byte(s+"z"), 0, &as); cut {
+			t.Errorf("%q followed by more text: cut", s)
+		}
+	}
+}
+
+// A line continued stands for nothing, and "&fjlig;" for two characters.
+func TestReadingsOfNothingAndOfTwo(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"to\\\nken", "token"}, {"to\\\r\nken", "token"}, {"to\\\rken", "token"}, {"\\\nto\\\n\\\nken", "token"},
+		{"&fjlig;", "fj"}, {"a&fjlig;b", "afjb"},
+	} {
+		if !readsAs(c.text, c.want) {
+			t.Errorf("%q does not read as %q", c.text, c.want)
 		}
 	}
 }
@@ -181,28 +193,43 @@ func TestReadingsRefuseWhatIsNotAnEscape(t *testing.T) {
 // TestEntitiesAreHTMLs checks entities and legacyEntities against the html package's own table:
 // every name that stands for one ASCII character is there, with that character, and nothing else.
 func TestEntitiesAreHTMLs(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "html", "entity.go"))
+	root, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(root)), "src", "html", "entity.go"))
 	if err != nil {
 		t.Fatalf("reading the html package's table: %v", err)
 	}
-	re := regexp.MustCompile(`"([A-Za-z0-9]+)(;?)":\s*'\\U([0-9A-F]{8})'`)
-	want, wantLegacy := map[string]byte{}, map[string]byte{}
-	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
-		v, _ := strconv.ParseUint(m[3], 16, 32)
-		if v >= utf8.RuneSelf {
-			continue
+	one := regexp.MustCompile(`"([A-Za-z0-9]+)(;?)":\s*'\\U([0-9A-F]{8})'`)
+	two := regexp.MustCompile(`"([A-Za-z0-9]+)(;?)":\s*\{'\\[uU]([0-9A-Fa-f]+)',\s*'\\[uU]([0-9A-Fa-f]+)'\}`)
+	want, wantLegacy := map[string]string{}, map[string]string{}
+	keep := func(name, semi string, runes ...string) {
+		var text strings.Builder
+		for _, h := range runes {
+			v, _ := strconv.ParseUint(h, 16, 32)
+			if v >= utf8.RuneSelf {
+				return
+			}
+			text.WriteRune(rune(v))
 		}
-		if m[2] == ";" {
-			want[m[1]] = byte(v)
+		if semi == ";" {
+			want[name] = text.String()
 		} else {
-			wantLegacy[m[1]] = byte(v)
+			wantLegacy[name] = text.String()
 		}
+	}
+	for _, m := range one.FindAllStringSubmatch(string(src), -1) {
+		keep(m[1], m[2], m[3])
+	}
+	for _, m := range two.FindAllStringSubmatch(string(src), -1) {
+		keep(m[1], m[2], m[3], m[4])
 	}
 	if len(want) < 40 {
 		t.Fatalf("read only %d names from the html package's table: has its format changed?", len(want))
 	}
 	for _, c := range []struct {
-		ours, theirs map[string]byte
+		ours, theirs map[string]string
 		what         string
 	}{{entities, want, "entities"}, {legacyEntities, wantLegacy, "legacyEntities"}} {
 		for name, v := range c.theirs {
