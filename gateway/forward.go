@@ -408,7 +408,9 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, resp *http.Respons
 	if announced > 0 {
 		keys := make([]string, 0, announced)
 		for k := range resp.Trailer {
-			keys = append(keys, k)
+			if x.scrub == nil || x.scrub.scrubString(k) == k { // a name that holds the credential is not announced
+				keys = append(keys, k)
+			}
 		}
 		h.Add("Trailer", strings.Join(keys, ", "))
 	}

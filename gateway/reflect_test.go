@@ -28,18 +28,23 @@ import (
 // mixedEscape is every escape the fuzzers below write, one at a time in any mix: the test's own
 // decoder, written apart from the scrubber's.
 var mixedEscape = regexp.MustCompile(`&#[xX]([0-9a-fA-F]+);?|&#([0-9]+);?|&[A-Za-z][A-Za-z0-9]*;|%[uU]([0-9a-fA-F]{4})|%([0-9a-fA-F]{2})|` +
-	`\\u\{([0-9a-fA-F]{1,6})\}|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})|\\x([0-9a-fA-F]{2})|\\([0-7]{3})|\\(.)`)
+	`\\u\{0*([0-9a-fA-F]{1,6})\}|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})|\\x([0-9a-fA-F]{2})|\\([0-7]{3})|\\(?:\r\n|\r|\n)|\\(.)`)
 
 // decodeMixed undoes every escape mixedEscape matches, left to right, one level deep.
 func decodeMixed(s string) string {
 	return mixedEscape.ReplaceAllStringFunc(s, func(m string) string {
 		sub := mixedEscape.FindStringSubmatch(m)
 		num := func(s string, base int) string {
-			v, err := strconv.ParseUint(s, base, 32)
-			if err != nil || v > utf8.MaxRune {
-				return "\uFFFD"
+			// As Go's html packages read a reference: in 32 bits, wrapping past them.
+			var v uint32
+			for _, d := range s {
+				x, _ := strconv.ParseUint(string(d), 16, 8)
+				v = v*uint32(base) + uint32(x)
 			}
-			return string(rune(v))
+			if r := rune(int32(v)); r > 0 && r <= utf8.MaxRune {
+				return string(r)
+			}
+			return "\uFFFD"
 		}
 		switch {
 		case sub[1] != "":
@@ -63,6 +68,9 @@ func decodeMixed(s string) string {
 			return num(sub[8], 16)
 		case sub[9] != "":
 			return num(sub[9], 8)
+		}
+		if strings.HasPrefix(m, "\\") && strings.ContainsAny(m[1:2], "\r\n") {
+			return "" // a line continued
 		}
 		if c, ok := map[string]string{"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}[sub[10]]; ok {
 			return c
@@ -96,14 +104,18 @@ func assertNoSecret(t testing.TB, got string, secrets ...string) {
 }
 
 // escapeWith writes s with each byte escaped as plan says (a byte of plan per byte of s, cycled:
-// 0 as it is, else one of unitEscapes). A byte an escape begins with is always escaped, as a
+// 0 as it is, else one of unitEscapes, or, past them, the byte as it is after a line continued). A byte an escape begins with is always escaped, as a
 // writer that escapes anything escapes it: as it is, it would begin an escape of what follows.
 func escapeWith(s string, plan []byte) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		k := 0
 		if len(plan) > 0 {
-			k = int(plan[i%len(plan)]) % (len(unitEscapes) + 1)
+			k = int(plan[i%len(plan)]) % (len(unitEscapes) + 2)
+		}
+		if k == len(unitEscapes)+1 {
+			b.WriteString([]string{"\\\n", "\\\r\n"}[i%2])
+			k = 0
 		}
 		if k == 0 && isIntroducer(s[i]) {
 			k = 1
@@ -364,6 +376,15 @@ func TestCutOffStartNeedsItsBytes(t *testing.T) {
 		{"tok " + html.EscapeString(testSecret[:2]) + "&#x" + fmt.Sprintf("%x", testSecret[2]) + ";" + testSecret[3:4], true},
 		{"b64 " + b64[:5], false},
 		{"b64 " + b64[:6], true},
+		// Cut inside an escape: the text ends inside whatever the escape began.
+		{"token=" + testSecret[:10] + "%3", true},
+		{"token=" + testSecret[:10] + "&#x3", true},
+		{"token=" + testSecret[:10] + "&#", true},
+		{"token=" + testSecret[:10] + "&", true},
+		{"token=" + testSecret[:10] + `\u00`, true},
+		{"token=" + testSecret[:10] + `\u003`, true},
+		{"token=" + testSecret[:10] + `\`, true},
+		{"token=" + html.EscapeString(testSecret[:10]) + "&#x000000", true},
 	} {
 		out, _ := s.scrub([]byte(c.text))
 		if got := strings.HasSuffix(string(out), redacted); got != c.cut {

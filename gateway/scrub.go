@@ -285,6 +285,10 @@ type scrubReader struct {
 	out      []byte // decided and not yet returned, in obuf
 	obuf     []byte
 	eof      bool
+	// wait is how long buf grows before it is scanned again, once a scan decided none of it:
+	// an escape that goes on (leading zeros have no end) would otherwise be read again from its
+	// start at every read, a scan quadratic in its length.
+	wait int
 }
 
 func (s *scrubber) reader(src io.ReadCloser, trailers http.Header) *scrubReader {
@@ -304,12 +308,19 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		r.eof = err == io.EOF
+		if len(r.buf)-n > maxHeld {
+			return 0, errHeld // what was held before this read: a read may be of any size
+		}
+		if !r.eof && len(r.buf) < r.wait {
+			continue
+		}
 		var used int
 		r.obuf, used, _ = r.s.scrubFrom(r.obuf[:0], r.buf, r.eof)
 		r.out = r.obuf
 		r.buf = append(r.buf[:0], r.buf[used:]...)
-		if len(r.buf) > maxHeld {
-			return 0, errHeld
+		r.wait = 0
+		if used == 0 && len(r.buf) > 2*r.s.keep {
+			r.wait = 2 * len(r.buf) // held for an escape that goes on: scan again at twice this
 		}
 		if r.eof {
 			r.s.scrubHeaders(r.trailers)

@@ -83,7 +83,7 @@ func TestScrubEveryForm(t *testing.T) {
 		{"headers, header names and trailers", "/v1/hdr", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 			w.Header().Set("X-"+testSecret, "name")
-			w.Header().Set("Trailer", "X-Declared")
+			w.Header().Set("Trailer", "X-Declared, X-"+hexOf(testSecret))
 			w.WriteHeader(200)
 			io.WriteString(w, "body")
 			w.Header().Set("X-Declared", testSecret)
@@ -211,6 +211,36 @@ func BenchmarkScrub1MiB(b *testing.B) {
 	}
 }
 
+// BenchmarkScrubHeldEscape reads an answer of a character reference whose leading zeros go on
+// for 1000 KiB, 64 bytes at a time: it is held until it ends, and must not be read again from
+// its start at every read.
+func BenchmarkScrubHeldEscape(b *testing.B) {
+	s := newScrubber([]string{testSecret}, []string{"Bearer " + testSecret})
+	body := append(append([]byte(testSecret[:8]+"&#"), bytes.Repeat([]byte("0"), 1000<<10)...), fmt.Sprintf("%d;%s", testSecret[8], testSecret[9:])...)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		out, err := io.ReadAll(s.reader(io.NopCloser(&pieceReader{b: body, n: 64}), nil))
+		if err != nil || string(out) != redacted {
+			b.Fatalf("%v, ends %q", err, out[max(0, len(out)-20):])
+		}
+	}
+}
+
+// An escape held for longer than maxHeld cuts the answer; one that ends before is read whole.
+func TestHeldEscape(t *testing.T) {
+	s := newScrubber([]string{testSecret}, []string{"Bearer " + testSecret})
+	zeros := func(n int) []byte {
+		return append(append([]byte("x "+testSecret[:3]+"&#"), bytes.Repeat([]byte("0"), n)...), fmt.Sprintf("%d;%s y", testSecret[3], testSecret[4:])...)
+	}
+	out, err := io.ReadAll(s.reader(io.NopCloser(&pieceReader{b: zeros(300 << 10), n: 1000}), nil))
+	if err != nil || string(out) != "x "+redacted+" y" {
+		t.Fatalf("an escape of 300 KiB: %v, %q", err, out[:min(len(out), 40)])
+	}
+	if _, err := io.ReadAll(s.reader(io.NopCloser(&pieceReader{b: zeros(maxHeld + 1), n: 4096}), nil)); err != errHeld {
+		t.Fatalf("an escape over maxHeld: %v, want the answer cut", err)
+	}
+}
+
 // randomMiB is 1 MiB of random bytes, made once.
 var randomMiB = sync.OnceValue(func() []byte {
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -316,6 +346,8 @@ var unitEscapes = []func(c byte) string{
 	func(c byte) string { return fmt.Sprintf(`\x%02x`, c) },
 	func(c byte) string { return fmt.Sprintf(`\U%08X`, c) },
 	func(c byte) string { return fmt.Sprintf(`\u{%x}`, c) },
+	func(c byte) string { return fmt.Sprintf(`\u{000%x}`, c) },
+	func(c byte) string { return fmt.Sprintf("&#x1%08X;", c) },
 	func(c byte) string { return fmt.Sprintf("%%%02X", c) },
 	func(c byte) string { return fmt.Sprintf("%%%02x", c) },
 	func(c byte) string { return fmt.Sprintf("%%u%04X", c) },
