@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -80,7 +81,7 @@ func (d *dialer) vet(ctx context.Context, host string, port int, onLookup func(l
 			}
 		}
 		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("resolving %s: %w", host, err)
+			return netip.AddrPort{}, lookupFailed(host, err)
 		}
 		d.keep(host, addrs)
 	}
@@ -94,6 +95,24 @@ func (d *dialer) vet(ctx context.Context, host string, port int, onLookup func(l
 		"an operator can pin a private upstream by name in gateway.private_upstreams")
 	ref.Detail = fmt.Sprint(addrs) // the record's; the sandbox's resolver would not have said them either
 	return netip.AddrPort{}, ref
+}
+
+// lookupFailed is the refusal of a name that did not resolve. The sandbox is told the name and
+// why, in the resolver's own words; the record keeps the whole error, which names the server
+// the gateway asked (Go's resolver puts it in every error).
+func lookupFailed(host string, err error) *Refusal {
+	why := "the lookup failed"
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		why = "no such host"
+	case errors.As(err, &dnsErr) && dnsErr.IsTimeout:
+		why = "the lookup timed out"
+	case errors.As(err, &dnsErr):
+		why = dnsErr.Err
+	}
+	return &Refusal{Status: http.StatusBadGateway, Rule: rule.UpstreamFailed, Reason: fmt.Sprintf("resolving %s: %s", host, why),
+		Detail: err.Error(), Err: err}
 }
 
 func (d *dialer) kept(host string) []netip.Addr {

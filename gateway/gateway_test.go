@@ -163,6 +163,13 @@ func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
+// failingResolver fails every lookup as Go's resolver does, naming the server it asked.
+type failingResolver struct{}
+
+func (failingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return nil, &net.DNSError{Err: "server misbehaving", Name: host, Server: "10.0.0.2:53"}
+}
+
 const testSecret = "s3cr3t-value-0123456789"
 
 // The secret of basic-auth entries: a password with every character that URL, JSON and HTML
@@ -390,6 +397,9 @@ func TestRefusals(t *testing.T) {
 			rule: rule.PrivateAddress, noDial: "127.0.0.1:80", untold: "127.0.0.1"},
 		{name: "name resolving to a zoned link-local address", url: "http://zoned.example.test/", status: 403,
 			rule: rule.PrivateAddress, noDial: "[fe80::1%eth0]:80", untold: "fe80::1"},
+		{name: "lookup failing, naming the gateway's resolver", setup: func(h *harness) {
+			h.proxyHandler().dial.resolver = failingResolver{}
+		}, url: "http://open.example.test/", status: 502, rule: rule.UpstreamFailed, untold: "10.0.0.2:53"},
 		{name: "vault down", setup: func(h *harness) {
 			h.brokErr = fmt.Errorf("%w: Put \"https://127.0.0.1:8200/v1/auth/approle/login\": dial tcp 127.0.0.1:8200: connection refused", broker.ErrUnavailable)
 		}, url: "https://api.example.test/v1/x", status: 503, rule: rule.CredentialDown, untold: "127.0.0.1:8200"},

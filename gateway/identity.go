@@ -45,6 +45,9 @@ func (t *tokenIdentities) lookup(ctx context.Context, raw string) (binding.Bindi
 		return b, nil
 	}
 	task, err := t.admit(ctx, raw)
+	if errors.Is(err, binding.ErrUnavailable) {
+		return binding.Binding{}, err // the store is down: refused as such, its error recorded only
+	}
 	if err != nil {
 		return binding.Binding{}, fmt.Errorf("%w: %v", binding.ErrUnknown, err)
 	}

@@ -99,6 +99,28 @@ func TestProxyAuthorizationForClientsOutsideThePool(t *testing.T) {
 		t.Fatalf("audit %+v", rec)
 	}
 
+	// With the lease store down, a token is refused as the store's failure (503), and the client
+	// is not told the store's address; the record keeps it.
+	p.tokens.admit = func(context.Context, string) (token.Task, error) {
+		return token.Task{}, fmt.Errorf("%w: claiming the token's id: redis: dial tcp 10.9.8.7:6379: connect: connection refused", binding.ErrUnavailable)
+	}
+	down, _ := dev.Mint("task-10", "", []scope.Scope{{Host: "api.example.test", Credential: "demo"}}, time.Minute)
+	c, _ := net.Dial("tcp", h.proxy.Listener.Addr().String())
+	fmt.Fprintf(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\nProxy-Authorization: Bearer %s\r\n\r\n", down)
+	dresp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(dresp.Body)
+	c.Close()
+	if dresp.StatusCode != http.StatusServiceUnavailable || strings.Contains(fmt.Sprint(dresp.Header)+string(body), "10.9.8.7") {
+		t.Fatalf("store down: %d %v %s: want 503 naming no address", dresp.StatusCode, dresp.Header, body)
+	}
+	if rec := h.sink.last(); rec.Rule != rule.StoreDown || !strings.Contains(rec.Reason, "10.9.8.7:6379") {
+		t.Fatalf("record %+v: want the store's error kept", rec)
+	}
+	p.tokens.admit = func(_ context.Context, raw string) (token.Task, error) { return v.VerifyFor(raw, "") }
+
 	// A forged token, and no token at all, are refused with 407.
 	for _, hdr := range []string{"Bearer " + raw[:len(raw)-4] + "AAAA", ""} {
 		c, _ := net.Dial("tcp", h.proxy.Listener.Addr().String())

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
@@ -86,5 +87,22 @@ func TestAdmitBearerIsLeaseAdmission(t *testing.T) {
 	v.Issuers["acme-issuer"] = acmeIss
 	if _, err := a.AdmitBearer(ctx, badPolicy); !errors.Is(err, pool.ErrTokenRefused) || !strings.Contains(err.Error(), "prod-db") {
 		t.Fatalf("bearer token the deployment policy refuses: %v", err)
+	}
+}
+
+// A bearer token presented while the lease store is down is refused as the store's failure, not
+// as the token's: the gateway answers 503 and the client is told nothing of the store's address.
+func TestAdmitBearerStoreDown(t *testing.T) {
+	iss, _ := token.NewDevIssuer("acme-issuer", "aud")
+	accept := iss.Issuer(time.Hour)
+	accept.Tenants = []string{"acme"}
+	v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"acme-issuer": accept}}
+	e := pooltest.NewEnv(t, pooltest.EnvConfig{Node: "n1", NoRun: true, Templates: []pool.Template{base},
+		Pool: func(c *pool.Config) { c.Verify = v.VerifyFor }})
+	tok, _ := iss.Mint("task-b", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	e.Redis.Stop()
+	_, err := e.Manager.AdmitBearer(context.Background(), tok)
+	if !errors.Is(err, binding.ErrUnavailable) || errors.Is(err, pool.ErrTokenRefused) {
+		t.Fatalf("bearer token with the store down: %v, want the store unavailable", err)
 	}
 }

@@ -924,7 +924,11 @@ func (m *Manager) AdmitBearer(ctx context.Context, raw string) (token.Task, erro
 		return token.Task{}, err
 	}
 	if err := m.leases.ClaimJTI(ctx, task.JTI, BearerHolder(m.cfg.Node), task.Expires); err != nil {
-		return token.Task{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+		if errors.Is(err, ErrJTIInUse) {
+			return token.Task{}, fmt.Errorf("%w: %v", ErrTokenRefused, err)
+		}
+		// The store did not answer: that is no verdict on the token.
+		return token.Task{}, fmt.Errorf("%w: claiming the token's id: %v", binding.ErrUnavailable, err)
 	}
 	return task, nil
 }
