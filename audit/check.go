@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -155,7 +156,7 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &verifier{rep: rep, opt: opt, hashes: map[uint64]string{}, partial: len(skipped) > 0}
+	v := &verifier{rep: rep, opt: opt, hashes: map[uint64]string{}}
 	var latest *Checkpoint
 	if len(opt.Latest) > 0 && opt.Verifier != nil {
 		c, err := OpenCheckpoint(opt.Latest, opt.Verifier)
@@ -216,13 +217,15 @@ func lineKey(p Problem) int {
 	return p.Line
 }
 
-// skippedSegment is a segment Since or Lease left out of the check: its first record (seq and
-// prev, read through its sealed index) and its last (seq and hash, from its seal), so the chain
-// is still followed across it.
+// skippedSegment is a segment left out of the check, trusted by its seal: its first record (seq
+// from its sealed index, prev as its file says) and its last (seq and hash, from its seal), so the
+// chain is still followed across it, and where to find a retention record in it.
 type skippedSegment struct {
-	name            string
+	name, path      string
 	first, last     uint64
 	firstPrev, head string
+	sum             [sha256.Size]byte // its sealed index's SHA-256
+	retains         bool              // its sealed index counts retention records in it
 }
 
 // selectSegments returns the segments Since and Lease leave out (none when neither is set). A
@@ -258,7 +261,8 @@ func selectSegments(dir string, names []string, seals map[string]indexSeal, rep 
 		if err != nil || first.Seq != x.first() {
 			continue
 		}
-		out[name] = skippedSegment{name: name, first: first.Seq, firstPrev: first.Prev, last: seal.Last, head: seal.Head}
+		out[name] = skippedSegment{name: name, path: path, first: first.Seq, firstPrev: first.Prev, last: seal.Last, head: seal.Head,
+			sum: seal.Sum, retains: x.Counts[fieldEvent][EventRetention] > 0}
 		rep.Skipped++
 	}
 	return out, nil
@@ -279,9 +283,11 @@ type verifier struct {
 	hashes         map[uint64]string // only the seq watched
 	watch          uint64
 	segmentProblem bool
-	// partial is set when only some segments are checked: the first record checked need not be
-	// seq 1 (see skip for the segments left out between).
-	partial bool
+	// skipped are the segments left out of the check so far, in order: a retention record that
+	// explains a gap may be in one (see retentionIn).
+	skipped []skippedSegment
+	// noFront is set by openSegments, which does not establish the front of the trail.
+	noFront bool
 }
 
 func (v *verifier) problem(seg string, line int, seq uint64, format string, args ...any) {
@@ -420,30 +426,29 @@ func describeLineError(err error) string {
 }
 
 // skip follows the chain across a segment left out of the check: its first record must follow
-// the last record checked (a segment missing before it is a gap, as anywhere), and the next one
-// checked must follow the last record its seal names.
+// the last record checked (a segment missing before it is a gap, as anywhere; the trail's first
+// segment must start at seq 1 or where retention says), and the next one checked must follow the
+// last record its seal names.
 func (v *verifier) skip(s skippedSegment) {
 	switch {
 	case !v.started:
+		v.front(s.name, 1, s.first, s.firstPrev)
 	case s.first > v.prevSeq+1:
 		v.gap(gap{seg: s.name, line: 1, from: v.prevSeq + 1, to: s.first - 1, prev: s.firstPrev, atSegment: true})
 	case s.first != v.prevSeq+1 || s.firstPrev != v.prevHash && s.firstPrev != v.claimed:
 		v.problem(s.name, 1, s.first, "chain broken: its first record (seq %d) does not follow seq %d", s.first, v.prevSeq)
 	}
 	v.prevSeq, v.prevHash, v.started, v.claimed = s.last, s.head, true, ""
+	v.skipped = append(v.skipped, s)
 }
 
 // link checks that r follows the record before it; it reports whether it does. A gap is kept
 // for resolveGaps (retention may explain it); the record after a gap is itself valid.
 func (v *verifier) link(name string, line int, r *Record, opening bool) bool {
-	filtered := v.partial
 	switch {
+	case !v.started && v.noFront:
 	case !v.started:
-		// The trail starts later than seq 1: retention must say why, unless only part of the
-		// trail is checked (the retention record may be in a segment left out).
-		if (r.Seq != 1 || r.Prev != "") && !filtered {
-			v.gap(gap{seg: name, line: line, from: 1, to: r.Seq - 1, prev: r.Prev, atSegment: true})
-		}
+		return v.front(name, line, r.Seq, r.Prev)
 	case v.claimed != "" && r.Prev == v.claimed:
 		// It links to the line before, which failed its own check and is reported already.
 	case r.Seq == v.prevSeq+1 && r.Prev == v.prevHash:
@@ -455,6 +460,22 @@ func (v *verifier) link(name string, line int, r *Record, opening bool) bool {
 	default:
 		v.problem(name, line, r.Seq, "chain broken: its prev is not the hash of seq %d (a record was replaced or inserted before it)", v.prevSeq)
 		return false
+	}
+	return true
+}
+
+// front checks the first record of the trail, at seq: the trail starts at seq 1, or later where
+// retention deleted the records before (resolveGaps looks for its record, in the segments checked
+// and in those left out), whatever part of the trail is checked. It reports whether the record
+// is valid.
+func (v *verifier) front(seg string, line int, seq uint64, prev string) bool {
+	switch {
+	case seq == 1 && prev == "":
+	case seq == 1:
+		v.problem(seg, line, seq, "chain broken: seq 1 names a record before it (the trail's first record was forged)")
+		return false
+	default:
+		v.gap(gap{seg: seg, line: line, from: 1, to: seq - 1, prev: prev, atSegment: true})
 	}
 	return true
 }
@@ -527,21 +548,14 @@ func (v *verifier) gap(g gap) {
 	v.gaps = append(v.gaps, g)
 }
 
-// resolveGaps takes back the report of each gap a retention record explains: one that says every
-// record up to the gap's end was deleted, names the hash the record after it links to, and is
-// itself covered by a valid checkpoint (the node signs one right after each deletion): a
-// retention record appended after the last checkpoint is as unsigned as any record there, and
-// anyone who can edit the trail could write one to explain away the segments they removed.
+// resolveGaps takes back the report of each gap a signed retention record explains (see
+// retention).
 func (v *verifier) resolveGaps() {
 	drop := map[int]bool{}
 	for _, g := range v.gaps {
-		for _, r := range v.retained {
-			signed := v.opt.Verifier == nil || r.Seq <= v.rep.Covered
-			if r.Through == g.to && r.Head == g.prev && signed {
-				drop[g.problem] = true
-				v.rep.Deleted = append(v.rep.Deleted, fmt.Sprintf("seq %d to %d: %s", g.from, g.to, r.Reason))
-				break
-			}
+		if r, ok := v.retention(g); ok {
+			drop[g.problem] = true
+			v.rep.Deleted = append(v.rep.Deleted, fmt.Sprintf("seq %d to %d: %s", g.from, g.to, r.Reason))
 		}
 	}
 	kept := v.rep.Problems[:0]
@@ -551,4 +565,78 @@ func (v *verifier) resolveGaps() {
 		}
 	}
 	v.rep.Problems = kept
+}
+
+// retention returns the retention record that explains gap g: one that says every record up to
+// the gap's end was deleted, names the hash the record after it links to, and is itself signed
+// (the node signs a checkpoint right after each deletion): a retention record appended after the
+// last checkpoint is as unsigned as any record there, and anyone who can edit the trail could
+// write one to explain away the segments they removed. It is looked for among the records
+// checked and then in the segments left out (see retentionIn), newest first: retention deletes
+// the oldest segments first, so each of its records deletes through a later seq than the one
+// before, and the search stops at one that deletes less than the gap.
+func (v *verifier) retention(g gap) (Record, bool) {
+	for _, r := range v.retained {
+		signed := v.opt.Verifier == nil || r.Seq <= v.rep.Covered
+		if r.Through == g.to && r.Head == g.prev && signed {
+			return r, true
+		}
+	}
+	for i := len(v.skipped) - 1; i >= 0; i-- {
+		if !v.skipped[i].retains {
+			continue
+		}
+		if r, found, older := v.retentionIn(v.skipped[i], g); found || older {
+			return r, found
+		}
+	}
+	return Record{}, false
+}
+
+// retentionIn looks for the retention record that explains gap g in a segment left out of the
+// check, through the postings of retention records in its sealed index, newest first. Each is
+// read and checked on its own hash, and trusted only when the record after it is the checkpoint
+// the node signs right after every deletion, signing it (without the key, when it is there).
+// older is set at a record that deletes less than the gap.
+func (v *verifier) retentionIn(s skippedSegment, g gap) (r Record, found, older bool) {
+	data, err := os.ReadFile(indexPath(s.path))
+	if err != nil || indexSum(data) != s.sum {
+		return r, false, false // changed since it was chosen: nothing in it is trusted now
+	}
+	var want [nFields]string
+	want[fieldEvent] = EventRetention
+	x, err := decodeIndex(data, want, false)
+	if err != nil {
+		return r, false, false
+	}
+	at := func(o int) (Record, error) {
+		if o+1 >= len(x.Offsets) || x.Offsets[o+1] < x.Offsets[o] || x.Offsets[o+1]-x.Offsets[o] > maxLine {
+			return Record{}, errIndex
+		}
+		return readRecordAt(s.path, [2]uint32{x.Offsets[o], x.Offsets[o+1]})
+	}
+	p := x.posting(fieldEvent, EventRetention)
+	for j := len(p) - 1; j >= 0; j-- {
+		o := int(p[j])
+		r, err := at(o)
+		switch {
+		case err != nil || r.Seq != x.Seqs[o] || r.Kind != KindAudit || r.Event != EventRetention:
+			continue
+		case r.Through < g.to:
+			return r, false, true
+		case r.Through != g.to || r.Head != g.prev:
+			continue
+		}
+		c, err := at(o + 1)
+		if err != nil || c.Kind != KindAudit || c.Event != EventCheckpoint || c.Prev != r.Hash {
+			continue
+		}
+		if v.opt.Verifier == nil {
+			return r, true, false
+		}
+		if cp, err := OpenCheckpoint([]byte(c.Note), v.opt.Verifier); err == nil && cp.Seq == r.Seq && cp.Head == r.Hash && cp.Node == v.rep.Node {
+			return r, true, false
+		}
+	}
+	return Record{}, false, false
 }

@@ -264,7 +264,7 @@ func openSegments(dir string, names []string, opt openOptions) ([]segmentSummary
 	if err != nil {
 		return nil, nil, err
 	}
-	v := &verifier{rep: &Report{Node: opt.node}, opt: VerifyOptions{Verifier: opt.verifier}, hashes: map[uint64]string{}, partial: true}
+	v := &verifier{rep: &Report{Node: opt.node}, opt: VerifyOptions{Verifier: opt.verifier}, hashes: map[uint64]string{}, noFront: true}
 	var sums []segmentSummary
 	var todo []indexSeal
 	for i, name := range names {
