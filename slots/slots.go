@@ -126,3 +126,12 @@ func (s *Set) Held(identity string) int {
 	defer s.mu.Unlock()
 	return s.held[identity]
 }
+
+// bound is the bound a refusal (a *Refusal) names; 0 for any other error.
+func bound(err error) Bound {
+	var r *Refusal
+	if errors.As(err, &r) {
+		return r.Bound
+	}
+	return 0
+}
