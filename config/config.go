@@ -84,7 +84,15 @@ type API struct {
 	MaxPortsPerLease int `yaml:"max_ports_per_lease"`
 	// Streams bounds the calls held open (commands, process output and waits, file transfers,
 	// audit pages), per tenant and for the node.
-	Streams Streams `yaml:"streams"`
+	Streams Slots `yaml:"streams"`
+	// Calls bounds every other call in progress, per tenant (or reviewer key, on the approval
+	// endpoints) and for the node, with a share kept for reviewer keys.
+	Calls Slots `yaml:"calls"`
+	// Connections bounds the API's connections per address and in all, before any key is
+	// known.
+	Connections Connections `yaml:"connections"`
+	// Timeouts bound how long an API connection goes without progress.
+	Timeouts Timeouts `yaml:"timeouts"`
 }
 
 // APITLS is the API's certificate.
@@ -297,7 +305,14 @@ type Review struct {
 	SessionTTL time.Duration `yaml:"session_ttl"`
 	// Streams bounds the live tails and exports, per identity and for the node, with a share
 	// kept for reviewer keys.
-	Streams Streams `yaml:"streams"`
+	Streams Slots `yaml:"streams"`
+	// Calls bounds every other page and form in progress, the same way.
+	Calls Slots `yaml:"calls"`
+	// Connections bounds the page's connections per address and in all, before anyone signs
+	// in.
+	Connections Connections `yaml:"connections"`
+	// Timeouts bound how long a connection to the page goes without progress.
+	Timeouts Timeouts `yaml:"timeouts"`
 }
 
 // E2B serves E2B's control plane and sandbox API (package e2b) on a listener of its own, so the
@@ -372,15 +387,17 @@ func Default() Config {
 	return Config{
 		Node:       "node-1",
 		Deployment: "airlock-dev",
-		API:        API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200, Streams: DefaultAPIStreams},
-		Redis:      Redis{Grace: 10 * time.Second},
-		Network:    Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
-		Gateway:    Gateway{Port: 3128, TransparentPort: 3129, Approvals: Approvals{Hold: 30 * time.Second, TTL: 10 * time.Minute}},
+		API: API{Listen: "127.0.0.1:7070", RatePerKey: 100, BurstPerKey: 200, Streams: DefaultAPIStreams, Calls: DefaultAPICalls,
+			Connections: DefaultAPIConnections, Timeouts: DefaultTimeouts},
+		Redis:   Redis{Grace: 10 * time.Second},
+		Network: Network{Name: "airlock-node-1", Bridge: "airlock0", Subnet: "10.213.0.0/24"},
+		Gateway: Gateway{Port: 3128, TransparentPort: 3129, Approvals: Approvals{Hold: 30 * time.Second, TTL: 10 * time.Minute}},
 		Resolver: Resolver{Port: 53, CacheMaxTTL: 5 * time.Minute, CacheNegTTL: 30 * time.Second, RateQPS: 200, RateBurst: 400,
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
 			CheckpointEvery: 10 * time.Second, OutputHead: 1024},
-		Review: Review{SessionTTL: 8 * time.Hour, Streams: DefaultReviewStreams},
+		Review: Review{SessionTTL: 8 * time.Hour, Streams: DefaultReviewStreams, Calls: DefaultReviewCalls,
+			Connections: DefaultReviewConnections, Timeouts: DefaultTimeouts},
 		Creds: []broker.Entry{{
 			Name:   "demo",
 			Source: broker.Source{Kind: broker.SourceKV, Mount: "secret", Path: "airlock/demo", TTL: 5 * time.Minute},
@@ -548,6 +565,9 @@ func (c *Config) Validate() error {
 		bad("api.max_ports_per_lease", "must be between 0 (the default, 8) and 1000")
 	}
 	c.API.Streams.validate("api.streams", false, bad)
+	c.API.Calls.validate("api.calls", true, bad)
+	c.API.Connections.validate("api.connections", bad)
+	c.API.Timeouts.validate("api.timeouts", bad)
 	switch c.Vault.Auth.Method {
 	case "", "token":
 	case "approle":
@@ -828,6 +848,9 @@ func (c *Config) validateReview(bad func(field, format string, args ...any)) {
 		bad("review.session_ttl", "must be between 1m and 168h")
 	}
 	r.Streams.validate("review.streams", true, bad)
+	r.Calls.validate("review.calls", true, bad)
+	r.Connections.validate("review.connections", bad)
+	r.Timeouts.validate("review.timeouts", bad)
 	names := map[string]bool{}
 	for i, k := range r.Reviewers {
 		f := fmt.Sprintf("review.reviewers[%d]", i)
