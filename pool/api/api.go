@@ -81,6 +81,11 @@ type Config struct {
 	// tenant can hold them all. Reserved is not used: the API serves reviewer keys no stream.
 	// Zero: DefaultStreams.
 	Streams slots.Limits
+	// Calls bounds every other call in progress the same way, whatever holds it open (a slow
+	// body or a slow read of its answer), with Reserved of them kept for reviewer keys
+	// (approvals). Zero: DefaultCalls. How long a body or an answer may take, and the
+	// connections before any key is known, are the server's (package slots).
+	Calls slots.Limits
 	// PeerTransport carries forwarded calls (TLS towards other nodes' APIs); nil means
 	// http.DefaultTransport.
 	PeerTransport http.RoundTripper
@@ -94,11 +99,16 @@ type Server struct {
 	rate    *ratelimit.Limiter[string]
 	ports   *ports
 	streams *slots.Set
+	calls   *slots.Set
 }
 
 // DefaultStreams are the API's stream bounds when the configuration names none (api.streams):
 // 1024 calls held open at once, 256 of them by one tenant.
 var DefaultStreams = slots.Limits{Max: 1024, PerIdentity: 256}
+
+// DefaultCalls are the API's bounds of the other calls in progress when the configuration
+// names none (api.calls): 1024 at once, 128 of them by one tenant, 64 kept for reviewer keys.
+var DefaultCalls = slots.Limits{Max: 1024, PerIdentity: 128, Reserved: 64}
 
 // New returns the API handler.
 func New(cfg Config) *Server {
@@ -109,38 +119,42 @@ func New(cfg Config) *Server {
 		cfg.Streams = DefaultStreams
 	}
 	cfg.Streams.Reserved = 0
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey), streams: slots.New(cfg.Streams),
+	if cfg.Calls.Max == 0 {
+		cfg.Calls = DefaultCalls
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), rate: ratelimit.New[string](cfg.RatePerKey, cfg.BurstPerKey),
+		streams: slots.New(cfg.Streams), calls: slots.New(cfg.Calls),
 		ports: &ports{host: cfg.PortHost, pool: cfg.Pool, perLease: cmp.Or(cfg.MaxPortsPerLease, DefaultMaxPortsPerLease),
 			every: cmp.Or(cfg.PortSweep, 10*time.Second)}}
-	s.mux.HandleFunc("POST /v1/leases", s.auth(s.createLease))
-	s.mux.HandleFunc("GET /v1/leases", s.auth(s.listLeases))
-	s.mux.HandleFunc("GET /v1/leases/{id}", s.auth(s.owned(s.getLease)))
-	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.auth(s.owned(s.releaseLease)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/exec", s.auth(s.stream(s.owned(s.exec))))
-	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.auth(s.owned(s.renew)))
-	s.mux.HandleFunc("PUT /v1/leases/{id}/token", s.auth(s.owned(s.swapToken)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/ports", s.auth(s.owned(s.exposePort)))
-	s.mux.HandleFunc("PUT /v1/leases/{id}/files", s.auth(s.stream(s.owned(s.putFile))))
-	s.mux.HandleFunc("GET /v1/leases/{id}/files", s.auth(s.stream(s.owned(s.getFile))))
-	s.mux.HandleFunc("GET /v1/leases/{id}/fs/list", s.auth(s.owned(s.listFiles)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/fs/stat", s.auth(s.owned(s.statFile)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/fs/mkdir", s.auth(s.owned(s.mkdir)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/fs/remove", s.auth(s.owned(s.remove)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/fs/move", s.auth(s.owned(s.move)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/processes", s.auth(s.owned(s.startProcess)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/processes", s.auth(s.owned(s.listProcesses)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/output", s.auth(s.stream(s.owned(s.processOutput))))
-	s.mux.HandleFunc("GET /v1/leases/{id}/processes/{pid}/wait", s.auth(s.stream(s.owned(s.waitProcess))))
-	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/signal", s.auth(s.owned(s.signalProcess)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/stdin", s.auth(s.owned(s.processInput)))
-	s.mux.HandleFunc("DELETE /v1/leases/{id}/processes/{pid}/stdin", s.auth(s.owned(s.closeProcessInput)))
-	s.mux.HandleFunc("POST /v1/leases/{id}/processes/{pid}/resize", s.auth(s.owned(s.resizeProcess)))
-	s.mux.HandleFunc("GET /v1/audit", s.auth(s.stream(s.audit)))
-	s.mux.HandleFunc("GET /v1/leases/{id}/receipt", s.auth(s.receipt))
-	s.mux.HandleFunc("GET /v1/pools", s.auth(s.pools))
+	s.route("POST /v1/leases", call, s.createLease)
+	s.route("GET /v1/leases", call, s.listLeases)
+	s.route("GET /v1/leases/{id}", call, s.owned(s.getLease))
+	s.route("DELETE /v1/leases/{id}", call, s.owned(s.releaseLease))
+	s.route("POST /v1/leases/{id}/exec", terminal, s.owned(s.exec))
+	s.route("POST /v1/leases/{id}/renew", call, s.owned(s.renew))
+	s.route("PUT /v1/leases/{id}/token", call, s.owned(s.swapToken))
+	s.route("POST /v1/leases/{id}/ports", call, s.owned(s.exposePort))
+	s.route("PUT /v1/leases/{id}/files", upload, s.owned(s.putFile))
+	s.route("GET /v1/leases/{id}/files", stream, s.owned(s.getFile))
+	s.route("GET /v1/leases/{id}/fs/list", call, s.owned(s.listFiles))
+	s.route("GET /v1/leases/{id}/fs/stat", call, s.owned(s.statFile))
+	s.route("POST /v1/leases/{id}/fs/mkdir", call, s.owned(s.mkdir))
+	s.route("POST /v1/leases/{id}/fs/remove", call, s.owned(s.remove))
+	s.route("POST /v1/leases/{id}/fs/move", call, s.owned(s.move))
+	s.route("POST /v1/leases/{id}/processes", call, s.owned(s.startProcess))
+	s.route("GET /v1/leases/{id}/processes", call, s.owned(s.listProcesses))
+	s.route("GET /v1/leases/{id}/processes/{pid}/output", stream, s.owned(s.processOutput))
+	s.route("GET /v1/leases/{id}/processes/{pid}/wait", stream, s.owned(s.waitProcess))
+	s.route("POST /v1/leases/{id}/processes/{pid}/signal", call, s.owned(s.signalProcess))
+	s.route("POST /v1/leases/{id}/processes/{pid}/stdin", call, s.owned(s.processInput))
+	s.route("DELETE /v1/leases/{id}/processes/{pid}/stdin", call, s.owned(s.closeProcessInput))
+	s.route("POST /v1/leases/{id}/processes/{pid}/resize", call, s.owned(s.resizeProcess))
+	s.route("GET /v1/audit", stream, s.audit)
+	s.route("GET /v1/leases/{id}/receipt", call, s.receipt)
+	s.route("GET /v1/pools", call, s.pools)
 	s.mux.HandleFunc("GET /v1/approvals", s.approver(s.listApprovals))
 	s.mux.HandleFunc("POST /v1/approvals/{id}", s.approver(s.answerApproval))
-	s.mux.HandleFunc("POST /v1/explain", s.auth(s.explain))
+	s.route("POST /v1/explain", call, s.explain)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	if cfg.Metrics != nil {
@@ -153,6 +167,11 @@ func New(cfg Config) *Server {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// route serves pattern with h for a tenant's key, h holding what k holds for the call's life.
+func (s *Server) route(pattern string, k kind, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, s.auth(k, h))
+}
 
 // HashKey returns the form in which an API key is configured.
 func HashKey(key string) string {
@@ -181,7 +200,9 @@ func (s *Server) admitRate(w http.ResponseWriter, hash string) bool {
 	return false
 }
 
-func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+// auth admits a tenant's API key, within its rate, and holds what k holds for the tenant while
+// h serves the call.
+func (s *Server) auth(k kind, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		hash := bearer(r)
 		tenant, known := s.cfg.Keys[hash]
@@ -192,6 +213,11 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 		if !s.admitRate(w, hash) {
 			return
 		}
+		release, ok := s.hold(w, r, k, caller{tenant: tenant})
+		if !ok {
+			return
+		}
+		defer release()
 		ctx := context.WithValue(r.Context(), tenantKey{}, tenant)
 		h(w, r.WithContext(context.WithValue(ctx, keyHashKey{}, hash)))
 	}
@@ -408,7 +434,10 @@ type TokenRequest struct {
 
 func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
 	var req TokenRequest
-	if err := decode(r, &req); err != nil || req.Token == "" {
+	if err := decode(r, &req); errors.Is(err, slots.ErrSlowBody) {
+		writeBodyError(w, err)
+		return
+	} else if err != nil || req.Token == "" {
 		writeError(w, http.StatusBadRequest, "bad_request", "body must be {\"token\": JWT}")
 		return
 	}
@@ -506,7 +535,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		}
 		stdin = r.Body
 	} else if err := decode(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		writeBodyError(w, err)
 		return
 	}
 	timeout, ok := readDuration(w, "timeout", req.Timeout)
@@ -695,13 +724,24 @@ func parseDuration(field, v string) (time.Duration, error) {
 	return d, nil
 }
 
-// readJSON decodes the request body into v, answering 400 naming the problem when it cannot.
+// readJSON decodes the request body into v, answering 400 naming the problem when it cannot
+// (408 when the body came too slowly, naming the setting).
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := decode(r, v); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		writeBodyError(w, err)
 		return false
 	}
 	return true
+}
+
+// writeBodyError answers a request whose body could not be read or decoded: 408 naming the
+// setting when it came too slowly (package slots), else 400.
+func writeBodyError(w http.ResponseWriter, err error) {
+	if errors.Is(err, slots.ErrSlowBody) {
+		writeError(w, http.StatusRequestTimeout, "body_timeout", err.Error())
+		return
+	}
+	writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 }
 
 // readDuration parses an optional duration field, answering 400 when it is not one.
@@ -718,7 +758,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("request body: %v", err)
+		return fmt.Errorf("request body: %w", err)
 	}
 	return nil
 }
@@ -767,6 +807,8 @@ func poolError(err error) (int, string) {
 		return http.StatusConflict, "not_owner"
 	case errors.Is(err, errTooManyPorts):
 		return http.StatusTooManyRequests, "too_many_ports"
+	case errors.Is(err, slots.ErrSlowBody):
+		return http.StatusRequestTimeout, "body_timeout"
 	}
 	return http.StatusServiceUnavailable, "unavailable"
 }

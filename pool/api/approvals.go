@@ -25,7 +25,8 @@ func (a approverID) sees(tenant string) bool { return a.all || slices.Contains(a
 
 type approverKey struct{}
 
-// approver admits a reviewer key or an API key, rate-limited per key like every call.
+// approver admits a reviewer key or an API key, rate-limited per key like every call, and
+// holds a call slot of its tenant or reviewer key while h serves the call.
 func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Approvals == nil {
@@ -34,10 +35,11 @@ func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
 		}
 		hash := bearer(r)
 		var who approverID
+		var holder caller
 		if t, known := s.cfg.Keys[hash]; hash != "" && known {
-			who = approverID{name: "tenant:" + t, keyHash: hash, tenants: []string{t}}
+			who, holder = approverID{name: "tenant:" + t, keyHash: hash, tenants: []string{t}}, caller{tenant: t}
 		} else if rv, known := s.cfg.Reviewers[hash]; hash != "" && known {
-			who = approverID{name: rv.Name, keyHash: hash, tenants: rv.Tenants, all: rv.Everyone()}
+			who, holder = approverID{name: rv.Name, keyHash: hash, tenants: rv.Tenants, all: rv.Everyone()}, caller{reviewer: rv.Name}
 		} else {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "an API key or a reviewer key is required as 'Authorization: Bearer KEY'")
 			return
@@ -45,6 +47,11 @@ func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
 		if !s.admitRate(w, hash) {
 			return
 		}
+		release, ok := s.hold(w, r, call, holder)
+		if !ok {
+			return
+		}
+		defer release()
 		h(w, r.WithContext(context.WithValue(r.Context(), approverKey{}, who)))
 	}
 }

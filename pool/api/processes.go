@@ -152,7 +152,7 @@ func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(io.LimitReader(r.Body, pool.MaxProcessInput+1))
 	switch {
 	case err != nil:
-		writeError(w, http.StatusBadRequest, "bad_request", "reading the input: "+err.Error())
+		writeBodyError(w, fmt.Errorf("reading the input: %w", err))
 		return
 	case len(data) > pool.MaxProcessInput:
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("one input is at most %d bytes", pool.MaxProcessInput))
