@@ -67,8 +67,13 @@ type Config struct {
 	// reviewer key by name, or a tenant with all its API keys, however many sessions it
 	// signs in), and the share only reviewer keys may take. A Max of 0: DefaultStreams.
 	Streams slots.Limits
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Calls bounds every other page and form of a session in progress, the same way, however
+	// it is held (a slow form body, a slow read of the page). A Max of 0: DefaultCalls. How
+	// long a body or an answer may take, and the connections before anyone signs in, are the
+	// server's (package slots).
+	Calls  slots.Limits
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Server is the review page. Safe for concurrent use.
@@ -84,12 +89,19 @@ type Server struct {
 	// streams bounds the live tails (each asks the trail every second, for up to tailFor) and
 	// exports (each reads every record its filters select) held open at once.
 	streams *slots.Set
+	// calls bounds the other pages and forms in progress.
+	calls *slots.Set
 }
 
 // DefaultStreams are the page's stream bounds when the configuration names none
 // (review.streams): 64 live tails and exports at once, 4 per identity, 16 kept for reviewer
 // keys.
 var DefaultStreams = slots.Limits{Max: 64, PerIdentity: 4, Reserved: 16}
+
+// DefaultCalls are the page's bounds of the other pages and forms in progress when the
+// configuration names none (review.calls): 256 at once, 16 per identity, 64 kept for reviewer
+// keys.
+var DefaultCalls = slots.Limits{Max: 256, PerIdentity: 16, Reserved: 64}
 
 //go:embed templates static
 var files embed.FS
@@ -114,12 +126,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Streams.Max == 0 {
 		cfg.Streams = DefaultStreams
 	}
+	if cfg.Calls.Max == 0 {
+		cfg.Calls = DefaultCalls
+	}
 	pages, err := template.New("").Funcs(funcs).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("review: %w", err)
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), pages: pages, sessions: newSessions(cfg.SessionTTL, cfg.Now),
-		signins: ratelimit.New[string](5, 20), acts: ratelimit.New[string](2, 10), streams: slots.New(cfg.Streams)}
+		signins: ratelimit.New[string](5, 20), acts: ratelimit.New[string](2, 10), streams: slots.New(cfg.Streams), calls: slots.New(cfg.Calls)}
 	static, _ := fs.Sub(files, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
@@ -127,17 +142,17 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.mux.HandleFunc("GET /signin", s.signinPage)
 	s.mux.HandleFunc("POST /signin", s.signin)
-	s.mux.HandleFunc("POST /signout", s.session(s.signout))
-	s.mux.HandleFunc("GET /{$}", s.session(s.overview))
-	s.mux.HandleFunc("GET /leases/{id}", s.session(s.ledger))
-	s.mux.HandleFunc("GET /destinations", s.session(s.destinations))
-	s.mux.HandleFunc("GET /denials", s.session(s.denials))
-	s.mux.HandleFunc("GET /tail", s.session(s.tailPage))
-	s.mux.HandleFunc("GET /tail/events", s.session(s.tailEvents))
-	s.mux.HandleFunc("GET /export", s.session(s.export))
-	s.mux.HandleFunc("POST /marks", s.session(s.mark))
-	s.mux.HandleFunc("GET /approvals", s.session(s.approvals))
-	s.mux.HandleFunc("POST /approvals/{id}", s.session(s.answer))
+	s.mux.HandleFunc("POST /signout", s.session(call, s.signout))
+	s.mux.HandleFunc("GET /{$}", s.session(call, s.overview))
+	s.mux.HandleFunc("GET /leases/{id}", s.session(call, s.ledger))
+	s.mux.HandleFunc("GET /destinations", s.session(call, s.destinations))
+	s.mux.HandleFunc("GET /denials", s.session(call, s.denials))
+	s.mux.HandleFunc("GET /tail", s.session(call, s.tailPage))
+	s.mux.HandleFunc("GET /tail/events", s.session(stream, s.tailEvents))
+	s.mux.HandleFunc("GET /export", s.session(stream, s.export))
+	s.mux.HandleFunc("POST /marks", s.session(call, s.mark))
+	s.mux.HandleFunc("GET /approvals", s.session(call, s.approvals))
+	s.mux.HandleFunc("POST /approvals/{id}", s.session(call, s.answer))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no page %s %s", r.Method, r.URL.Path))
 	})
@@ -150,6 +165,12 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.headers(w)
+	s.mux.ServeHTTP(w, r)
+}
+
+// headers are every answer's: the CSP and what keeps the page to its own origin.
+func (s *Server) headers(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -161,7 +182,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Secure {
 		h.Set("Strict-Transport-Security", "max-age=31536000")
 	}
-	s.mux.ServeHTTP(w, r)
 }
 
 // sameOrigin refuses a state-changing request another site could have made: a browser says

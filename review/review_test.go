@@ -42,6 +42,7 @@ type fixture struct {
 	sink  *audit.FileSink
 	page  *Server
 	srv   *httptest.Server
+	url   string // where the page is served: srv's, or serveBounded's
 	start time.Time
 	// ahead is how far the page's clock runs ahead of the wall clock (the test moves it).
 	ahead atomic.Int64
@@ -73,6 +74,7 @@ func newFixture(t *testing.T, opts ...func(*Config)) *fixture {
 	}
 	f.srv = httptest.NewServer(f.page)
 	t.Cleanup(f.srv.Close)
+	f.url = f.srv.URL
 	w := func(r audit.Record) {
 		r.Time = time.Now()
 		if err := sink.Write(context.Background(), r); err != nil {
@@ -103,7 +105,7 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 func (f *fixture) get(c *http.Client, path string) (*http.Response, string) {
 	f.t.Helper()
-	resp, err := c.Get(f.srv.URL + path)
+	resp, err := c.Get(f.url + path)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -114,9 +116,9 @@ func (f *fixture) get(c *http.Client, path string) (*http.Response, string) {
 
 func (f *fixture) post(c *http.Client, path string, form url.Values) (*http.Response, string) {
 	f.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, f.url+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", f.srv.URL)
+	req.Header.Set("Origin", f.url)
 	resp, err := c.Do(req)
 	if err != nil {
 		f.t.Fatal(err)
@@ -167,7 +169,7 @@ func TestHeadersAndSignIn(t *testing.T) {
 	if resp, _ := f.post(c, "/signin", url.Values{"csrf": {"forged"}, "key": {keyAcme}}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("sign-in with a forged CSRF token: %d", resp.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/signin", strings.NewReader(url.Values{"csrf": {tok}, "key": {keyAcme}}.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/signin", strings.NewReader(url.Values{"csrf": {tok}, "key": {keyAcme}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "http://evil.example")
 	if resp, _ := c.Do(req); resp.StatusCode != http.StatusForbidden {
@@ -205,7 +207,7 @@ func TestHeadersAndSignIn(t *testing.T) {
 		t.Errorf("sign-out: %d", resp.StatusCode)
 	}
 	old := f.browser()
-	old.Jar.SetCookies(mustURL(f.srv.URL), []*http.Cookie{{Name: "airlock-review", Value: session.Value}})
+	old.Jar.SetCookies(mustURL(f.url), []*http.Cookie{{Name: "airlock-review", Value: session.Value}})
 	if resp, _ := f.get(old, "/"); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("a signed-out session's cookie still opens the page: %d", resp.StatusCode)
 	}
@@ -386,7 +388,7 @@ func TestTailFollows(t *testing.T) {
 	f.signIn(c, keyAcme)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/tail/events?lease=l-acme", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.url+"/tail/events?lease=l-acme", nil)
 	resp, err := c.Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("tail: %v %v", err, resp)
@@ -440,7 +442,7 @@ func TestSecureCookie(t *testing.T) {
 	c := srv.Client()
 	c.Jar, _ = cookiejar.New(nil)
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	f := &fixture{t: t, srv: srv}
+	f := &fixture{t: t, srv: srv, url: srv.URL}
 	_, page := f.get(c, "/signin")
 	resp, _ := f.post(c, "/signin", url.Values{"csrf": {csrfField.FindStringSubmatch(page)[1]}, "key": {keyAcme}})
 	var ck *http.Cookie
@@ -472,7 +474,7 @@ func TestApprovalsView(t *testing.T) {
 		Reviewers: map[string]Reviewer{tokenHash(keyAll): {Name: "secops", Tenants: []string{AllTenants}}}})
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	f := &fixture{t: t, srv: srv}
+	f := &fixture{t: t, srv: srv, url: srv.URL}
 	outcome := make(chan approval.Outcome, 1)
 	go func() {
 		outcome <- reg.Wait(context.Background(), approval.Request{Lease: "l-acme", Tenant: "acme", Method: "POST", Host: "deploy.example",

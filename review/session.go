@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/slots"
 )
 
 // maxSessions bounds the sessions held; beyond it the identity holding the most loses the one
@@ -186,9 +189,10 @@ func sessionOf(r *http.Request) *session {
 }
 
 // session requires a signed-in browser: a page asked for without one sends it to sign in and
-// back; anything else is refused. A POST must carry the session's CSRF token and come from this
-// page.
-func (s *Server) session(h http.HandlerFunc) http.HandlerFunc {
+// back; anything else is refused. A page or form (k call) holds a call slot of the session's
+// identity until it is served, taken before its form is read, so a slow form holds one too. A
+// POST must carry the session's CSRF token and come from this page.
+func (s *Server) session(k kind, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var sess *session
 		if c, err := r.Cookie(s.cookieName()); err == nil {
@@ -202,8 +206,18 @@ func (s *Server) session(h http.HandlerFunc) http.HandlerFunc {
 			s.fail(w, r, http.StatusUnauthorized, "sign in first: this session has ended or never began")
 			return
 		}
+		if k == call {
+			release, ok := s.hold(w, r, sess, s.calls, "review.calls", "pages and forms in progress")
+			if !ok {
+				return
+			}
+			defer release()
+		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if !s.formRead(w, r) {
+				return
+			}
 			if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(sess.CSRF)) != 1 {
 				s.fail(w, r, http.StatusForbidden, "the form did not come from this page (its CSRF token or origin is wrong); reload the page and try again")
 				return
@@ -211,6 +225,17 @@ func (s *Server) session(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess)))
 	}
+}
+
+// formRead reads r's form, answering 408 naming the setting when its body came too slowly
+// (package slots) and reporting false. Any other problem leaves the form empty, which the
+// form's token check then refuses.
+func (s *Server) formRead(w http.ResponseWriter, r *http.Request) bool {
+	if err := r.ParseForm(); errors.Is(err, slots.ErrSlowBody) {
+		s.fail(w, r, http.StatusRequestTimeout, "the form did not come in time: "+err.Error())
+		return false
+	}
+	return true
 }
 
 func (s *Server) signinPage(w http.ResponseWriter, r *http.Request) {
@@ -223,6 +248,9 @@ func (s *Server) signinPage(w http.ResponseWriter, r *http.Request) {
 // the cookie the sign-in page set, so another site cannot sign a browser in as someone else.
 func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	if !s.formRead(w, r) {
+		return
+	}
 	next := safeNext(r.PostFormValue("next"))
 	c, err := r.Cookie(signinCookie)
 	switch {

@@ -20,7 +20,7 @@ func withStreams(l slots.Limits) func(*Config) { return func(c *Config) { c.Stre
 func (f *fixture) openTail(c *http.Client) *http.Response {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/tail/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.url+"/tail/events", nil)
 	resp, err := c.Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		cancel()
@@ -37,7 +37,7 @@ func (f *fixture) refusedStream(c *http.Client, path, want string) {
 	// Bounded: a stream let through would never end.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+path, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.url+path, nil)
 	resp, err := c.Do(req)
 	if err != nil {
 		f.t.Fatalf("GET %s: %v", path, err)
