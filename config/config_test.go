@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/review"
+	"github.com/airlock-dev/airlock/slots"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -381,14 +382,21 @@ func TestDeployComposeLoads(t *testing.T) {
 	}
 }
 
-// The stream bounds a node starts with are the ones the review page and the API fall back to
-// when given none, so a caller that passes no configuration is bounded the same way.
-func TestStreamDefaultsMatchTheListeners(t *testing.T) {
+// The slot bounds a node starts with are the ones the review page and the API fall back to when
+// given none, so a caller that passes no configuration is bounded the same way.
+func TestSlotDefaultsMatchTheListeners(t *testing.T) {
 	d := Default()
-	if got := d.Review.Streams.Limits(); got != review.DefaultStreams {
-		t.Errorf("review.streams %+v; the page's own default is %+v", got, review.DefaultStreams)
-	}
-	if got := d.API.Streams.Limits(); got != api.DefaultStreams {
-		t.Errorf("api.streams %+v; the API's own default is %+v", got, api.DefaultStreams)
+	for _, c := range []struct {
+		setting   string
+		got, want slots.Limits
+	}{
+		{"review.streams", d.Review.Streams.Limits(), review.DefaultStreams},
+		{"review.calls", d.Review.Calls.Limits(), review.DefaultCalls},
+		{"api.streams", d.API.Streams.Limits(), api.DefaultStreams},
+		{"api.calls", d.API.Calls.Limits(), api.DefaultCalls},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s %+v; the listener's own default is %+v", c.setting, c.got, c.want)
+		}
 	}
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/review"
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/slots"
 	"github.com/airlock-dev/airlock/token"
 )
 
@@ -137,16 +138,17 @@ func reviewerKeys(cfg config.Config) map[string]approval.Reviewer {
 	return out
 }
 
-// startReview serves the review page on its own listener (TLS when review.tls is set) and
-// returns its URL ("" when review.listen is empty) and what stops it.
+// startReview serves the review page on its own listener (TLS when review.tls is set), bounded
+// as review.connections, review.timeouts and review.calls say, and returns its URL ("" when
+// review.listen is empty) and what stops it.
 func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval.Registry, log *slog.Logger) (string, func(), error) {
 	if cfg.Review.Listen == "" {
 		return "", func() {}, nil
 	}
 	dir := AuditDir(cfg)
 	page, err := review.New(review.Config{Trail: a.sink, Sink: a.sink, Keys: apiKeys(cfg, deps), Reviewers: reviewerKeys(cfg),
-		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Streams: cfg.Review.Streams.Limits(), Logger: log,
-		Checkpoint: a.signed.Load, Approvals: approvals,
+		Secure: cfg.Loaded.ReviewCertificate != nil, SessionTTL: cfg.Review.SessionTTL, Streams: cfg.Review.Streams.Limits(),
+		Calls: cfg.Review.Calls.Limits(), Logger: log, Checkpoint: a.signed.Load, Approvals: approvals,
 		Verify: func(ctx context.Context, lease string) (*audit.Report, error) {
 			if err := a.sink.Flush(ctx); err != nil {
 				return nil, err
@@ -156,7 +158,24 @@ func startReview(cfg config.Config, deps Deps, a *auditPart, approvals *approval
 	if err != nil {
 		return "", nil, err
 	}
-	return serve("review", cfg.Review.Listen, cfg.Loaded.ReviewCertificate, page)
+	ln, err := net.Listen("tcp", cfg.Review.Listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("review: %w", err)
+	}
+	stop := serveBounded(ln, cfg.Loaded.ReviewCertificate, "review", cfg.Review.Connections, cfg.Review.Timeouts, page, page.Refuse)
+	return scheme(cfg.Loaded.ReviewCertificate) + "://" + ln.Addr().String(), stop, nil
+}
+
+// serveBounded serves h on ln (over TLS with cert when it is set) as package slots bounds it:
+// connections per address and in all before anyone is known, and each phase of a connection
+// in time; setting names the listener's configuration in refusals ("api"), which refuse
+// answers in h's own form. It returns what stops it.
+func serveBounded(ln net.Listener, cert *tls.Certificate, setting string, conns config.Connections, t config.Timeouts, h http.Handler,
+	refuse func(http.ResponseWriter, *http.Request, string)) func() {
+	srv := slots.NewServer(ln, slots.ServerConfig{Handler: h, TLS: serverTLS(cert), Conns: conns.Limits(), Timeouts: t.Slots(),
+		Setting: setting, Refuse: refuse})
+	go srv.Serve()
+	return func() { srv.Close() }
 }
 
 // serve serves h on a listener of its own at listen, over TLS with cert when it is set, and
@@ -166,15 +185,28 @@ func serve(name, listen string, cert *tls.Certificate, h http.Handler) (string, 
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
-	scheme := "http"
-	if cert != nil {
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"}})
-		scheme = "https"
+	if c := serverTLS(cert); c != nil {
+		ln = tls.NewListener(ln, c)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	return scheme + "://" + ln.Addr().String(), func() { srv.Close() }, nil
+	return scheme(cert) + "://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// serverTLS is a listener's TLS configuration for cert, offering HTTP/2; nil without one.
+func serverTLS(cert *tls.Certificate) *tls.Config {
+	if cert == nil {
+		return nil
+	}
+	return &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+}
+
+// scheme is a listener's URL scheme: https when it serves cert.
+func scheme(cert *tls.Certificate) string {
+	if cert != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // startShippers starts a shipper per configured audit sink; the returned function stops them.
@@ -569,7 +601,9 @@ type apiPart struct {
 	close   func()
 }
 
-// startAPI serves the API on ln, forwarding calls about other nodes' leases, signed.
+// startAPI serves the API on ln (TLS when api.tls is set), bounded as api.connections,
+// api.timeouts, api.calls and api.streams say, forwarding calls about other nodes' leases,
+// signed.
 func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener, mgr *pool.Manager, store *redisstore.Store,
 	authority *ca.Authority, gw *gatewayPart, sink *audit.FileSink, signer note.Signer, approvals *approval.Registry,
 	reg *prometheus.Registry, log *slog.Logger) (*apiPart, error) {
@@ -580,16 +614,15 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 	}
 	h := api.New(api.Config{Pool: mgr, Keys: apiKeys(cfg, deps), Minter: deps.Minter, Logger: log,
 		RatePerKey: cfg.API.RatePerKey, BurstPerKey: cfg.API.BurstPerKey, PortHost: apiHost(cfg.API.Listen),
-		MaxPortsPerLease: cfg.API.MaxPortsPerLease, Streams: cfg.API.Streams.Limits(),
+		MaxPortsPerLease: cfg.API.MaxPortsPerLease, Streams: cfg.API.Streams.Limits(), Calls: cfg.API.Calls.Limits(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Explain: gw.proxy.Explain, Audit: sink,
 		Receipt: func(ctx context.Context, tenant, lease string) ([]byte, error) {
 			return receipt.Make(ctx, sink, signer, tenant, lease)
 		},
 		Approvals: approvals, Reviewers: reviewerKeys(cfg),
 		NodeAuth: nodeAuth, PeerTransport: peers})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return &apiPart{handler: h, secret: nodeAuth.Secret, close: func() { srv.Close() }}, nil
+	stop := serveBounded(ln, cfg.Loaded.APICertificate, "api", cfg.API.Connections, cfg.API.Timeouts, h, h.Refuse)
+	return &apiPart{handler: h, secret: nodeAuth.Secret, close: stop}, nil
 }
 
 // startE2B serves E2B's API on its own listener (TLS when e2b.tls is set) and returns its URL
@@ -627,22 +660,16 @@ func followReloads(reloads <-chan config.Config, gw *gatewayPart, res *resolverP
 	}
 }
 
-// listenAPI opens the API's listener (TLS when api.tls is set) and returns the URL other nodes
-// and clients reach it at.
+// listenAPI opens the API's listener and returns the URL other nodes and clients reach it at
+// (https when api.tls is set: startAPI serves TLS on it, inside the connection bounds).
 func listenAPI(cfg config.Config) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {
 		return nil, "", fmt.Errorf("api: %w", err)
 	}
-	scheme := "http"
-	if c := cfg.Loaded.APICertificate; c != nil {
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*c}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"}})
-		scheme = "https"
-	}
 	u := cfg.API.Advertise
 	if u == "" {
-		u = scheme + "://" + ln.Addr().String()
+		u = scheme(cfg.Loaded.APICertificate) + "://" + ln.Addr().String()
 	}
 	return ln, u, nil
 }
