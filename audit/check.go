@@ -55,7 +55,9 @@ type Report struct {
 	Indexes, IndexesSealed int
 	Unsealed               []string
 	// Skipped counts the segments Since or Lease left out, each on the strength of its sealed
-	// index (a segment whose index is not sealed, or not the one sealed, is always checked).
+	// index and only where the chain before it is signed (a segment whose index is not sealed, or
+	// not the one sealed, is always checked, and so are those after a segment no signature
+	// covers, up to the next signature).
 	Skipped int
 	// AllChecked is set when Since or Lease was asked without a verifier key: with nothing
 	// signed to choose by, every segment was checked.
@@ -148,11 +150,11 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		rep.Node, _ = strings.CutPrefix(opt.Verifier.Name(), "airlock-")
 	}
 	// The seals are read first: they say which indexes can be trusted to choose segments by.
-	seals, err := readSeals(dir, names, opt.Verifier)
+	seals, heads, err := readSeals(dir, names, opt.Verifier)
 	if err != nil {
 		return nil, err
 	}
-	skipped, err := selectSegments(dir, names, seals, rep, opt)
+	skippable, err := selectSegments(dir, names, seals, heads, rep, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -170,8 +172,12 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		v.watch = latest.Seq
 	}
 	for i, name := range names {
-		if s, ok := skipped[name]; ok {
+		// A segment is left out only where the chain before it is signed (see covered), and
+		// never the one holding the record the latest checkpoint given signs, so that record is
+		// compared.
+		if s, ok := skippable[name]; ok && v.covered() && (v.watch < s.first || v.watch > s.last) {
 			v.skip(s)
+			rep.Skipped++
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -180,6 +186,9 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 			return nil, err
 		}
 		seal, sealed := seals[name]
+		if sealed && seal.Last == x.last() && seal.Head == head {
+			v.sign(seal.Last) // its records, read, end with the one its seal signs
+		}
 		if err := v.index(path, name, x, head, i == len(names)-1, seal, sealed); err != nil {
 			return nil, err
 		}
@@ -219,22 +228,32 @@ func lineKey(p Problem) int {
 
 // skippedSegment is a segment left out of the check, trusted by its seal: its first record (seq
 // from its sealed index, prev as its file says) and its last (seq and hash, from its seal), so the
-// chain is still followed across it, and where to find a retention record in it.
+// chain is still followed across it, what is wrong with its head (see readSeals), and where to
+// find a retention record in it.
 type skippedSegment struct {
 	name, path      string
 	first, last     uint64
 	firstPrev, head string
 	sum             [sha256.Size]byte // its sealed index's SHA-256
 	retains         bool              // its sealed index counts retention records in it
+	problems        []Problem         // of its head
 }
 
-// selectSegments returns the segments Since and Lease leave out (none when neither is set). A
-// segment is left out only on the strength of its sealed index, checked with the verifier key
-// (see sealedIndex): without the key, and for a segment whose index is not sealed, not the one
-// sealed or lists lines left out, nothing the chain covers says what it holds, so it is checked.
-// The last segment has no seal and is always checked.
-func selectSegments(dir string, names []string, seals map[string]indexSeal, rep *Report, opt VerifyOptions) (map[string]skippedSegment, error) {
-	if opt.Since.IsZero() && opt.Lease == "" {
+// skippedOf is the sealed segment at path, whose index x is the one seal seals and whose head is h,
+// as a segment left unread.
+func skippedOf(path string, x *index, seal indexSeal, h segmentHead) skippedSegment {
+	return skippedSegment{name: filepath.Base(path), path: path, first: x.first(), firstPrev: h.first.Prev, last: seal.Last, head: seal.Head,
+		sum: seal.Sum, retains: x.Counts[fieldEvent][EventRetention] > 0, problems: h.problems}
+}
+
+// selectSegments returns the segments Since and Lease may leave out (none when neither is set;
+// Verify still reads one where the chain before it is not signed). A segment is left out only on
+// the strength of its sealed index, checked with the verifier key (see sealedIndex): without the
+// key, and for a segment whose index is not sealed, not the one sealed or lists lines left out, or
+// whose first line is not the first its index names, nothing the chain covers says what it holds,
+// so it is checked. The last segment has no seal and is always checked.
+func selectSegments(dir string, names []string, seals map[string]indexSeal, heads map[string]segmentHead, rep *Report, opt VerifyOptions) (map[string]skippedSegment, error) {
+	if opt.Since.IsZero() && opt.Lease == "" || len(names) == 0 {
 		return nil, nil
 	}
 	if opt.Verifier == nil {
@@ -257,13 +276,9 @@ func selectSegments(dir string, names []string, seals map[string]indexSeal, rep 
 				continue
 			}
 		}
-		first, err := readRecordAt(path, [2]uint32{x.Offsets[0], x.Offsets[1]})
-		if err != nil || first.Seq != x.first() {
-			continue
+		if h := heads[name]; h.first.Seq == x.first() {
+			out[name] = skippedOf(path, x, seal, h)
 		}
-		out[name] = skippedSegment{name: name, path: path, first: first.Seq, firstPrev: first.Prev, last: seal.Last, head: seal.Head,
-			sum: seal.Sum, retains: x.Counts[fieldEvent][EventRetention] > 0}
-		rep.Skipped++
 	}
 	return out, nil
 }
@@ -286,21 +301,72 @@ type verifier struct {
 	// skipped are the segments left out of the check so far, in order: a retention record that
 	// explains a gap may be in one (see retentionIn).
 	skipped []skippedSegment
-	// noFront is set by openSegments, which does not establish the front of the trail.
-	noFront bool
+	// signed is the seq up to which the chain followed so far is covered by a signature: a valid
+	// checkpoint (itself included), or a seal whose segment's last record the chain reached. A
+	// segment's seal vouches for its own records only: the records before it that no signature
+	// covers yet are covered only by reading on to the next signature (see covered).
+	signed uint64
+	// waiting are the segments read whose last record awaits a signature, and sealable says, for
+	// each one waited for, whether one came with no problem in the chain between (see await).
+	waiting  []string
+	sealable map[string]bool
 }
 
+// problem reports what is wrong at a record; no signature after it covers the segments waiting.
 func (v *verifier) problem(seg string, line int, seq uint64, format string, args ...any) {
+	v.report(seg, line, seq, format, args...)
+	v.uncover()
+}
+
+// report reports what is wrong at a record.
+func (v *verifier) report(seg string, line int, seq uint64, format string, args ...any) {
 	v.rep.Problems = append(v.rep.Problems, Problem{Segment: seg, Line: line, Seq: seq, Reason: fmt.Sprintf(format, args...)})
 	v.segmentProblem = true
 }
 
-// check checks one segment (see segment) and returns, with its rebuilt index and the hash of
-// its last record, the problems found in it.
-func (v *verifier) check(path, name string) (*index, string, []Problem, error) {
-	before := len(v.rep.Problems)
-	x, head, err := v.segment(path, name)
-	return x, head, slices.Clone(v.rep.Problems[before:]), err
+// covered reports whether the chain followed so far is signed up to its last record, so a segment
+// after it may be trusted by its own seal without reading it.
+func (v *verifier) covered() bool { return !v.started || v.signed >= v.prevSeq }
+
+// sign records a signature over the chain up to seq (the last record followed): every segment
+// waiting is covered.
+func (v *verifier) sign(seq uint64) {
+	v.signed = max(v.signed, seq)
+	v.settle(true)
+}
+
+// uncover records a problem in the chain: no signature after it covers the segments waiting.
+func (v *verifier) uncover() { v.settle(false) }
+
+// await waits for a signature over the segment just read, up to its last record.
+func (v *verifier) await(name string) {
+	v.waiting = append(v.waiting, name)
+	if v.covered() {
+		v.settle(true)
+	}
+}
+
+// settle says of every segment waiting whether a signature covers it.
+func (v *verifier) settle(covered bool) {
+	if len(v.waiting) > 0 && v.sealable == nil {
+		v.sealable = map[string]bool{}
+	}
+	for _, n := range v.waiting {
+		v.sealable[n] = covered
+	}
+	v.waiting = v.waiting[:0]
+}
+
+// cleanSince reports whether the problems found since the before-th are none but a torn last line
+// and the trail's front (which retention may explain).
+func (v *verifier) cleanSince(before int) bool {
+	for i, p := range v.rep.Problems[before:] {
+		front := slices.ContainsFunc(v.gaps, func(g gap) bool { return g.from == 1 && g.problem == before+i })
+		if !front && p.Reason != errTorn.Error() {
+			return false
+		}
+	}
+	return true
 }
 
 // segment checks one segment's records and returns the index they give and the hash of the
@@ -324,7 +390,12 @@ func (v *verifier) segment(path, name string) (*index, string, error) {
 			head = r.Hash
 		}
 		if lerr != nil {
-			v.problem(name, lineNo, r.Seq, "%s", describeLineError(lerr))
+			if errors.Is(lerr, errTorn) {
+				// A crash's mark, at the very end of the trail: nothing follows for it to break.
+				v.report(name, lineNo, r.Seq, "%s", describeLineError(lerr))
+			} else {
+				v.problem(name, lineNo, r.Seq, "%s", describeLineError(lerr))
+			}
 			if r.Hash != "" {
 				v.claimed, v.claimedSeq = r.Hash, r.Seq
 			}
@@ -438,7 +509,9 @@ func (v *verifier) skip(s skippedSegment) {
 	case s.first != v.prevSeq+1 || s.firstPrev != v.prevHash && s.firstPrev != v.claimed:
 		v.problem(s.name, 1, s.first, "chain broken: its first record (seq %d) does not follow seq %d", s.first, v.prevSeq)
 	}
+	v.rep.Problems = append(v.rep.Problems, s.problems...)
 	v.prevSeq, v.prevHash, v.started, v.claimed = s.last, s.head, true, ""
+	v.sign(s.last)
 	v.skipped = append(v.skipped, s)
 }
 
@@ -446,7 +519,6 @@ func (v *verifier) skip(s skippedSegment) {
 // for resolveGaps (retention may explain it); the record after a gap is itself valid.
 func (v *verifier) link(name string, line int, r *Record, opening bool) bool {
 	switch {
-	case !v.started && v.noFront:
 	case !v.started:
 		return v.front(name, line, r.Seq, r.Prev)
 	case v.claimed != "" && r.Prev == v.claimed:
@@ -500,6 +572,7 @@ func (v *verifier) opening(name string, r *Record) bool {
 func (v *verifier) checkpoint(name string, line int, r *Record) bool {
 	v.rep.Checkpoints++
 	if v.opt.Verifier == nil {
+		v.sign(r.Seq) // worth what the chain around it is worth, as every signature without the key
 		return true
 	}
 	c, err := OpenCheckpoint([]byte(r.Note), v.opt.Verifier)
@@ -514,8 +587,8 @@ func (v *verifier) checkpoint(name string, line int, r *Record) bool {
 		v.problem(name, line, r.Seq, "checkpoint signs seq %d, which is not the record before it (seq %d): the records between were deleted", c.Seq, v.prevSeq)
 		return false
 	case c.Head != v.prevHash:
-		v.problem(name, line, r.Seq, "checkpoint signs seq %d with another head than the trail has: records after seq %d (the last checkpoint that holds) up to %d were changed and their chain rebuilt",
-			c.Seq, v.rep.Covered, c.Seq)
+		v.problem(name, line, r.Seq, "checkpoint signs seq %d with another head than the trail has: records after seq %d (the last one a valid signature covers) up to %d were changed and their chain rebuilt",
+			c.Seq, v.signed, c.Seq)
 		return false
 	case c.Node != v.rep.Node:
 		v.problem(name, line, r.Seq, "checkpoint is for node %q", c.Node)
@@ -523,6 +596,7 @@ func (v *verifier) checkpoint(name string, line int, r *Record) bool {
 	}
 	v.rep.CheckpointsValid++
 	v.rep.Covered = r.Seq
+	v.sign(r.Seq)
 	return true
 }
 
@@ -546,6 +620,9 @@ func (v *verifier) gap(g gap) {
 	g.problem = len(v.rep.Problems)
 	v.rep.Problems = append(v.rep.Problems, Problem{Segment: g.seg, Line: g.line, Seq: g.to + 1, Reason: why})
 	v.gaps = append(v.gaps, g)
+	if v.started {
+		v.uncover() // the records before it link to nothing that follows
+	}
 }
 
 // resolveGaps takes back the report of each gap a signed retention record explains (see
@@ -577,7 +654,7 @@ func (v *verifier) resolveGaps() {
 // before, and the search stops at one that deletes less than the gap.
 func (v *verifier) retention(g gap) (Record, bool) {
 	for _, r := range v.retained {
-		signed := v.opt.Verifier == nil || r.Seq <= v.rep.Covered
+		signed := v.opt.Verifier == nil || r.Seq <= v.signed
 		if r.Through == g.to && r.Head == g.prev && signed {
 			return r, true
 		}
@@ -596,7 +673,7 @@ func (v *verifier) retention(g gap) (Record, bool) {
 // retentionIn looks for the retention record that explains gap g in a segment left out of the
 // check, through the postings of retention records in its sealed index, newest first. Each is
 // read and checked on its own hash, and trusted only when the record after it is the checkpoint
-// the node signs right after every deletion, signing it (without the key, when it is there).
+// the node signs right after every deletion, signing it (without the key, as it is).
 // older is set at a record that deletes less than the gap.
 func (v *verifier) retentionIn(s skippedSegment, g gap) (r Record, found, older bool) {
 	data, err := os.ReadFile(indexPath(s.path))
@@ -627,12 +704,12 @@ func (v *verifier) retentionIn(s skippedSegment, g gap) (r Record, found, older 
 		case r.Through != g.to || r.Head != g.prev:
 			continue
 		}
+		if v.opt.Verifier == nil {
+			return r, true, false // as every retention record without the key (see retention)
+		}
 		c, err := at(o + 1)
 		if err != nil || c.Kind != KindAudit || c.Event != EventCheckpoint || c.Prev != r.Hash {
 			continue
-		}
-		if v.opt.Verifier == nil {
-			return r, true, false
 		}
 		if cp, err := OpenCheckpoint([]byte(c.Note), v.opt.Verifier); err == nil && cp.Seq == r.Seq && cp.Head == r.Hash && cp.Node == v.rep.Node {
 			return r, true, false

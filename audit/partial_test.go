@@ -138,3 +138,64 @@ func TestPartialVerifyAfterRetention(t *testing.T) {
 		t.Fatalf("verify --lease l7: %v\n%s", err, rep)
 	}
 }
+
+// A check of one lease compares the latest checkpoint given (from Redis, or --latest) with the
+// trail as a full check does: a checkpoint edited is refused, and the segment holding the record
+// it signs is read even when the lease is not in it, so a rewrite of that record (its own hash
+// made right, nothing its index or its seal covers changed) is found.
+func TestPartialVerifyComparesTheLatestCheckpoint(t *testing.T) {
+	cases := []struct {
+		name   string
+		tamper func(t *testing.T, path string, latest []byte, seq uint64) []byte
+		want   string
+	}{
+		{"the checkpoint edited", func(t *testing.T, _ string, latest []byte, _ uint64) []byte {
+			return []byte(strings.Replace(string(latest), "\n\n", "\nextra\n\n", 1))
+		}, "the latest checkpoint given"},
+		{"the record it signs rewritten, in a segment the check would skip", func(t *testing.T, path string, latest []byte, seq uint64) []byte {
+			ls := lines(t, path)
+			for i, l := range ls {
+				if r, _, err := checkLine([]byte(strings.TrimSuffix(l, "\n")), nil); err == nil && r.Seq == seq {
+					r.BytesUp++ // not indexed, and the same length
+					ls[i] = string((&FileSink{seq: r.Seq - 1, prev: r.Prev}).line(&r))
+				}
+			}
+			put(t, path, ls)
+			return latest
+		}, "is not the one it signed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir, segs, _, verifier := sealTrail(t)
+			// A checkpoint in a segment that holds none of l5, as the latest one Redis kept.
+			var latest []byte
+			var seq uint64
+			var path string
+			for _, name := range segs[:len(segs)-1] {
+				p := filepath.Join(dir, name)
+				all := strings.Join(lines(t, p), "")
+				if latest != nil || strings.Contains(all, `"lease":"l5"`) {
+					continue
+				}
+				ls := lines(t, p)
+				for i := 1; i < len(ls); i++ {
+					before, _, _ := checkLine([]byte(strings.TrimSuffix(ls[i-1], "\n")), nil)
+					if r, _, err := checkLine([]byte(strings.TrimSuffix(ls[i], "\n")), nil); err == nil && r.Event == EventCheckpoint && before.Kind != KindAudit {
+						latest, seq, path = []byte(r.Note), before.Seq, p
+					}
+				}
+			}
+			if latest == nil {
+				t.Fatal("no checkpoint signing a record of traffic in a segment without l5")
+			}
+			if rep, err := Verify(dir, VerifyOptions{Verifier: verifier, Lease: "l5", Latest: latest}); err != nil || !rep.OK() || rep.Skipped == 0 {
+				t.Fatalf("verify --lease l5 of the untouched trail: %v\n%s", err, rep)
+			}
+			latest = c.tamper(t, path, latest, seq)
+			rep, err := Verify(dir, VerifyOptions{Verifier: verifier, Lease: "l5", Latest: latest})
+			if err != nil || rep.OK() || !strings.Contains(rep.String(), c.want) {
+				t.Fatalf("verify --lease l5: want %q: %v\n%s", c.want, err, rep)
+			}
+		})
+	}
+}

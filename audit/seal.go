@@ -141,14 +141,27 @@ func indexSum(data []byte) (sum [sha256.Size]byte) {
 	return sum
 }
 
-// readSeals returns the index seals the trail's segments hold, by the segment each seals. The
-// node writes them right after a segment's opening record, so only those records are read. A
-// seal counts when its record verifies on its own and, when v is given, its note is the node's
-// signature over what the record says (see sealOf); without v, when the record before it and the
-// one after it link to it, so that editing it means rewriting the chain from there on. When one
-// segment is sealed twice, the first seal counts. Verify reports every seal that does not check.
-func readSeals(dir string, names []string, v note.Verifier) (map[string]indexSeal, error) {
+// segmentHead is what readSeals finds at the start of a segment: its first record (seq, prev
+// and hash; Seq is 0 when that line does not verify on its own), and what is wrong with the lines
+// it read there, so a reader that trusts the segment by its seal and reads nothing more of it
+// still links it to the segment before and says what was done to its head.
+type segmentHead struct {
+	first    Record
+	problems []Problem
+}
+
+// readSeals returns the index seals the trail's segments hold, by the segment each seals, and
+// each segment's head. The node writes seals right after a segment's opening record, so only
+// those records (and the one after them, to check its link) are read. A seal counts when its
+// record verifies on its own and, when v is given, its note is the node's signature over what the
+// record says (see sealOf); without v, when the record before it and the one after it link to it,
+// so that editing it means rewriting the chain from there on. When one segment is sealed twice,
+// the first seal counts. A line of the head that is not the segment's own opening record, or a
+// seal that does not check, is a problem of the head; so is a line that does not verify on its
+// own or does not link to the one before it, and it ends the head: no seal after it counts.
+func readSeals(dir string, names []string, v note.Verifier) (map[string]indexSeal, map[string]segmentHead, error) {
 	out := map[string]indexSeal{}
+	heads := make(map[string]segmentHead, len(names))
 	add := func(s indexSeal) {
 		if _, dup := out[s.Segment]; !dup {
 			out[s.Segment] = s
@@ -160,42 +173,60 @@ func readSeals(dir string, names []string, v note.Verifier) (map[string]indexSea
 			continue // deleted by retention since it was listed
 		}
 		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
+			return nil, nil, fmt.Errorf("audit: %w", err)
 		}
-		line, prev := 0, ""
+		var h segmentHead
+		line, prev, prevSeq := 0, "", uint64(0)
+		bad := func(r *Record, format string, args ...any) error {
+			h.problems = append(h.problems, Problem{Segment: name, Line: line, Seq: r.Seq, Reason: fmt.Sprintf(format, args...)})
+			return errStop
+		}
 		var pending *indexSeal // an unsigned seal waiting for the record after it to link to it
 		err = scanLines(f, func(_ []byte, _ int64, r *Record, lerr error) error {
 			line++
-			if lerr != nil || line > 1 && r.Prev != prev {
-				return errStop
+			switch {
+			case lerr != nil:
+				return bad(r, "%s", describeLineError(lerr))
+			case line == 1:
+				h.first = Record{Seq: r.Seq, Prev: r.Prev, Hash: r.Hash}
+			case r.Prev != prev || r.Seq != prevSeq+1:
+				return bad(r, "chain broken: it does not follow seq %d, the record before it (a record of the segment's head was replaced, inserted or removed)", prevSeq)
 			}
 			if pending != nil {
 				add(*pending)
 				pending = nil
 			}
 			switch {
+			case line == 1 && (r.Kind != KindAudit || r.Event != EventSegment):
+				return bad(r, "the segment does not begin with its own opening record (it was cut at the front, renamed or assembled by hand)")
+			case line == 1 && r.Segment != name:
+				// Renamed: said, and the seals after it still count (they link to it, and a signed
+				// one is the node's wherever it is).
+				bad(r, "the segment does not begin with its own opening record (it was cut at the front, renamed or assembled by hand)")
 			case line == 1:
-				if r.Kind != KindAudit || r.Event != EventSegment {
-					return errStop
-				}
 			case r.Kind != KindAudit || r.Event != EventIndex:
 				return errStop
 			default:
-				if s, err := sealOf(r, v); err == nil && v != nil {
+				s, err := sealOf(r, v)
+				switch {
+				case err != nil:
+					bad(r, "%v", err)
+				case v != nil:
 					add(s)
-				} else if err == nil {
+				default:
 					pending = &s
 				}
 			}
-			prev = r.Hash
+			prev, prevSeq = r.Hash, r.Seq
 			return nil
 		})
 		f.Close()
 		if err != nil && !errors.Is(err, errStop) {
-			return nil, fmt.Errorf("audit: %s: %w", name, err)
+			return nil, nil, fmt.Errorf("audit: %s: %w", name, err)
 		}
+		heads[name] = h
 	}
-	return out, nil
+	return out, heads, nil
 }
 
 // sealedIndex reads the index of the sealed segment at path when it is the one s seals, and says
@@ -231,125 +262,6 @@ func sealedIndex(path string, s indexSeal, all bool) (*index, error) {
 // or does not match the records it indexes.
 func tamperedIndex(segment, why string) Problem {
 	return Problem{Segment: segment, Reason: "tampered index: " + why}
-}
-
-// openOptions say how openSegments reads a trail.
-type openOptions struct {
-	node     string        // the trail's node; "" learns it from the first segment
-	verifier note.Verifier // checks seals and checkpoints; nil leaves their signatures unchecked
-	// own is set for the node opening its own trail: every segment on disk is sealed from now on
-	// (the node begins a new one), and the indexes it rebuilds are written, to be sealed. Without
-	// it nothing is written, and the last segment is one a node may still be writing.
-	own bool
-}
-
-// openSegments reads the summary of each segment of the trail in dir, trusting an index file
-// only where its seal covers it (see sealedIndex). Every other segment is read whole, its records
-// checked as Verify checks them (each on its own hash, the chain between them, the segment's
-// opening record and node, and with a verifier each checkpoint), and its index rebuilt from them:
-//   - a sealed segment whose index is not the one sealed is reported as tampered, and its rebuilt
-//     index is used from memory (the file is left as it is, for audit verify to show); only when
-//     the index file is gone and the records give back exactly the sealed index is it written
-//     again without a word;
-//   - a segment with no seal (the last one of the previous run; one sealed before index seals
-//     existed) whose records check, with nothing beside it or an index that matches them, has its
-//     index written and is returned among the seals to write, for the node to seal with its first
-//     records; an index beside it that
-//     does not match its records is reported as tampered and left as it is;
-//   - a segment whose records do not check (beyond a torn last line: a crash's mark, reported
-//     and kept out of its index) is never sealed: its rebuilt index is used from memory and its
-//     problems are part of every answer, at every start, until the trail is repaired.
-func openSegments(dir string, names []string, opt openOptions) ([]segmentSummary, []indexSeal, error) {
-	seals, err := readSeals(dir, names, opt.verifier)
-	if err != nil {
-		return nil, nil, err
-	}
-	v := &verifier{rep: &Report{Node: opt.node}, opt: VerifyOptions{Verifier: opt.verifier}, hashes: map[uint64]string{}, noFront: true}
-	var sums []segmentSummary
-	var todo []indexSeal
-	for i, name := range names {
-		path := filepath.Join(dir, name)
-		st, err := os.Stat(path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("audit: %w", err)
-		}
-		seal, sealed := seals[name]
-		why := ""
-		if sealed {
-			x, err := sealedIndex(path, seal, false)
-			if err == nil {
-				g := x.summaryOf(name, st.Size())
-				g.sum = seal.Sum
-				sums = append(sums, g)
-				v.prevSeq, v.prevHash, v.started = seal.Last, seal.Head, true
-				if v.rep.Node == "" {
-					v.rep.Node = seal.Node
-				}
-				continue
-			}
-			why = err.Error()
-		}
-		x, head, problems, err := v.check(path, name)
-		if err != nil {
-			return nil, nil, err
-		}
-		g := x.summaryOf(name, st.Size())
-		g.Bad, g.mem = problems, x // from memory, unless the node writes and seals it below
-		clean := onlyTorn(problems)
-		switch {
-		case sealed:
-			enc := x.encode()
-			if _, err := os.Stat(indexPath(path)); !errors.Is(err, os.ErrNotExist) || !clean || indexSum(enc) != seal.Sum {
-				g.Bad = append(g.Bad, tamperedIndex(name, why+"; read from the index rebuilt from its records"))
-				break
-			}
-			// Deleted, and its records give back exactly the index sealed: nothing is lost.
-			if opt.own {
-				if err := writeFileAtomic(indexPath(path), enc); err != nil {
-					return nil, nil, err
-				}
-				g.sum, g.mem = seal.Sum, nil
-			}
-		case !opt.own && i == len(names)-1:
-			// A node may be writing it: an index beside it is never read.
-		case !clean || x.records() == 0:
-		default:
-			enc := x.encode()
-			data, err := os.ReadFile(indexPath(path))
-			present := err == nil
-			if present && !bytes.Equal(data, enc) && validIndexFile(data) {
-				g.Bad = append(g.Bad, tamperedIndex(name, "its index does not match its records (edited, swapped or left from another state of the trail), and no seal covers it; read from the index rebuilt from its records"))
-				break
-			}
-			if !opt.own {
-				if present && bytes.Equal(data, enc) {
-					g.sum, g.mem = indexSum(enc), nil // the very index its records give
-				}
-				break
-			}
-			// Nothing beside it, an index of an earlier version or a damaged one, or the very
-			// index its records give: the node writes it and seals it.
-			if !bytes.Equal(data, enc) {
-				if err := writeFileAtomic(indexPath(path), enc); err != nil {
-					return nil, nil, err
-				}
-			}
-			g.sum, g.mem = indexSum(enc), nil
-			todo = append(todo, indexSeal{Node: opt.node, Segment: name, Last: x.last(), Head: head, Sum: g.sum})
-		}
-		sums = append(sums, g)
-	}
-	return sums, todo, nil
-}
-
-// onlyTorn reports whether the problems found in a segment are none, or its torn last line.
-func onlyTorn(ps []Problem) bool {
-	for _, p := range ps {
-		if p.Reason != errTorn.Error() {
-			return false
-		}
-	}
-	return true
 }
 
 // validIndexFile reports whether data is an index file of this version with its checksum right
