@@ -76,9 +76,6 @@ func (s *Server) Serve() error {
 // Close closes the listener and every connection.
 func (s *Server) Close() error { return s.http.Close() }
 
-// Addr is the address the server listens on.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
 // Connections returns how many connections addr (an Address) holds.
 func (s *Server) Connections(addr string) int { return s.ln.Held(addr) }
 
