@@ -199,3 +199,13 @@ func TestPartialVerifyComparesTheLatestCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A check of one lease, or from a time on, of a trail with no segment yet says there is nothing
+// to check (it sliced the segment list to all but the last, and panicked).
+func TestPartialVerifyOfAnEmptyTrail(t *testing.T) {
+	_, verifier := testKey(t, "a")
+	rep, err := Verify(t.TempDir(), VerifyOptions{Verifier: verifier, Lease: "l0"})
+	if err != nil || !rep.OK() || rep.Records != 0 || !strings.Contains(rep.String(), "No records to check") {
+		t.Fatalf("verify --lease of an empty trail: %v\n%s", err, rep)
+	}
+}
