@@ -325,6 +325,11 @@ type E2B struct {
 	// Domain is the sandbox domain the SDK is told (getHost(port) answers PORT-ID.DOMAIN); a
 	// DNS name, empty for none.
 	Domain string `yaml:"domain"`
+	// Connections bounds the listener's connections per address and in all, before any key is
+	// known. (A call's API work takes the tenant's api.calls and api.streams slots.)
+	Connections Connections `yaml:"connections"`
+	// Timeouts bound how long a connection to the listener goes without progress.
+	Timeouts Timeouts `yaml:"timeouts"`
 }
 
 // ReviewerKey is one reviewer key, stored as the hex SHA-256 of the key.
@@ -396,6 +401,7 @@ func Default() Config {
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
 			CheckpointEvery: 10 * time.Second, OutputHead: 1024},
+		E2B: E2B{Connections: DefaultAPIConnections, Timeouts: DefaultTimeouts},
 		Review: Review{SessionTTL: 8 * time.Hour, Streams: DefaultReviewStreams, Calls: DefaultReviewCalls,
 			Connections: DefaultReviewConnections, Timeouts: DefaultTimeouts},
 		Creds: []broker.Entry{{
@@ -820,6 +826,10 @@ func (c *Config) validateE2B(bad func(field, format string, args ...any)) {
 	}
 	if (e.TLS.CertFile == "") != (e.TLS.KeyFile == "") {
 		bad("e2b.tls", "cert_file and key_file go together")
+	}
+	if e.Listen != "" {
+		e.Connections.validate("e2b.connections", bad)
+		e.Timeouts.validate("e2b.timeouts", bad)
 	}
 	if e.Domain != "" && !dnsName.MatchString(e.Domain) {
 		bad("e2b.domain", "%q is not a DNS name (no scheme, port or path)", e.Domain)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/slots"
 )
 
 // The Connect protocol (connectrpc.com/docs/protocol) with its JSON codec, as the SDK speaks
@@ -210,6 +211,10 @@ func (s *Server) unary(h func(call) (any, error)) http.HandlerFunc {
 		}
 		defer cancel()
 		in, err := io.ReadAll(io.LimitReader(r.Body, maxMessage+1))
+		if errors.Is(err, slots.ErrSlowBody) {
+			writeJSON(w, http.StatusRequestTimeout, rpcErr("deadline_exceeded", "%v", err).body())
+			return
+		}
 		if err != nil || len(in) > maxMessage {
 			fail(rpcErr("resource_exhausted", "the request message is unreadable or larger than %d bytes", maxMessage))
 			return
@@ -313,7 +318,7 @@ func (s *Server) serverStream(h func(call, *stream) error) http.HandlerFunc {
 func readEnvelope(body io.Reader) (json.RawMessage, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(body, hdr[:]); err != nil {
-		return nil, rpcErr("invalid_argument", "the request is not an enveloped message: %v", err)
+		return nil, bodyErr(err, "the request is not an enveloped message")
 	}
 	if hdr[0]&flagCompressed != 0 {
 		return nil, rpcErr("unimplemented", "compressed messages are not supported")
@@ -327,9 +332,18 @@ func readEnvelope(body io.Reader) (json.RawMessage, error) {
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(body, b); err != nil {
-		return nil, rpcErr("invalid_argument", "the request message is cut short: %v", err)
+		return nil, bodyErr(err, "the request message is cut short")
 	}
 	return b, nil
+}
+
+// bodyErr is the error of a request body that could not be read: too slow for the listener's
+// bounds (deadline_exceeded, naming the setting), or not what it says (invalid_argument).
+func bodyErr(err error, what string) *rpcError {
+	if errors.Is(err, slots.ErrSlowBody) {
+		return rpcErr("deadline_exceeded", "%v", err)
+	}
+	return rpcErr("invalid_argument", "%s: %v", what, err)
 }
 
 // unimplemented answers a method the SDK never calls, or that airlock does not serve.

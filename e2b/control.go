@@ -62,6 +62,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"code": status, "message": msg})
 }
 
+// Refuse answers a request the listener's bounds refused (too many connections from its
+// address, or in all) with status 429 and msg, as E2B's error body.
+func (s *Server) Refuse(w http.ResponseWriter, _ *http.Request, msg string) {
+	writeError(w, http.StatusTooManyRequests, msg)
+}
+
 // writeAPIError answers an error of the node's API with its status and message.
 func writeAPIError(w http.ResponseWriter, err error) {
 	status, msg := apiStatus(err)

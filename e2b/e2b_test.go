@@ -1,6 +1,7 @@
 package e2b_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
@@ -23,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/slots"
 )
 
 // minter mints task tokens from host specs with the environment's dev issuer, as the dev node's
@@ -102,6 +105,7 @@ func (f *fakeShell) signal(_ context.Context, _ pool.Sandbox, marker, sig string
 
 type fixture struct {
 	srv *httptest.Server
+	h   *e2b.Server
 	env *pooltest.Env
 	sh  *fakeShell
 }
@@ -128,7 +132,7 @@ func newFixtureMinting(t *testing.T, mints bool) *fixture {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	e.MustWarm(t, 2)
-	return &fixture{srv: srv, env: e, sh: sh}
+	return &fixture{srv: srv, h: h, env: e, sh: sh}
 }
 
 // control calls the control plane with key; it returns the status and the decoded body.
@@ -632,5 +636,57 @@ func TestUploads(t *testing.T) {
 		if got := f.sh.files[p]; got != want {
 			t.Errorf("%s holds %q, want %q (all: %q)", p, got, want, f.sh.files)
 		}
+	}
+}
+
+// The E2B listener is bounded as the API's is (the node serves it on a slots.Server): a call
+// whose body does not come whole in time is cut off with 408, while a file upload flows for as
+// long as its bytes keep coming.
+func TestSlowBodiesOnTheListener(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, "key-acme", `{}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := slots.NewServer(ln, slots.ServerConfig{Handler: f.h, Refuse: f.h.Refuse, Setting: "e2b",
+		Conns:    slots.Conns{Max: 8, PerAddress: 8},
+		Timeouts: slots.Timeouts{Header: 3 * time.Second, Body: 300 * time.Millisecond, Stall: 3 * time.Second, Idle: 3 * time.Second}})
+	go srv.Serve()
+	t.Cleanup(func() { srv.Close() })
+	send := func(path, ctype string, size int, first string) net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: e2b\r\nE2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s",
+			path, sb.ID, sb.Token, ctype, size, first)
+		return c
+	}
+	answer := func(c net.Conn, what string) (int, string) {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("waiting 10s for the answer to %s: %v", what, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	up := send("/files?path=slow.txt", "application/octet-stream", 4, "a")
+	call := send("/process.Process/List", "application/json", 1000, "{")
+	if st, body := answer(call, "a call whose body never comes"); st != http.StatusRequestTimeout || !strings.Contains(body, "e2b.timeouts.body") {
+		t.Fatalf("a slow call: %d %q; want 408 naming e2b.timeouts.body", st, body)
+	}
+	// The body timeout has passed for the upload too; it goes on as its bytes come.
+	io.WriteString(up, "bcd")
+	if st, body := answer(up, "the upload"); st != http.StatusOK || !strings.Contains(body, "slow.txt") {
+		t.Fatalf("an upload that moved past the body timeout: %d %q; want it written", st, body)
+	}
+	f.sh.mu.Lock()
+	defer f.sh.mu.Unlock()
+	if got := f.sh.files["/workspace/slow.txt"]; got != "abcd" {
+		t.Fatalf("the upload wrote %q", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/slots"
 )
 
 // envd's REST side: GET and POST /files, and /health. Errors are envd's {code, message}.
@@ -73,6 +74,7 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	slots.Upload(r) // a file flows for as long as its bytes keep coming (e2b.timeouts.stall)
 	if hasMetadata(r.Header) {
 		envdError(w, http.StatusBadRequest, "file metadata (X-Metadata-*) is not kept: this sandbox reports envd "+EnvdVersion)
 		return

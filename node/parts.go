@@ -178,21 +178,6 @@ func serveBounded(ln net.Listener, cert *tls.Certificate, setting string, conns 
 	return func() { srv.Close() }
 }
 
-// serve serves h on a listener of its own at listen, over TLS with cert when it is set, and
-// returns its URL and what stops it; name says whose listener failed to open.
-func serve(name, listen string, cert *tls.Certificate, h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return "", nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if c := serverTLS(cert); c != nil {
-		ln = tls.NewListener(ln, c)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return scheme(cert) + "://" + ln.Addr().String(), func() { srv.Close() }, nil
-}
-
 // serverTLS is a listener's TLS configuration for cert, offering HTTP/2; nil without one.
 func serverTLS(cert *tls.Certificate) *tls.Config {
 	if cert == nil {
@@ -625,8 +610,9 @@ func startAPI(ctx context.Context, cfg config.Config, deps Deps, ln net.Listener
 	return &apiPart{handler: h, secret: nodeAuth.Secret, close: stop}, nil
 }
 
-// startE2B serves E2B's API on its own listener (TLS when e2b.tls is set) and returns its URL
-// ("" when e2b.listen is empty) and what stops it.
+// startE2B serves E2B's API on its own listener (TLS when e2b.tls is set), bounded as
+// e2b.connections and e2b.timeouts say, and returns its URL ("" when e2b.listen is empty) and
+// what stops it.
 func startE2B(cfg config.Config, a *apiPart, mgr *pool.Manager, log *slog.Logger) (string, func(), error) {
 	if cfg.E2B.Listen == "" {
 		return "", func() {}, nil
@@ -636,7 +622,12 @@ func startE2B(cfg config.Config, a *apiPart, mgr *pool.Manager, log *slog.Logger
 	if err != nil {
 		return "", nil, err
 	}
-	return serve("e2b", cfg.E2B.Listen, cfg.Loaded.E2BCertificate, h)
+	ln, err := net.Listen("tcp", cfg.E2B.Listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("e2b: %w", err)
+	}
+	url := scheme(cfg.Loaded.E2BCertificate) + "://" + ln.Addr().String()
+	return url, serveBounded(ln, cfg.Loaded.E2BCertificate, "e2b", cfg.E2B.Connections, cfg.E2B.Timeouts, h, h.Refuse), nil
 }
 
 // followReloads applies each configuration deps delivers: the credential catalog, the private
