@@ -86,21 +86,30 @@ func openNote(msg []byte, v note.Verifier) (string, error) {
 	return n.Text, nil
 }
 
-func parseCheckpoint(text string) (Checkpoint, error) {
-	var c Checkpoint
-	rest, ok := strings.CutPrefix(text, checkpointHeader)
+// noteFields reads the "key value" lines of a signed note's text after its header; what names
+// the note in errors.
+func noteFields(text, header, what string) (map[string]string, error) {
+	rest, ok := strings.CutPrefix(text, header)
 	if !ok {
-		return c, errors.New("not an airlock audit checkpoint")
+		return nil, fmt.Errorf("not an airlock %s", what)
 	}
 	fields := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSuffix(rest, "\n"), "\n") {
 		k, v, ok := strings.Cut(line, " ")
 		if !ok {
-			return c, fmt.Errorf("checkpoint line %q has no value", line)
+			return nil, fmt.Errorf("%s line %q has no value", what, line)
 		}
 		fields[k] = v
 	}
-	var err error
+	return fields, nil
+}
+
+func parseCheckpoint(text string) (Checkpoint, error) {
+	var c Checkpoint
+	fields, err := noteFields(text, checkpointHeader, "audit checkpoint")
+	if err != nil {
+		return c, err
+	}
 	c.Node, c.Head = fields["node"], fields["head"]
 	if c.Seq, err = strconv.ParseUint(fields["seq"], 10, 64); err != nil {
 		return c, fmt.Errorf("checkpoint seq %q: %v", fields["seq"], err)

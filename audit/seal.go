@@ -108,19 +108,10 @@ func sealOf(r *Record, v note.Verifier) (indexSeal, error) {
 
 func parseSeal(text string) (indexSeal, error) {
 	var s indexSeal
-	rest, ok := strings.CutPrefix(text, sealHeader)
-	if !ok {
-		return s, errors.New("not an airlock index seal")
+	fields, err := noteFields(text, sealHeader, "index seal")
+	if err != nil {
+		return s, err
 	}
-	fields := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSuffix(rest, "\n"), "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if !ok {
-			return s, fmt.Errorf("index seal line %q has no value", line)
-		}
-		fields[k] = v
-	}
-	var err error
 	s.Node, s.Segment, s.Head = fields["node"], fields["segment"], fields["head"]
 	if s.Last, err = strconv.ParseUint(fields["last"], 10, 64); err != nil {
 		return s, fmt.Errorf("index seal last %q: %v", fields["last"], err)
