@@ -444,15 +444,7 @@ func TestDeletedIndex(t *testing.T) {
 		if err != nil || rep.OK() || !saysProblem(rep.Problems, victim, "is missing (deleted)") {
 			t.Fatalf("verify with an index deleted: %v\n%s", err, rep)
 		}
-		tr, err := OpenTrail(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []uint64
-		res, _ := tr.Query(context.Background(), Query{Lease: "l1"}, func(r Record) error { got = append(got, r.Seq); return nil })
-		if w := want(scanned(t, dir), Query{Lease: "l1"}); !slices.Equal(got, w) || len(res.Problems) > 0 {
-			t.Fatalf("offline query: %v, want %v; problems %v", got, w, res.Problems)
-		}
+		offlineQueryIsWhole(t, dir, "offline query")
 		s, err := OpenFile(FileConfig{Dir: dir, Node: "a", Signer: signer, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
@@ -557,15 +549,7 @@ func TestTrailWrittenBeforeSeals(t *testing.T) {
 		if err != nil || !rep.OK() || rep.Skipped != 0 || rep.Segments != len(segs) {
 			t.Fatalf("verify --lease of a lease it does not hold: %v\n%s", err, rep)
 		}
-		tr, err := OpenTrail(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []uint64
-		res, _ := tr.Query(context.Background(), Query{Lease: "l1"}, func(r Record) error { got = append(got, r.Seq); return nil })
-		if w := want(scanned(t, dir), Query{Lease: "l1"}); !slices.Equal(got, w) || len(res.Problems) > 0 {
-			t.Fatalf("query: %v, want %v; problems %v", got, w, res.Problems)
-		}
+		offlineQueryIsWhole(t, dir, "query")
 	})
 	t.Run("sealed at the node's first start", func(t *testing.T) {
 		dir := copyDir(t, "testdata/trail-before-seals")
@@ -799,5 +783,20 @@ func TestRecordEditUnderASealedIndex(t *testing.T) {
 				t.Fatalf("want %q:\n%s", want, rep)
 			}
 		})
+	}
+}
+
+// offlineQueryIsWhole asserts that the trail in dir, opened offline, answers a query for l1 with
+// exactly what a scan of its records selects, and no problem.
+func offlineQueryIsWhole(t *testing.T, dir, what string) {
+	t.Helper()
+	tr, err := OpenTrail(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	res, _ := tr.Query(context.Background(), Query{Lease: "l1"}, func(r Record) error { got = append(got, r.Seq); return nil })
+	if w := want(scanned(t, dir), Query{Lease: "l1"}); !slices.Equal(got, w) || len(res.Problems) > 0 {
+		t.Fatalf("%s: %v, want %v; problems %v", what, got, w, res.Problems)
 	}
 }

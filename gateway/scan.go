@@ -41,7 +41,7 @@ type event struct {
 }
 
 func (s *scrubber) scan(b []byte, final bool) scan {
-	sc := scan{s: s, b: b, final: final, limit: len(b), lit: -1, intro: [3]int{-1, -1, -1}, introFrom: [3]int{-1, -1, -1}, m: matcher{b: b, final: final}}
+	sc := scan{s: s, b: b, final: final, limit: len(b), lit: -1, intro: [3]int{-1, -1, -1}, introFrom: [3]int{-1, -1, -1}, m: matcher{b: b}}
 	if !final {
 		sc.limit = max(0, len(b)-s.keep)
 	}
@@ -249,8 +249,7 @@ func (ps *pairSet) has(a, b byte) bool { i := int(a)<<8 | int(b); return ps[i>>6
 // matcher reads forms from one text unit by unit: each byte of a form as it is, or in any escape
 // that reads as it (unescape.go).
 type matcher struct {
-	b     []byte
-	final bool
+	b []byte
 	// tried remembers what reading the rest of a form from a text offset gave, where two
 	// readings of one escape both fitted, so a text built to be ambiguous costs one try of each.
 	tried map[[2]int]result

@@ -255,7 +255,7 @@ var randomMiB = sync.OnceValue(func() []byte {
 // form is read unit by unit; the longest found whole is replaced, or, where the text ends inside
 // a secret's form read that far (minForm bytes or more), the rest of the text is.
 func scrubEveryPosition(s *scrubber, b []byte) []byte {
-	m := matcher{b: b, final: true}
+	m := matcher{b: b}
 	var out []byte
 	for i := 0; i < len(b); {
 		var best *form

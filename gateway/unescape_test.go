@@ -138,7 +138,7 @@ func TestReadingsAgreeWithParsers(t *testing.T) {
 
 // readsAs reports whether esc, read unit by unit from its start, can stand for want.
 func readsAs(esc, want string) bool {
-	m := matcher{b: []byte(esc), final: true}
+	m := matcher{b: []byte(esc)}
 	end, ok, _ := m.read(0, []byte(want))
 	return ok && end == len(esc)
 }
