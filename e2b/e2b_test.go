@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/e2b"
+	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/slots"
 )

@@ -34,9 +34,9 @@ import (
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/node"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // This file is the harness: the upstream the sandboxes talk to, the test issuer, a node's

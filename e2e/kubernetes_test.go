@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
-	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/firewall"
 	"github.com/airlock-dev/airlock/pool/kubernetes"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/internal/devstack"
 )
 
 // TestStopAndKillLeaveNothing runs a node of its own: a stop removes everything it made and

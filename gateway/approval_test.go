@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 type heldAnswer struct {

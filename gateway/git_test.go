@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // gitServer is a real git smart-HTTP server (git-http-backend) behind the gateway's

@@ -21,9 +21,9 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
 	"github.com/airlock-dev/airlock/budget"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // connectHead is what harness.intercept sends to open a session to api.example.test.

@@ -18,8 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // mcpUpstream is a real MCP server (the Go SDK, streamable HTTP) behind the gateway's

@@ -16,13 +16,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/mcpserver"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // devMinter mints a token with the allowed hosts, as the dev node's issuer does.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
 )
 

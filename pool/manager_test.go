@@ -13,8 +13,8 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/pooltest"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // status is the one template's pool status.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/slots"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // The attacks of these tests: one identity holding the page's calls and connections open by

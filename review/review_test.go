@@ -20,7 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/export"
-	"github.com/airlock-dev/airlock/wait"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/slots"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 func withStreams(l slots.Limits) func(*Config) { return func(c *Config) { c.Streams = l } }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/wait"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // A stand-in for dockerd: like the real one (a Go program calling signal.Notify), it stops on

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/wait"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 func TestAddress(t *testing.T) {

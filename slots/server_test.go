@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/wait"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // testServer is a Server on loopback whose handler is mux; tests dial it from 127.0.0.x, each

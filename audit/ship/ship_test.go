@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/wait"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

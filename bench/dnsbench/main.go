@@ -16,10 +16,10 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/bench/benchcmd"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/exfil"
+	"github.com/airlock-dev/airlock/internal/benchcmd"
 	"github.com/airlock-dev/airlock/scope"
 )
 

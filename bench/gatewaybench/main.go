@@ -37,11 +37,11 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/bench/benchcmd"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/internal/benchcmd"
 	"github.com/airlock-dev/airlock/scope"
 )
 

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-dev/airlock/config"
-	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/pool/kubernetes"
 )
 

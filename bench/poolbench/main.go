@@ -26,13 +26,13 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/pool/docker"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 func main() {

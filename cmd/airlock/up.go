@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/config"
-	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/node"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/docker"

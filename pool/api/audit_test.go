@@ -19,9 +19,9 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
+	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 )
 
 func auditServer(t *testing.T, sink *audit.FileSink, signer ...note.Signer) *httptest.Server {

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/slots"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // The attacks of these tests: one tenant holding the API's calls and connections open by every

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/slots"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // A tenant that asks for long answers and never reads them (downloads, which are streams, and

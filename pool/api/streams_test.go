@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/pooltest"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/slots"
-	"github.com/airlock-dev/airlock/wait"
 )
 
 // streamEnv is an API whose commands run until their call ends, bounded to 4 calls held open,

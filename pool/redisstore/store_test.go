@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/scope"
 )

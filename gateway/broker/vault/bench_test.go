@@ -9,8 +9,8 @@ import (
 	vaultapi "github.com/hashicorp/vault/api"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 )
 

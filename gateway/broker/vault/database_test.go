@@ -14,8 +14,8 @@ import (
 
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/internal/devstack"
 )
 
 // psql runs a query against pg as user with password, returning its output.

@@ -19,8 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/broker"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 )
 

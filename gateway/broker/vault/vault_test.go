@@ -28,9 +28,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/airlock-dev/airlock/devstack"
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/wait"
+	"github.com/airlock-dev/airlock/internal/devstack"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // startVault runs a real Vault dev server from bin/vault (built by `make vault`).

@@ -12,7 +12,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
-	"github.com/airlock-dev/airlock/devstack"
+	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/redisstore"
 	"github.com/airlock-dev/airlock/token"
