@@ -20,7 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/review"
 	"github.com/airlock-dev/airlock/slots"
 )

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/slots"
 )
 

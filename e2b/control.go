@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // The control plane: E2B's sandbox endpoints, each one or two calls of the node's API.

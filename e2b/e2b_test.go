@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/e2b"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/slots"
 )

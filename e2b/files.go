@@ -11,7 +11,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/slots"
 )
 

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // filesystem.Filesystem on the API's file operations, which keep every path inside the

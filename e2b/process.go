@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // process.Process: every command is a background process of the lease (POST

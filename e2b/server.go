@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // EnvdVersion is the envd version reported for every sandbox: the SDK's feature gates up to it

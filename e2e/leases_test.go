@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestLeasesExclusiveAndEphemeral attacks invariant 6: one token binds one lease, a token swap

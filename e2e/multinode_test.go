@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestTwoNodesShareRedis runs two nodes on one Redis: node A has no warm sandbox, so a lease

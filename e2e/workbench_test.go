@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/rule"
 )
 

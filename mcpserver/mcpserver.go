@@ -18,7 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // Config is what a Server needs.

@@ -16,11 +16,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/mcpserver"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )

@@ -12,9 +12,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/rule"
 )
 

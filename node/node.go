@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/gateway/broker"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/token"
 )
 

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
@@ -40,7 +41,6 @@ import (
 	vaultbroker "github.com/airlock-dev/airlock/gateway/broker/vault"
 	"github.com/airlock-dev/airlock/gateway/ca"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/pool/kubernetes"
 	"github.com/airlock-dev/airlock/pool/redisstore"

@@ -13,11 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/node"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // burstRun is one airlock build run as `airlock up` on its embedded defaults (what `make up`

@@ -25,12 +25,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 	"github.com/airlock-dev/airlock/pool/docker"
 	"github.com/airlock-dev/airlock/scope"
 )

@@ -18,13 +18,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/mcpserver"
 	"github.com/airlock-dev/airlock/node"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // nodeRun is what the whole-node phase measures and how much of it.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/api"
 )
 
 // cmdApprovals lists the requests held for a reviewer.

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/node"
-	"github.com/airlock-dev/airlock/pool/client"
 )
 
 // stateDir is where `airlock up` keeps its state: AIRLOCK_STATE_DIR, else

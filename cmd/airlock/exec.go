@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 )
 
 const execUsage = `usage: airlock exec LEASE [-i] [-t] [--timeout D] [--] CMD ARGS...

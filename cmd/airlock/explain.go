@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/api"
 )
 
 // cmdExplain prints what the gateway would decide for a request of a task token. It exits 0 when

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/airlock-dev/airlock/pool/api"
+	"github.com/airlock-dev/airlock/api"
 )
 
 type multiFlag []string

@@ -12,10 +12,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/export"
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // cmdLogs prints the tenant's audit records, filtered on the node, page by page.

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/airlock-dev/airlock/audit/suggest"
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 const suggestUsage = `airlock suggest [--json] LEASE

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/pool/api"
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // probe is one invariant checked from inside a sandbox: a shell command and what its output

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/gateway/ca"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/token"
 )

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/pooltest"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/scope"
 )
 

@@ -17,10 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/rule"
 )
 

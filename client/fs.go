@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 )
 
 // ListFiles lists the folder path of the lease's workspace ("" for the workspace), depth levels

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/slots"
 )

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 	"github.com/airlock-dev/airlock/scope"
 )
 

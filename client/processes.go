@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 )
 
 // StartProcess starts req in the lease in the background and returns at once.

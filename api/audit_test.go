@@ -17,11 +17,11 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/api"
 )
 
 func auditServer(t *testing.T, sink *audit.FileSink, signer ...note.Signer) *httptest.Server {

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/airlock-dev/airlock/pool/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // An id or a process id shaped like a path or a query reaches the endpoint it was given for,
