@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"path"
 	"slices"
@@ -21,15 +22,7 @@ var (
 )
 
 // Entry is a file or folder in a lease's workspace.
-type Entry struct {
-	Path  string    `json:"path"`
-	Name  string    `json:"name"`
-	Type  string    `json:"type"` // file, dir, symlink or other
-	Size  int64     `json:"size"`
-	Mode  string    `json:"mode"` // permission bits in octal: "0644"
-	MTime time.Time `json:"mtime"`
-	Link  string    `json:"link,omitempty"` // a symlink's target
-}
+type Entry = apitype.Entry
 
 // MaxListEntries bounds one listing; a longer one is cut there and says so.
 const MaxListEntries = 10000

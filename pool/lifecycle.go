@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"strings"
 	"time"
@@ -80,12 +81,7 @@ func transferEvent(dir string, archive bool) string {
 }
 
 // FileInfo describes a transferred file.
-type FileInfo struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-	To     string `json:"to,omitempty"` // where a move put it
-}
+type FileInfo = apitype.FileInfo
 
 // PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
 // With archive, r is a tar stream unpacked into the directory p.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"log/slog"
 	"math"
@@ -1330,39 +1331,7 @@ func (m *Manager) event(ctx context.Context, l Lease, event, reason string) {
 }
 
 // PoolStatus is one template's pool on this node.
-type PoolStatus struct {
-	Template string `json:"template"`
-	Node     string `json:"node"`
-	Warm     int    `json:"warm"`
-	Leased   int    `json:"leased"`
-	MinWarm  int    `json:"min_warm"`
-	MaxTotal int    `json:"max_total"`
-	// MaxWarm is the ceiling of the warm target; Target is how many warm sandboxes the pool
-	// aims at now (between MinWarm and MaxWarm, following LeaseRate, leases per second over
-	// the last minute, times CreateSeconds, the recent time to create and check one, and
-	// growing at once when leases wait). Creating is how many are being made; Waiting how many
-	// leases wait for one.
-	MaxWarm       int     `json:"max_warm"`
-	Target        int     `json:"target"`
-	Creating      int     `json:"creating"`
-	Waiting       int     `json:"waiting"`
-	LeaseRate     float64 `json:"lease_rate"`
-	CreateSeconds float64 `json:"create_seconds"`
-	Runtime       string  `json:"runtime"`            // the OCI runtime its sandboxes run under: runc, runsc
-	Platform      string  `json:"platform,omitempty"` // gVisor's platform under runsc: systrap, ptrace, kvm
-	// Image is the image id new sandboxes are made from; ImageError says why there is none
-	// (missing, or failing the hardening checks).
-	Image      string `json:"image,omitempty"`
-	ImageError string `json:"image_error,omitempty"`
-}
-
-// RuntimeName is the runtime with its platform, when it has one: "runc", "runsc/systrap".
-func (p PoolStatus) RuntimeName() string {
-	if p.Platform == "" {
-		return p.Runtime
-	}
-	return p.Runtime + "/" + p.Platform
-}
+type PoolStatus = apitype.PoolStatus
 
 // Pools reports each template's pool.
 func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"net/netip"
 	"path"
@@ -316,10 +317,7 @@ type ExecRequest struct {
 }
 
 // TermSize is a terminal's size in character cells.
-type TermSize struct {
-	Rows uint16 `json:"rows"`
-	Cols uint16 `json:"cols"`
-}
+type TermSize = apitype.TermSize
 
 // Runtime runs sandboxes. Implementations own their backend's details (Docker, Kubernetes);
 // nothing backend-specific crosses this interface.

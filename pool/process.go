@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"slices"
 	"sync"
@@ -33,23 +34,7 @@ const (
 var Signals = []string{"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"}
 
 // ProcessInfo describes a background process of a lease.
-type ProcessInfo struct {
-	ID       string     `json:"id"`
-	Cmd      []string   `json:"cmd"`
-	Started  time.Time  `json:"started"`
-	Running  bool       `json:"running"`
-	ExitCode *int       `json:"exit_code,omitempty"`
-	Error    string     `json:"error,omitempty"` // why it ended other than by exiting (a timeout, a failure to start)
-	Ended    *time.Time `json:"ended,omitempty"`
-	// StdoutBytes and StderrBytes are how much each stream has written in all.
-	StdoutBytes int64  `json:"stdout_bytes"`
-	StderrBytes int64  `json:"stderr_bytes"`
-	Workdir     string `json:"workdir,omitempty"`
-	// TTY says it runs on a terminal (its output all on stdout); Stdin that it takes input
-	// (ProcessInput) until that is closed.
-	TTY   bool `json:"tty,omitempty"`
-	Stdin bool `json:"stdin,omitempty"`
-}
+type ProcessInfo = apitype.ProcessInfo
 
 // ProcessOutput is what a process wrote from the offsets asked for.
 type ProcessOutput struct {
