@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 // ErrNoSuchFile and ErrFileExists are what file operations answer for a path that is not

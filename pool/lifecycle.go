@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/rule"
 )

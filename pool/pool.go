@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"net/netip"
 	"path"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/binding"
 )
 

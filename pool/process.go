@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/airlock-dev/airlock/api/apitype"
 	"io"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/audit"
 )
 
