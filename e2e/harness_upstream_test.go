@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// This file is the upstream the sandboxes reach through the gateway, and the listeners a probe
+// that should have been refused would reach instead.
+
+// upstream is the test's own HTTPS server behind the pinned name api.example.test. It records
+// the Authorization and X-Vault-Token headers the gateway sent it.
+type upstream struct {
+	srv        *httptest.Server
+	registry   *registry
+	mu         sync.Mutex
+	auth       []string
+	vaultToken []string
+}
+
+func newUpstream() (*upstream, error) {
+	// One server answers for the API and for the package registries (registry_test.go).
+	cert, err := selfSigned("api.example.test", mirrorHost, npmHost)
+	if err != nil {
+		return nil, err
+	}
+	u := &upstream{registry: newRegistry()}
+	mux := http.NewServeMux()
+	u.registry.routes(mux)
+	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.auth = append(u.auth, r.Header.Get("Authorization"))
+		u.vaultToken = append(u.vaultToken, r.Header.Get("X-Vault-Token"))
+		u.mu.Unlock()
+		fmt.Fprintln(w, "upstream: whoami ok")
+	})
+	// /echo sends the request's Authorization header back: the gateway must scrub it.
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		fmt.Fprintf(w, "you sent: %s\n", r.Header.Get("Authorization"))
+	})
+	// /reflect sends the Authorization header back escaped as ?as= says, one escape per byte
+	// (html: &#x..;, json: \u00.., pct: %.. in both cases), or as it is with Range honoured: the
+	// gateway must scrub every escape and never let a range of it through.
+	mux.HandleFunc("/reflect", func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get("Authorization")
+		var b strings.Builder
+		for i, c := range []byte(v) {
+			switch r.URL.Query().Get("as") {
+			case "html":
+				fmt.Fprintf(&b, "&#x%X;", c)
+			case "json":
+				fmt.Fprintf(&b, `\u%04x`, c)
+			case "pct":
+				fmt.Fprintf(&b, [2]string{"%%%02x", "%%%02X"}[i%2], c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		http.ServeContent(w, r, "", time.Time{}, strings.NewReader("you sent: "+b.String()+"\n"))
+	})
+	u.srv = httptest.NewUnstartedServer(mux)
+	u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	u.srv.StartTLS()
+	return u, nil
+}
+
+// startUpstream is an upstream closed when t ends.
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u, err := newUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) seen() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.auth...)
+}
+
+// vaultTokens is every X-Vault-Token the upstream received, oldest first.
+func (u *upstream) vaultTokens() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.vaultToken...)
+}
+
+func (u *upstream) lastVaultToken(t *testing.T) string {
+	t.Helper()
+	toks := u.vaultTokens()
+	if len(toks) == 0 {
+		t.Fatal("the upstream has received no request")
+	}
+	return toks[len(toks)-1]
+}
+
+// recordAccepts accepts on each listener until it is closed and sends the remote address of
+// each connection (a probe that should have been refused) on the channel it returns.
+func recordAccepts(ls ...net.Listener) <-chan string {
+	accepted := make(chan string, 16)
+	for _, l := range ls {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				select {
+				case accepted <- c.RemoteAddr().String():
+				default:
+				}
+				c.Close()
+			}
+		}()
+	}
+	return accepted
+}
