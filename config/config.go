@@ -22,7 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/docker"
+	"github.com/airlock-dev/airlock/pool/inside"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -758,7 +758,7 @@ func (c *Config) Validate() error {
 		for _, err := range t.Validate() {
 			errs = append(errs, fmt.Errorf("%s.%w", f, err))
 		}
-		if repo, _, _ := strings.Cut(t.Image, ":"); t.Built() && slices.Contains(docker.ShippedImages, strings.TrimPrefix(repo, "airlock/")) {
+		if repo, _, _ := strings.Cut(t.Image, ":"); t.Built() && slices.Contains(inside.ShippedImages, strings.TrimPrefix(repo, "airlock/")) {
 			bad(f+".image", "%s is a shipped image; a template built from a Dockerfile or devcontainer.json writes its own (leave image out: %s)", t.Image, builtImage(t.Name))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/airlock-dev/airlock/pool/docker"
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // cmdImage builds the sandbox images that ship with airlock on the local engine: the default,
@@ -14,9 +15,9 @@ import (
 func cmdImage(args []string) int {
 	names := args[min(1, len(args)):]
 	if len(names) == 0 {
-		names = docker.ShippedImages
+		names = inside.ShippedImages
 	}
-	if len(args) < 1 || args[0] != "build" || slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(docker.ShippedImages, n) }) {
+	if len(args) < 1 || args[0] != "build" || slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(inside.ShippedImages, n) }) {
 		fmt.Fprintln(os.Stderr, "usage: airlock image build [default|python|node ...]   (templates built from a Dockerfile: airlock template build)")
 		return 2
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // checked remembers CheckImage's verdict per image id and user, so the pool may ask often.
@@ -67,7 +68,7 @@ func buildHint(t pool.Template) string {
 	switch {
 	case t.Built():
 		return "run `airlock template build " + t.Name + "`"
-	case strings.HasPrefix(t.Image, "airlock/") && slices.Contains(ShippedImages, strings.TrimSuffix(strings.TrimPrefix(t.Image, "airlock/"), ":latest")):
+	case strings.HasPrefix(t.Image, "airlock/") && slices.Contains(inside.ShippedImages, strings.TrimSuffix(strings.TrimPrefix(t.Image, "airlock/"), ":latest")):
 		return "run `airlock image build " + strings.TrimSuffix(strings.TrimPrefix(t.Image, "airlock/"), ":latest") + "`"
 	}
 	return "build or load it (no registry is reached, nothing is pulled)"
