@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/client"
+
 	"github.com/airlock-dev/airlock/pool"
 )
 
@@ -94,6 +96,11 @@ func (n *nodeProc) leaseRefused(t *testing.T, args ...string) (int, string) {
 		n.cli(t, "release", l.ID)
 	}
 	return code, errs
+}
+
+// goClient is the Go client of the node's API, with the token the node wrote for its CLI.
+func (n *nodeProc) goClient() *client.Client {
+	return &client.Client{Addr: n.client.Addr, Token: n.client.Token}
 }
 
 func (n *nodeProc) exec(t *testing.T, id string, cmd ...string) (string, string, int) {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/airlock-dev/airlock/client"
 )
 
 // TestLeasesExclusiveAndEphemeral attacks invariant 6: one token binds one lease, a token swap
@@ -33,7 +31,7 @@ func TestLeasesExclusiveAndEphemeral(t *testing.T) {
 			if out, _, code := n.exec(t, l.ID, "curl", "-sS", "https://api.example.test/whoami"); code != 0 || !strings.Contains(out, "whoami ok") {
 				t.Fatalf("control: before the swap the scope does not work: %s", out)
 			}
-			cl := &client.Client{Addr: n.client.Addr, Token: n.client.Token}
+			cl := n.goClient()
 			narrow := mintToken(t, "task-jwt", []map[string]any{{"host": "other.example"}}, 10*time.Minute)
 			if _, err := cl.SwapToken(context.Background(), l.ID, narrow); err != nil {
 				t.Fatalf("token swap: %v", err)
