@@ -6,6 +6,15 @@ import (
 	"github.com/airlock-dev/airlock/slots"
 )
 
+// APITLS is the API's certificate.
+type APITLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether a certificate is configured.
+func (t APITLS) Enabled() bool { return t.CertFile != "" }
+
 // What a listener's clients may hold open, however they hold it (package slots): connections
 // per address before anyone is known (Connections), each phase of a connection in time
 // (Timeouts), and once a caller is known, its calls and its streams (Slots). Each is validated

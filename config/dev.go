@@ -1,0 +1,15 @@
+package config
+
+// Dev holds what only the all-in-one dev node does.
+type Dev struct {
+	// Issuer mints task tokens from --allow lists, with any scope, for any API key: off by
+	// default, on only in the embedded defaults of `airlock up` without --config (and refused
+	// with an API beyond loopback). Never on a production node.
+	Issuer bool `yaml:"issuer"`
+	// DemoUpstream, when set, runs a tiny HTTPS server there that checks the demo credential,
+	// pinned as api.example.test:443.
+	DemoUpstream string `yaml:"demo_upstream"`
+}
+
+// DemoHost is the name the demo upstream answers to.
+const DemoHost = "api.example.test"

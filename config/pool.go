@@ -1,0 +1,53 @@
+package config
+
+import (
+	"time"
+
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// Pool holds node-wide pool settings.
+type Pool struct {
+	// KeepOnStop keeps sandboxes, leases, the sandbox network and its firewall rules when the
+	// node stops, and adopts them when it starts again: a production node restarts without
+	// ending leases. Off (the dev default), a stop removes everything it made.
+	KeepOnStop bool `yaml:"keep_on_stop"`
+	// HealthEvery is how often warm sandboxes are probed.
+	HealthEvery time.Duration `yaml:"health_every"`
+	// RefillParallel is how many sandboxes the refill makes at once (0: pool's default, the
+	// best measured on the engine of a 2-core machine; see docs/bench-pool.md).
+	RefillParallel int `yaml:"refill_parallel"`
+	// MemoryBudgetMB bounds the memory limits of all the node's sandboxes together, warm,
+	// leased and being made: no sandbox is made past it. 0: the host's physical memory.
+	MemoryBudgetMB int64 `yaml:"memory_budget_mb"`
+}
+
+// DefaultTemplate is the hardened default sandbox.
+func DefaultTemplate() pool.Template {
+	return pool.Template{
+		Name: "default", Image: "airlock/default:latest", User: "10001:10001", Workdir: "/workspace",
+		CPUs: 1, MemoryMB: 512, Pids: 256, WorkspaceMB: 256, TmpMB: 64, NoFile: 4096, NProc: 4096, Runtime: "runc",
+		MinWarm: 2, MaxWarm: 16, MaxTotal: 32, OnEmpty: "wait", WaitFor: 10 * time.Second, AfterWait: "cold", DefaultTTL: 30 * time.Minute, MaxTTL: 4 * time.Hour,
+	}
+}
+
+// Toolchain is a shipped toolchain template ("python": python3, venv, pip, pytest; "node":
+// Debian's nodejs and npm): the default's hardening and sizes, its own image, one warm sandbox.
+func Toolchain(name string) pool.Template {
+	t := DefaultTemplate()
+	t.Name, t.Image, t.MinWarm, t.MaxWarm = name, "airlock/"+name+":latest", 1, 4
+	t.MemoryMB, t.WorkspaceMB = 1024, 512
+	return t
+}
+
+// GVisor is the default template under gVisor's runsc, a user-space kernel between the
+// sandbox and the host's: the embedded defaults warm it where the engine has runsc.
+func GVisor() pool.Template {
+	t := DefaultTemplate()
+	t.Name, t.Runtime, t.MinWarm, t.MaxWarm = "gvisor", "runsc", 1, 4
+	return t
+}
+
+// builtImage is the image a template built from a Dockerfile or devcontainer.json is tagged
+// with unless it names one.
+func builtImage(name string) string { return "airlock/template-" + name + ":latest" }

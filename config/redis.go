@@ -1,0 +1,12 @@
+package config
+
+import (
+	"time"
+)
+
+// Redis is the shared store.
+type Redis struct {
+	// URL of an external Redis; empty runs a private redis-server in the state dir.
+	URL   string        `yaml:"url"`
+	Grace time.Duration `yaml:"grace"` // how long cached bindings serve with Redis down
+}

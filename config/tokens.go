@@ -1,0 +1,21 @@
+package config
+
+import (
+	"time"
+)
+
+// Tokens are the task token issuers this node trusts.
+type Tokens struct {
+	Issuers []Issuer `yaml:"issuers"`
+}
+
+// Issuer is one trusted issuer.
+type Issuer struct {
+	Name   string            `yaml:"name"`
+	Keys   map[string]string `yaml:"keys"` // kid -> PEM public key file
+	MaxTTL time.Duration     `yaml:"max_ttl"`
+	// Tenants the issuer may speak for: a lease's API key, or a token presented to the
+	// gateway by a client outside the pool, for any other tenant is refused. Required; "*"
+	// allows every tenant, for an issuer that serves them all.
+	Tenants []string `yaml:"tenants"`
+}
