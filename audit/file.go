@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -116,7 +115,7 @@ type FileSink struct {
 	m metrics
 }
 
-// metrics are read by the collectors (see Collectors) without a lock.
+// metrics are read by Stats and EachLease without a lock.
 type metrics struct {
 	written, refused, checkpoints atomic.Uint64
 	lastCheckpoint                atomic.Int64 // unix seconds
@@ -672,22 +671,30 @@ func readRecordAt(path string, span [2]uint32) (Record, error) {
 	return r, nil
 }
 
-// Collectors are the trail's metrics: records written and refused, checkpoints signed and when
-// the last was, the segments kept and their bytes.
-func (s *FileSink) Collectors() []prometheus.Collector {
-	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+// Stats are the trail's counters at one moment, for its metrics (package audit/auditmetrics).
+type Stats struct {
+	// Written and Refused count the records written and those the trail refused (queue full,
+	// closed or broken); Checkpoints the checkpoints signed, the last at LastCheckpoint (zero:
+	// none yet).
+	Written, Refused, Checkpoints uint64
+	LastCheckpoint                time.Time
+	// Segments and Bytes are what the trail keeps on disk.
+	Segments, Bytes int64
+}
+
+// Stats reads the trail's counters without a lock. Safe for concurrent use.
+func (s *FileSink) Stats() Stats {
+	st := Stats{Written: s.m.written.Load(), Refused: s.m.refused.Load(), Checkpoints: s.m.checkpoints.Load(),
+		Segments: s.m.segments.Load(), Bytes: s.m.bytes.Load()}
+	if t := s.m.lastCheckpoint.Load(); t != 0 {
+		st.LastCheckpoint = time.Unix(t, 0)
 	}
-	gauge := func(name, help string, v *atomic.Int64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
-	}
-	return []prometheus.Collector{
-		counter("airlock_audit_records_total", "Records written to the audit trail.", &s.m.written),
-		counter("airlock_audit_refused_total", "Records the audit trail refused (queue full, closed or broken): the traffic they described was refused too.", &s.m.refused),
-		counter("airlock_audit_checkpoints_total", "Checkpoints signed over the audit trail.", &s.m.checkpoints),
-		gauge("airlock_audit_last_checkpoint_timestamp_seconds", "When the last checkpoint was signed (unix time).", &s.m.lastCheckpoint),
-		gauge("airlock_audit_segments", "Segments of the audit trail on disk.", &s.m.segments),
-		gauge("airlock_audit_bytes", "Bytes of the audit trail on disk.", &s.m.bytes),
-		&s.m.leases,
-	}
+	return st
+}
+
+// EachLease calls fn with the denials and flagged records the trail wrote for each live lease
+// (see leaseCounts), holding the counts' lock: fn must not call back into the sink. Safe for
+// concurrent use.
+func (s *FileSink) EachLease(fn func(tenant, lease string, denials, flagged uint64)) {
+	s.m.leases.each(fn)
 }

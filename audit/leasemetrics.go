@@ -1,10 +1,6 @@
 package audit
 
-import (
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "sync"
 
 // maxLeaseSeries bounds the leases counted by name; denials of leases beyond it are counted
 // under lease "other".
@@ -13,20 +9,14 @@ const maxLeaseSeries = 10000
 // leaseCounts counts, for each live lease, the denials and flagged records the trail wrote: what
 // an alert on one lease's denial spike needs. The writer feeds it from every record it writes,
 // so no part of the request path does any more work for it; a lease's series goes when the
-// record of its end is written, which keeps the series as few as the leases running.
+// record of its end is written, which keeps the series as few as the leases running. Package
+// audit/auditmetrics serves them (FileSink.EachLease).
 type leaseCounts struct {
 	mu sync.Mutex
 	m  map[leaseKey]*[2]uint64 // denials, flagged
 }
 
 type leaseKey struct{ tenant, lease string }
-
-var (
-	leaseDenialsDesc = prometheus.NewDesc("airlock_audit_lease_denials_total",
-		"Denials recorded for each live lease (the series ends with the lease).", []string{"tenant", "lease"}, nil)
-	leaseFlaggedDesc = prometheus.NewDesc("airlock_audit_lease_flagged_total",
-		"Records flagged for review (tunnel-shaped DNS) for each live lease.", []string{"tenant", "lease"}, nil)
-)
 
 // observe counts r.
 func (c *leaseCounts) observe(r *Record) {
@@ -68,16 +58,11 @@ func (c *leaseCounts) observe(r *Record) {
 	}
 }
 
-func (c *leaseCounts) Describe(ch chan<- *prometheus.Desc) {
-	ch <- leaseDenialsDesc
-	ch <- leaseFlaggedDesc
-}
-
-func (c *leaseCounts) Collect(ch chan<- prometheus.Metric) {
+// each calls fn with each lease's counts, under the lock.
+func (c *leaseCounts) each(fn func(tenant, lease string, denials, flagged uint64)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, v := range c.m {
-		ch <- prometheus.MustNewConstMetric(leaseDenialsDesc, prometheus.CounterValue, float64(v[0]), k.tenant, k.lease)
-		ch <- prometheus.MustNewConstMetric(leaseFlaggedDesc, prometheus.CounterValue, float64(v[1]), k.tenant, k.lease)
+		fn(k.tenant, k.lease, v[0], v[1])
 	}
 }

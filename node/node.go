@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit/auditmetrics"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/gateway/broker"
@@ -89,7 +90,7 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	}
 	reg := newRegistry()
 	reg.MustRegister(creds.vault.Collectors()...)
-	reg.MustRegister(sink.Collectors()...)
+	reg.MustRegister(auditmetrics.Collectors(sink)...)
 	stopShippers, err := startShippers(ctx, cfg, sink, reg, log)
 	if err != nil {
 		apiLn.Close()
