@@ -3,11 +3,13 @@ package binding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/scope"
 )
 
@@ -212,11 +214,5 @@ func TestCacheNeverKeepsAReleasedBinding(t *testing.T) {
 // waitLive waits up to 5s for the cache to say it follows the feed (live) or has lost it.
 func waitLive(t *testing.T, c *Cache, live bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Live() != live {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cache's Live() is still %v after 5s", !live)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, fmt.Sprintf("the cache's Live() to be %v", live), func() bool { return c.Live() == live })
 }
