@@ -39,33 +39,33 @@ const entryFormat = `%y\0%s\0%m\0%T@\0%l\0%p\0`
 
 // ListFiles lists the folder p of tenant's lease id (the workspace, when p is empty), down to
 // depth levels (at least 1), sorted by path; truncated says MaxListEntries cut it short.
-func (m *Manager) ListFiles(ctx context.Context, tenant, id, p string, depth int) (entries []Entry, truncated bool, err error) {
-	l, p, err := m.workspacePath(ctx, tenant, id, p, "list", true)
+func (op *sandboxOps) ListFiles(ctx context.Context, tenant, id, p string, depth int) (entries []Entry, truncated bool, err error) {
+	l, p, err := op.workspacePath(ctx, tenant, id, p, "list", true)
 	if err != nil {
 		return nil, false, err
 	}
 	depth = min(max(depth, 1), 64)
 	script := `airlock_full "$1"; [ -d "$1" ] || { [ -e "$1" ] && echo "$1 is not a folder" >&2 && exit 2; exit ` + strconv.Itoa(exitNoSuchFile) + `; }; ` +
 		`find "$1" -mindepth 1 -maxdepth "$2" -printf '` + entryFormat + `' | head -z -n "$3"`
-	out, err := m.fileScript(ctx, l, script, p, strconv.Itoa(depth), strconv.Itoa(6*(MaxListEntries+1)))
+	out, err := op.fileScript(ctx, l, script, p, strconv.Itoa(depth), strconv.Itoa(6*(MaxListEntries+1)))
 	if err == nil {
 		entries, err = parseEntries(out)
 		if len(entries) > MaxListEntries {
 			entries, truncated = entries[:MaxListEntries], true
 		}
 	}
-	m.fileEvent(ctx, l, "list", FileInfo{Path: p, Size: int64(len(entries))}, err)
+	op.fileEvent(ctx, l, "list", FileInfo{Path: p, Size: int64(len(entries))}, err)
 	return entries, truncated, err
 }
 
 // Stat describes p in tenant's lease id (a symlink itself, not what it points to).
-func (m *Manager) Stat(ctx context.Context, tenant, id, p string) (Entry, error) {
-	l, p, err := m.workspacePath(ctx, tenant, id, p, "stat", true)
+func (op *sandboxOps) Stat(ctx context.Context, tenant, id, p string) (Entry, error) {
+	l, p, err := op.workspacePath(ctx, tenant, id, p, "stat", true)
 	if err != nil {
 		return Entry{}, err
 	}
 	script := `airlock_entry "$1"; [ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; find "$1" -maxdepth 0 -printf '` + entryFormat + `'`
-	out, err := m.fileScript(ctx, l, script, p)
+	out, err := op.fileScript(ctx, l, script, p)
 	var e Entry
 	if err == nil {
 		var es []Entry
@@ -75,25 +75,25 @@ func (m *Manager) Stat(ctx context.Context, tenant, id, p string) (Entry, error)
 			e = es[0]
 		}
 	}
-	m.fileEvent(ctx, l, "stat", FileInfo{Path: p, Size: e.Size}, err)
+	op.fileEvent(ctx, l, "stat", FileInfo{Path: p, Size: e.Size}, err)
 	return e, err
 }
 
 // Mkdir makes the folder p, and its parents, in tenant's lease id; one already there is fine.
-func (m *Manager) Mkdir(ctx context.Context, tenant, id, p string) error {
-	l, p, err := m.workspacePath(ctx, tenant, id, p, "mkdir", false)
+func (op *sandboxOps) Mkdir(ctx context.Context, tenant, id, p string) error {
+	l, p, err := op.workspacePath(ctx, tenant, id, p, "mkdir", false)
 	if err != nil {
 		return err
 	}
-	_, err = m.fileScript(ctx, l, `airlock_full "$1"; umask 077 && mkdir -p -- "$1"`, p)
-	m.fileEvent(ctx, l, "mkdir", FileInfo{Path: p}, err)
+	_, err = op.fileScript(ctx, l, `airlock_full "$1"; umask 077 && mkdir -p -- "$1"`, p)
+	op.fileEvent(ctx, l, "mkdir", FileInfo{Path: p}, err)
 	return err
 }
 
 // Remove removes p from tenant's lease id: a file, a symlink (not what it points to), an empty
 // folder, or with recursive a folder and all it holds. The workspace itself is not removed.
-func (m *Manager) Remove(ctx context.Context, tenant, id, p string, recursive bool) error {
-	l, p, err := m.workspacePath(ctx, tenant, id, p, "remove", false)
+func (op *sandboxOps) Remove(ctx context.Context, tenant, id, p string, recursive bool) error {
+	l, p, err := op.workspacePath(ctx, tenant, id, p, "remove", false)
 	if err != nil {
 		return err
 	}
@@ -103,22 +103,22 @@ func (m *Manager) Remove(ctx context.Context, tenant, id, p string, recursive bo
 	if recursive {
 		mode = "recursive"
 	}
-	_, err = m.fileScript(ctx, l, script, p, mode)
-	m.fileEvent(ctx, l, "remove", FileInfo{Path: p}, err)
+	_, err = op.fileScript(ctx, l, script, p, mode)
+	op.fileEvent(ctx, l, "remove", FileInfo{Path: p}, err)
 	return err
 }
 
 // Move renames from to to within tenant's lease id, making to's parent folders; with overwrite,
 // what to names is replaced (a file, or an empty folder), otherwise its existence is refused.
-func (m *Manager) Move(ctx context.Context, tenant, id, from, to string, overwrite bool) error {
-	l, from, err := m.workspacePath(ctx, tenant, id, from, "move", false)
+func (op *sandboxOps) Move(ctx context.Context, tenant, id, from, to string, overwrite bool) error {
+	l, from, err := op.workspacePath(ctx, tenant, id, from, "move", false)
 	if err != nil {
 		return err
 	}
-	ws := m.templates[l.Template].Workdir
+	ws := op.templates[l.Template].Workdir
 	dest, err := inWorkspace(ws, to, false)
 	if err != nil {
-		m.fileEvent(ctx, l, "move", FileInfo{Path: from, To: dest}, err)
+		op.fileEvent(ctx, l, "move", FileInfo{Path: from, To: dest}, err)
 		return err
 	}
 	script := `airlock_entry "$1"; airlock_entry "$2"; [ -e "$1" ] || [ -L "$1" ] || exit ` + strconv.Itoa(exitNoSuchFile) + `; ` +
@@ -128,8 +128,8 @@ func (m *Manager) Move(ctx context.Context, tenant, id, from, to string, overwri
 	if overwrite {
 		mode = "overwrite"
 	}
-	_, err = m.fileScript(ctx, l, script, from, dest, mode)
-	m.fileEvent(ctx, l, "move", FileInfo{Path: from, To: dest}, err)
+	_, err = op.fileScript(ctx, l, script, from, dest, mode)
+	op.fileEvent(ctx, l, "move", FileInfo{Path: from, To: dest}, err)
 	return err
 }
 
@@ -151,18 +151,18 @@ airlock_entry() { airlock_full "$(dirname -- "$1")"; }
 
 // workspacePath is leaseFile for the operations above: the lease and p inside its workspace,
 // which p may name itself only when root is set; a refusal is recorded as event.
-func (m *Manager) workspacePath(ctx context.Context, tenant, id, p, event string, root bool) (Lease, string, error) {
-	l, err := m.Held(ctx, tenant, id)
+func (op *sandboxOps) workspacePath(ctx context.Context, tenant, id, p, event string, root bool) (Lease, string, error) {
+	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, "", err
 	}
-	ws := m.templates[l.Template].Workdir
+	ws := op.templates[l.Template].Workdir
 	if p == "" && root {
 		p = ws
 	}
 	p, err = inWorkspace(ws, p, root)
 	if err != nil {
-		m.fileEvent(ctx, l, event, FileInfo{Path: p}, err)
+		op.fileEvent(ctx, l, event, FileInfo{Path: p}, err)
 		return Lease{}, "", err
 	}
 	return l, p, nil
@@ -193,10 +193,10 @@ func inWorkspace(ws, p string, root bool) (string, error) {
 // fileScript runs script in l's sandbox as its user with args ($1...), returning what it
 // printed; the exit codes above become ErrNoSuchFile and ErrFileExists, any other failure
 // ErrBadRequest with what the script said.
-func (m *Manager) fileScript(ctx context.Context, l Lease, script string, args ...string) ([]byte, error) {
+func (op *sandboxOps) fileScript(ctx context.Context, l Lease, script string, args ...string) ([]byte, error) {
 	var out, stderr bytes.Buffer
-	cmd := confined(m.templates[l.Template].Workdir, script, args...)
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd, Timeout: time.Minute}, nil, &limitWriter{w: &out, n: 64 << 20}, &limitWriter{w: &stderr, n: 4096})
+	cmd := confined(op.templates[l.Template].Workdir, script, args...)
+	code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd, Timeout: time.Minute}, nil, &limitWriter{w: &out, n: 64 << 20}, &limitWriter{w: &stderr, n: 4096})
 	switch {
 	case err != nil:
 		return nil, err

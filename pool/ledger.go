@@ -46,8 +46,8 @@ type taps struct {
 	in, out, err *audit.Tap
 }
 
-func (m *Manager) newTaps(stdin bool) taps {
-	t := taps{out: audit.NewTap(m.cfg.OutputHead), err: audit.NewTap(m.cfg.OutputHead)}
+func (op *sandboxOps) newTaps(stdin bool) taps {
+	t := taps{out: audit.NewTap(op.outputHead), err: audit.NewTap(op.outputHead)}
 	if stdin {
 		t.in = audit.NewTap(0) // what a command read is measured, never kept
 	}
@@ -55,12 +55,12 @@ func (m *Manager) newTaps(stdin bool) taps {
 }
 
 // fill puts what the taps measured into rec, each head through the lease's redaction.
-func (t taps) fill(m *Manager, lease string, rec *audit.Record) {
+func (t taps) fill(op *sandboxOps, lease string, rec *audit.Record) {
 	redact := func(s string) string {
-		if m.cfg.Redact == nil {
+		if op.redact == nil {
 			return s
 		}
-		return m.cfg.Redact(lease, s)
+		return op.redact(lease, s)
 	}
 	if t.in != nil {
 		rec.Stdin = t.in.Stream(nil)
@@ -70,13 +70,13 @@ func (t taps) fill(m *Manager, lease string, rec *audit.Record) {
 
 // given remembers a file the tenant put in a lease's workspace (by upload, or as a member of an
 // uploaded archive), so the end of the lease tells it from what the lease's commands wrote.
-func (m *Manager) given(lease string, files ...FileInfo) {
-	m.procMu.Lock()
-	defer m.procMu.Unlock()
-	g := m.uploads[lease]
+func (op *sandboxOps) given(lease string, files ...FileInfo) {
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
+	g := op.uploads[lease]
 	if g == nil {
 		g = map[string]FileInfo{}
-		m.uploads[lease] = g
+		op.uploads[lease] = g
 	}
 	for _, f := range files {
 		if _, ok := g[f.Path]; !ok && len(g) >= MaxGivenFiles {
@@ -128,12 +128,12 @@ func tarFiles(r io.Reader, dir string, limit int) (files []FileInfo, more int, e
 // a summary. The workspace starts empty (a tmpfs), so what is left is what the lease's uploads
 // and commands made. It runs before the sandbox is destroyed; failing, it says so in the summary
 // and the lease still ends.
-func (m *Manager) recordWorkspace(ctx context.Context, l Lease) {
-	m.procMu.Lock()
-	given := m.uploads[l.ID]
-	delete(m.uploads, l.ID)
-	m.procMu.Unlock()
-	t, ok := m.templates[l.Template]
+func (op *sandboxOps) recordWorkspace(ctx context.Context, l Lease) {
+	op.procMu.Lock()
+	given := op.uploads[l.ID]
+	delete(op.uploads, l.ID)
+	op.procMu.Unlock()
+	t, ok := op.templates[l.Template]
 	if !ok {
 		return
 	}
@@ -151,7 +151,7 @@ func (m *Manager) recordWorkspace(ctx context.Context, l Lease) {
 		done <- read{files, more, err}
 	}()
 	var stderr strings.Builder
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(t.Workdir, `airlock_full "$1"; exec tar -c -C "$1" .`, t.Workdir)}, nil, pw, &stderr)
+	code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(t.Workdir, `airlock_full "$1"; exec tar -c -C "$1" .`, t.Workdir)}, nil, pw, &stderr)
 	pw.Close()
 	got := <-done
 	if err == nil && code != 0 {
@@ -188,7 +188,7 @@ func (m *Manager) recordWorkspace(ctx context.Context, l Lease) {
 		if written == MaxWorkspaceChanges {
 			break
 		}
-		m.ledgerWrite(ctx, l, rec)
+		op.ledgerWrite(ctx, l, rec)
 		written++
 	}
 	reason := fmt.Sprintf("%d created, %d modified, %d deleted; %d files at the end", counts[EventCreated], counts[EventModified],
@@ -199,13 +199,13 @@ func (m *Manager) recordWorkspace(ctx context.Context, l Lease) {
 	if err != nil {
 		reason += "; the workspace could not be read whole: " + err.Error()
 	}
-	m.ledgerWrite(ctx, l, audit.Record{Kind: audit.KindFile, Event: EventWorkspace, Path: t.Workdir, Reason: reason})
+	op.ledgerWrite(ctx, l, audit.Record{Kind: audit.KindFile, Event: EventWorkspace, Path: t.Workdir, Reason: reason})
 }
 
 // ledgerWrite writes a record of l's ledger.
-func (m *Manager) ledgerWrite(ctx context.Context, l Lease, rec audit.Record) {
-	rec.Node, rec.Tenant, rec.Lease, rec.Task, rec.Sandbox = m.cfg.Node, l.Tenant, l.ID, l.Task, l.Sandbox.ID
-	if err := m.cfg.Audit.Write(ctx, rec); err != nil {
-		m.log.Error("audit write failed", "err", err)
+func (op *sandboxOps) ledgerWrite(ctx context.Context, l Lease, rec audit.Record) {
+	rec.Node, rec.Tenant, rec.Lease, rec.Task, rec.Sandbox = op.node, l.Tenant, l.ID, l.Task, l.Sandbox.ID
+	if err := op.audit.Write(ctx, rec); err != nil {
+		op.log.Error("audit write failed", "err", err)
 	}
 }

@@ -2,36 +2,32 @@ package pool
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/rule"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // Renew extends tenant's lease id by ttl from now (zero: the template's default), capped by the
 // template's maximum and by the task token's expiry: renewing past the token needs a fresh one.
-func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duration) (Lease, error) {
-	l, err := m.Held(ctx, tenant, id)
+func (tb *leaseTable) Renew(ctx context.Context, tenant, id string, ttl time.Duration) (Lease, error) {
+	l, err := tb.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, err
 	}
-	t := m.templates[l.Template]
-	task, err := m.cfg.Verify(l.Token, l.Tenant)
+	t := tb.templates[l.Template]
+	task, err := tb.verify(l.Token, l.Tenant)
 	if err != nil {
 		return Lease{}, fmt.Errorf("%w: the lease's task token no longer verifies (%v); lease again with a fresh token", ErrTokenRefused, err)
 	}
 	l.Expires = t.expiry(time.Now(), ttl, task.Expires)
-	if err := m.rebind(ctx, l, l.JTI, task); err != nil {
+	if err := tb.rebind(ctx, l, l.JTI, task); err != nil {
 		return Lease{}, err
 	}
-	m.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
+	tb.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
 	return l, nil
 }
 
@@ -39,12 +35,12 @@ func (m *Manager) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 // replace the old ones at once on this node's gateway and resolver (requests are checked per
 // request, and tunnels the new scopes refuse are closed), and the lease's expiry is capped by
 // the new token's.
-func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease, error) {
-	l, err := m.Held(ctx, tenant, id)
+func (tb *leaseTable) SwapToken(ctx context.Context, tenant, id, raw string) (Lease, error) {
+	l, err := tb.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, err
 	}
-	task, err := m.admit(raw, l.Tenant)
+	task, err := tb.admit(raw, l.Tenant)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -54,156 +50,103 @@ func (m *Manager) SwapToken(ctx context.Context, tenant, id, raw string) (Lease,
 	oldJTI := l.JTI
 	l.Token, l.JTI = raw, task.JTI
 	l.Expires = earliest(l.Expires, task.Expires)
-	if err := m.rebind(ctx, l, oldJTI, task); err != nil {
+	if err := tb.rebind(ctx, l, oldJTI, task); err != nil {
 		return Lease{}, err
 	}
 	reason := fmt.Sprintf("jti %s replaces %s", l.JTI, oldJTI)
-	if r := m.revoke(ctx, m.cfg.Revoke, l); r != "" {
+	if r := tb.revocation(ctx, tb.revoke, l); r != "" {
 		reason += "; " + r
 	}
-	m.grantEvent(ctx, l, "token-swap", reason, task)
+	tb.grantEvent(ctx, l, "token-swap", reason, task)
 	return l, nil
 }
 
-// leaseFile returns tenant's lease id and p resolved inside its template's workspace (or the
-// workspace itself, for an archive). A path outside it is refused, and the refusal recorded as
-// the file event it would have been.
-func (m *Manager) leaseFile(ctx context.Context, tenant, id, p, event string, archive bool) (Lease, string, error) {
-	return m.workspacePath(ctx, tenant, id, p, event, archive)
+// rebind stores l (held before under oldJTI) with its binding under task, and makes the binding
+// visible here at once.
+func (tb *leaseTable) rebind(ctx context.Context, l Lease, oldJTI string, task token.Task) error {
+	b := bindingOf(l, task)
+	var err error
+	if b.Version, err = tb.leases.Rebind(ctx, l, oldJTI, b); err != nil {
+		return err
+	}
+	tb.bindLocal(b)
+	return nil
 }
 
-// transferEvent names a transfer's audit event.
-func transferEvent(dir string, archive bool) string {
-	if archive {
-		return dir + "-tar"
-	}
-	return dir
-}
-
-// FileInfo describes a transferred file.
-type FileInfo = apitype.FileInfo
-
-// PutFile writes r to p in tenant's lease id as the sandbox user, creating parent directories.
-// With archive, r is a tar stream unpacked into the directory p.
-func (m *Manager) PutFile(ctx context.Context, tenant, id, p string, r io.Reader, archive bool) (FileInfo, error) {
-	event := transferEvent("upload", archive)
-	l, p, err := m.leaseFile(ctx, tenant, id, p, event, archive)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	h := sha256.New()
-	cr := &countReader{r: io.TeeReader(r, h)}
-	var stdin io.Reader = cr
-	var pw *io.PipeWriter
-	members := make(chan []FileInfo, 1)
-	if archive {
-		// The archive's files are read as they pass, so the end of the lease tells them from
-		// what its commands wrote.
-		var pr *io.PipeReader
-		pr, pw = io.Pipe()
-		stdin = io.TeeReader(cr, pw)
-		go func() {
-			files, _, _ := tarFiles(pr, p, MaxGivenFiles)
-			members <- files
-		}()
-	}
-	var stderr strings.Builder
-	script := `airlock_full "$1"; umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"`
-	if archive {
-		// As the sandbox user: tar drops leading / and ../ from member names and will not
-		// unpack through a link the archive itself makes, but it follows links already there,
-		// so a target that holds one leading out of the workspace is refused.
-		script = `airlock_full "$1"; umask 077 && mkdir -p "$1" && ` +
-			`find "$1" -type l -exec sh -c 'for l; do r=$(realpath -m -- "$l"); case "$r" in "$0"|"$0"/*) ;; *) ` +
-			`echo "$l leads to $r through a symbolic link, outside the workspace $0: an archive is not unpacked where it could follow it" >&2; exit 46;; esac; done' "$ws" {} + ` +
-			`&& tar -x --no-same-owner --no-same-permissions -C "$1"`
-	}
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(m.templates[l.Template].Workdir, script, p)}, stdin, io.Discard, &stderr)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("%w: writing %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
-	}
-	info := FileInfo{Path: p, Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))}
-	m.fileEvent(ctx, l, event, info, err)
-	if archive {
-		pw.Close()
-		if files := <-members; err == nil {
-			m.given(l.ID, files...)
-		}
-	} else if err == nil {
-		m.given(l.ID, info)
-	}
-	return info, err
-}
-
-// GetFile streams p from tenant's lease id to w; with archive, the directory p as a tar stream.
-func (m *Manager) GetFile(ctx context.Context, tenant, id, p string, w io.Writer, archive bool) (FileInfo, error) {
-	event := transferEvent("download", archive)
-	l, p, err := m.leaseFile(ctx, tenant, id, p, event, archive)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(w, h)}
-	var stderr strings.Builder
-	script := `airlock_full "$1"; exec cat -- "$1"`
-	if archive {
-		script = `airlock_full "$1"; exec tar -c -C "$1" .`
-	}
-	cmd := confined(m.templates[l.Template].Workdir, script, p)
-	code, err := m.cfg.Runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: cmd}, nil, cw, &stderr)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("%w: reading %s: %s", ErrBadRequest, p, strings.TrimSpace(stderr.String()))
-	}
-	info := FileInfo{Path: p, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}
-	m.fileEvent(ctx, l, event, info, err)
-	return info, err
-}
-
-// StatFile reports whether p is a regular file (a directory, with archive) in the lease's
-// workspace, so a download can fail with a status before any byte is sent.
-func (m *Manager) StatFile(ctx context.Context, tenant, id, p string, archive bool) error {
-	l, p, err := m.leaseFile(ctx, tenant, id, p, transferEvent("download", archive), archive)
+// Release ends tenant's lease id: unbind first, then destroy the sandbox, then refill. A release
+// asked for is carried out whether or not the caller waits for the answer: it runs on a context
+// of its own from the start (see end).
+func (tb *leaseTable) Release(ctx context.Context, tenant, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	l, err := tb.Held(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
-	test, what := "-f", "file"
-	if archive {
-		test, what = "-d", "directory"
+	return tb.end(ctx, l, "release")
+}
+
+// teardownTimeout bounds how long ending a lease may take: unbinding, revoking what was minted
+// for it and destroying its sandbox.
+const teardownTimeout = 2 * time.Minute
+
+// end ends l: unbind first, so nothing reaches the sandbox or its credentials any more, then
+// revoke and destroy. Once begun it runs to the end on a context of its own: a caller that goes
+// away (a client that hangs up right after DELETE) must not leave an unbound lease whose
+// credentials stay valid and whose sandbox lives on with nothing left to reap it. The outcome,
+// failures included, is the lease's audit record.
+func (tb *leaseTable) end(ctx context.Context, l Lease, event string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	tb.unbindLocal(l)
+	if err := tb.leases.Unbind(ctx, l); err != nil {
+		return err
 	}
-	_, err = m.fileScript(ctx, l, `airlock_full "$1"; test `+test+` "$1" || { echo "$1 is not a `+what+` in the workspace" >&2; exit 2; }`, p)
-	if err != nil && !errors.Is(err, ErrNoSuchFile) {
-		// Refused before the download began, so recorded here.
-		m.fileEvent(ctx, l, transferEvent("download", archive), FileInfo{Path: p}, err)
+	tb.ended(ctx, l)
+	var problems []string
+	if r := tb.revocation(ctx, tb.release, l); r != "" {
+		problems = append(problems, r)
 	}
+	err := tb.runtime.Destroy(ctx, l.Sandbox.ID)
+	if err != nil {
+		tb.log.Error("destroying sandbox", "lease", l.ID, "sandbox", l.Sandbox.ID, "err", err)
+		problems = append(problems, "destroying the sandbox failed: "+err.Error())
+	}
+	tb.event(ctx, l, event, strings.Join(problems, "; "))
+	// Everything the lease did is signed as soon as it ends, so its receipt is covered at once.
+	if cp, ok := tb.audit.(audit.Checkpointer); ok {
+		if _, cerr := cp.Checkpoint(ctx); cerr != nil && !errors.Is(cerr, audit.ErrNoSigner) {
+			tb.log.Error("audit checkpoint at lease end", "lease", l.ID, "err", cerr)
+		}
+	}
+	tb.supply.kick(l.Template)
 	return err
 }
 
-// fileEvent records a transfer, or its refusal: a request the pool would not carry out (a path
-// outside the workspace, a file that is not there, an archive tar would not unpack) is denied
-// under rule bad-request.
-func (m *Manager) fileEvent(ctx context.Context, l Lease, event string, info FileInfo, err error) {
-	rec := audit.Record{
-		Kind: audit.KindFile, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
-		Sandbox: l.Sandbox.ID, Path: info.Path, To: info.To, Size: info.Size, SHA256: info.SHA256, Decision: audit.Allow,
+// revoke calls f (Config.Release or Revoke) for l's per-task material, returning a reason for
+// the audit record when it fails (the lease ends regardless; what could not be revoked now the
+// broker retries, and it expires with the lease).
+func (tb *leaseTable) revocation(ctx context.Context, f func(context.Context, string) error, l Lease) string {
+	if f == nil {
+		return ""
 	}
+	if err := f(ctx, l.ID); err != nil {
+		tb.log.Error("revoking per-task credentials", "lease", l.ID, "err", err)
+		return "revocation failed: " + err.Error()
+	}
+	return ""
+}
+
+func (tb *leaseTable) reap(ctx context.Context) {
+	ls, err := tb.leases.Expired(ctx, tb.node, time.Now())
 	if err != nil {
-		rec.Decision, rec.Reason = audit.Deny, err.Error()
-		if errors.Is(err, ErrBadRequest) || errors.Is(err, ErrNoSuchFile) || errors.Is(err, ErrFileExists) {
-			rec.Rule = rule.BadRequest
+		tb.log.Error("reaper", "err", err)
+		return
+	}
+	for _, l := range ls {
+		tb.metrics.reaped()
+		if err := tb.end(ctx, l, "expiry"); err != nil {
+			tb.log.Error("reaping expired lease", "lease", l.ID, "err", err)
 		}
 	}
-	if aerr := m.cfg.Audit.Write(ctx, rec); aerr != nil {
-		m.log.Error("audit write failed", "err", aerr)
-	}
-}
-
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.n += int64(n)
-	return n, err
 }

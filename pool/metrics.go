@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) *Metrics {
 		create: prometheus.NewDesc("airlock_pool_create_seconds", "The moving average of the time to create and check one sandbox, which the target is sized with.", []string{"template"}, nil),
 	}
 	reg.MustRegister(mt.leaseLatency, mt.coldStarts, mt.refill, mt.reaps, mt.createFails, mt.unhealthies, mt.drains, mt.shrinks, mt.starts, mt.waits, c)
-	m.metrics = mt
+	m.supply.metrics, m.leaseTable.metrics = mt, mt
 	return mt
 }
 

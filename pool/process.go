@@ -142,8 +142,8 @@ func (b *outBuf) totalWritten() int64 {
 // read with ProcessOutput, from any offset, by any caller of the tenant. With req.Stdin (or
 // req.TTY) it reads what ProcessInput sends until CloseProcessInput; a terminal's is resized
 // with ResizeProcess (req.Resize is ignored).
-func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecRequest) (ProcessInfo, error) {
-	l, err := m.Held(ctx, tenant, id)
+func (op *sandboxOps) StartProcess(ctx context.Context, tenant, id string, req ExecRequest) (ProcessInfo, error) {
+	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
@@ -171,11 +171,11 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 		resize := make(chan TermSize, 1)
 		p.resize, req.Resize = resize, resize
 	}
-	m.procMu.Lock()
-	lp := m.procs[l.ID]
+	op.procMu.Lock()
+	lp := op.procs[l.ID]
 	if lp == nil {
 		lp = &leaseProcesses{byID: map[string]*process{}}
-		m.procs[l.ID] = lp
+		op.procs[l.ID] = lp
 	}
 	// Ids are unique within the lease and never 0...0: a client may use the hex as a number.
 	for p.info.ID == "" || lp.byID[p.info.ID] != nil || p.info.ID == "p-00000000" {
@@ -191,7 +191,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 		}
 	}
 	if lp.ended || running >= MaxRunningProcesses {
-		m.procMu.Unlock()
+		op.procMu.Unlock()
 		if lp.ended {
 			return ProcessInfo{}, fmt.Errorf("%w: lease %s is ending", ErrLeaseNotFound, id)
 		}
@@ -202,23 +202,23 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 	p.cancel = cancel
 	lp.byID[p.info.ID] = p
 	lp.order = append(lp.order, p.info.ID)
-	m.forgetEnded(lp)
-	m.procMu.Unlock()
+	op.forgetEnded(lp)
+	op.procMu.Unlock()
 
-	m.processEvent(ctx, l, p, "process-start", "")
+	op.processEvent(ctx, l, p, "process-start", "")
 	go func() {
 		defer cancel()
 		start := time.Now()
-		tp := m.newTaps(stdin != nil)
+		tp := op.newTaps(stdin != nil)
 		if stdin != nil {
 			stdin = io.TeeReader(stdin, tp.in)
 		}
-		code, err := m.cfg.Runtime.Exec(pctx, l.Sandbox, req, stdin, io.MultiWriter(p.stdout, tp.out), io.MultiWriter(p.stderr, tp.err))
+		code, err := op.runtime.Exec(pctx, l.Sandbox, req, stdin, io.MultiWriter(p.stdout, tp.out), io.MultiWriter(p.stderr, tp.err))
 		now := time.Now().UTC()
 		if p.input != nil {
 			p.input.close()
 		}
-		m.procMu.Lock()
+		op.procMu.Lock()
 		if p.resize != nil {
 			close(p.resize)
 			p.resize = nil
@@ -229,7 +229,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 		} else {
 			p.info.ExitCode = &code
 		}
-		m.procMu.Unlock()
+		op.procMu.Unlock()
 		reason := ""
 		if err != nil {
 			reason = err.Error()
@@ -237,19 +237,19 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req ExecR
 		took := time.Since(start)
 		// The end is recorded before anyone learns of it: a release waiting for its processes
 		// (endProcesses) writes its own records after this one.
-		m.processRecord(context.WithoutCancel(ctx), l, p, "process-exit", reason, func(info ProcessInfo, rec *audit.Record) {
+		op.processRecord(context.WithoutCancel(ctx), l, p, "process-exit", reason, func(info ProcessInfo, rec *audit.Record) {
 			if err == nil {
 				rec.ExitCode = &code
 			}
 			rec.BytesDown, rec.DurationMS = info.StdoutBytes+info.StderrBytes, float64(took.Microseconds())/1000
-			tp.fill(m, l.ID, rec)
+			tp.fill(op, l.ID, rec)
 		})
 		close(p.done)
 		// Wake readers waiting on either stream.
 		p.stdout.Write(nil)
 		p.stderr.Write(nil)
 	}()
-	return m.snapshot(p), nil
+	return op.snapshot(p), nil
 }
 
 // MaxProcessInput bounds the input a process has been sent and not read yet.
@@ -306,7 +306,7 @@ func (b *inputBuf) close() {
 }
 
 // forgetEnded drops the oldest ended processes beyond KeptProcesses. Call with procMu held.
-func (m *Manager) forgetEnded(lp *leaseProcesses) {
+func (op *sandboxOps) forgetEnded(lp *leaseProcesses) {
 	for i := 0; len(lp.order) > KeptProcesses && i < len(lp.order); {
 		if p := lp.byID[lp.order[i]]; !p.info.Running {
 			delete(lp.byID, lp.order[i])
@@ -318,17 +318,17 @@ func (m *Manager) forgetEnded(lp *leaseProcesses) {
 }
 
 // Processes lists tenant's lease id's background processes, oldest first.
-func (m *Manager) Processes(ctx context.Context, tenant, id string) ([]ProcessInfo, error) {
-	l, err := m.Held(ctx, tenant, id)
+func (op *sandboxOps) Processes(ctx context.Context, tenant, id string) ([]ProcessInfo, error) {
+	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
-	m.procMu.Lock()
-	defer m.procMu.Unlock()
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
 	out := []ProcessInfo{}
-	if lp := m.procs[l.ID]; lp != nil {
+	if lp := op.procs[l.ID]; lp != nil {
 		for _, pid := range lp.order {
-			out = append(out, m.snapshotLocked(lp.byID[pid]))
+			out = append(out, op.snapshotLocked(lp.byID[pid]))
 		}
 	}
 	return out, nil
@@ -337,8 +337,8 @@ func (m *Manager) Processes(ctx context.Context, tenant, id string) ([]ProcessIn
 // ProcessOutput returns what process pid of tenant's lease id wrote from the offsets given (at
 // most max bytes of each stream), waiting up to wait for something new when there is nothing
 // yet and it still runs.
-func (m *Manager) ProcessOutput(ctx context.Context, tenant, id, pid string, stdoutOff, stderrOff int64, max int, wait time.Duration) (ProcessOutput, error) {
-	p, err := m.process(ctx, tenant, id, pid)
+func (op *sandboxOps) ProcessOutput(ctx context.Context, tenant, id, pid string, stdoutOff, stderrOff int64, max int, wait time.Duration) (ProcessOutput, error) {
+	p, err := op.process(ctx, tenant, id, pid)
 	if err != nil {
 		return ProcessOutput{}, err
 	}
@@ -352,7 +352,7 @@ func (m *Manager) ProcessOutput(ctx context.Context, tenant, id, pid string, std
 		var outCh, errCh <-chan struct{}
 		o.Stdout, o.StdoutOffset, o.StdoutDropped, outCh = p.stdout.read(stdoutOff, max)
 		o.Stderr, o.StderrOffset, o.StderrDropped, errCh = p.stderr.read(stderrOff, max)
-		o.Process = m.snapshot(p)
+		o.Process = op.snapshot(p)
 		if len(o.Stdout) > 0 || len(o.Stderr) > 0 || !o.Process.Running || wait <= 0 {
 			return o, nil
 		}
@@ -369,8 +369,8 @@ func (m *Manager) ProcessOutput(ctx context.Context, tenant, id, pid string, std
 }
 
 // WaitProcess waits up to timeout for process pid of tenant's lease id to end, and describes it.
-func (m *Manager) WaitProcess(ctx context.Context, tenant, id, pid string, timeout time.Duration) (ProcessInfo, error) {
-	p, err := m.process(ctx, tenant, id, pid)
+func (op *sandboxOps) WaitProcess(ctx context.Context, tenant, id, pid string, timeout time.Duration) (ProcessInfo, error) {
+	p, err := op.process(ctx, tenant, id, pid)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
@@ -380,38 +380,38 @@ func (m *Manager) WaitProcess(ctx context.Context, tenant, id, pid string, timeo
 	case <-p.done:
 	case <-t.C:
 	case <-ctx.Done():
-		return m.snapshot(p), ctx.Err()
+		return op.snapshot(p), ctx.Err()
 	}
-	return m.snapshot(p), nil
+	return op.snapshot(p), nil
 }
 
 // SignalProcess sends sig (one of Signals) to process pid of tenant's lease id and everything
 // it started.
-func (m *Manager) SignalProcess(ctx context.Context, tenant, id, pid, sig string) error {
+func (op *sandboxOps) SignalProcess(ctx context.Context, tenant, id, pid, sig string) error {
 	if !slices.Contains(Signals, sig) {
 		return fmt.Errorf("%w: signal %q is not one of %v", ErrBadRequest, sig, Signals)
 	}
-	l, err := m.Held(ctx, tenant, id)
+	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
-	p, err := m.process(ctx, tenant, id, pid)
+	p, err := op.process(ctx, tenant, id, pid)
 	if err != nil {
 		return err
 	}
-	if !m.snapshot(p).Running {
+	if !op.snapshot(p).Running {
 		return fmt.Errorf("%w: process %s has ended", ErrBadRequest, pid)
 	}
-	err = m.cfg.Runtime.Signal(ctx, l.Sandbox, p.marker, sig)
-	m.processEvent(ctx, l, p, "process-signal", sig)
+	err = op.runtime.Signal(ctx, l.Sandbox, p.marker, sig)
+	op.processEvent(ctx, l, p, "process-signal", sig)
 	return err
 }
 
 // ProcessInput sends data to the input of process pid of tenant's lease id (its stdin, or what
 // is typed on its terminal). What the process has not read yet is held, up to MaxProcessInput
 // bytes; more is refused until it reads.
-func (m *Manager) ProcessInput(ctx context.Context, tenant, id, pid string, data []byte) error {
-	p, err := m.process(ctx, tenant, id, pid)
+func (op *sandboxOps) ProcessInput(ctx context.Context, tenant, id, pid string, data []byte) error {
+	p, err := op.process(ctx, tenant, id, pid)
 	if err != nil {
 		return err
 	}
@@ -423,8 +423,8 @@ func (m *Manager) ProcessInput(ctx context.Context, tenant, id, pid string, data
 
 // CloseProcessInput ends the input of process pid of tenant's lease id: once it has read what
 // was sent, it reads the end of its stdin.
-func (m *Manager) CloseProcessInput(ctx context.Context, tenant, id, pid string) error {
-	p, err := m.process(ctx, tenant, id, pid)
+func (op *sandboxOps) CloseProcessInput(ctx context.Context, tenant, id, pid string) error {
+	p, err := op.process(ctx, tenant, id, pid)
 	if err != nil {
 		return err
 	}
@@ -432,23 +432,23 @@ func (m *Manager) CloseProcessInput(ctx context.Context, tenant, id, pid string)
 		return fmt.Errorf("%w: process %s takes no input (start it with stdin, or on a terminal)", ErrBadRequest, pid)
 	}
 	p.input.close()
-	m.procMu.Lock()
+	op.procMu.Lock()
 	p.info.Stdin = false
-	m.procMu.Unlock()
+	op.procMu.Unlock()
 	return nil
 }
 
 // ResizeProcess resizes the terminal process pid of tenant's lease id runs on.
-func (m *Manager) ResizeProcess(ctx context.Context, tenant, id, pid string, size TermSize) error {
-	p, err := m.process(ctx, tenant, id, pid)
+func (op *sandboxOps) ResizeProcess(ctx context.Context, tenant, id, pid string, size TermSize) error {
+	p, err := op.process(ctx, tenant, id, pid)
 	if err != nil {
 		return err
 	}
 	if size.Rows == 0 || size.Cols == 0 {
 		return fmt.Errorf("%w: a terminal needs at least one row and one column", ErrBadRequest)
 	}
-	m.procMu.Lock()
-	defer m.procMu.Unlock()
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
 	switch {
 	case !p.info.TTY:
 		return fmt.Errorf("%w: process %s does not run on a terminal", ErrBadRequest, pid)
@@ -471,14 +471,14 @@ func (m *Manager) ResizeProcess(ctx context.Context, tenant, id, pid string, siz
 	return nil
 }
 
-func (m *Manager) process(ctx context.Context, tenant, id, pid string) (*process, error) {
-	l, err := m.Held(ctx, tenant, id)
+func (op *sandboxOps) process(ctx context.Context, tenant, id, pid string) (*process, error) {
+	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
-	m.procMu.Lock()
-	defer m.procMu.Unlock()
-	if lp := m.procs[l.ID]; lp != nil {
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
+	if lp := op.procs[l.ID]; lp != nil {
 		if p := lp.byID[pid]; p != nil {
 			return p, nil
 		}
@@ -488,14 +488,14 @@ func (m *Manager) process(ctx context.Context, tenant, id, pid string) (*process
 
 // endProcesses stops lease's background processes and forgets them; it returns once each has
 // ended (its sandbox is destroyed next anyway).
-func (m *Manager) endProcesses(lease string) {
-	m.procMu.Lock()
-	lp := m.procs[lease]
-	delete(m.procs, lease)
+func (op *sandboxOps) endProcesses(lease string) {
+	op.procMu.Lock()
+	lp := op.procs[lease]
+	delete(op.procs, lease)
 	if lp != nil {
 		lp.ended = true
 	}
-	m.procMu.Unlock()
+	op.procMu.Unlock()
 	if lp == nil {
 		return
 	}
@@ -510,13 +510,13 @@ func (m *Manager) endProcesses(lease string) {
 	}
 }
 
-func (m *Manager) snapshot(p *process) ProcessInfo {
-	m.procMu.Lock()
-	defer m.procMu.Unlock()
-	return m.snapshotLocked(p)
+func (op *sandboxOps) snapshot(p *process) ProcessInfo {
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
+	return op.snapshotLocked(p)
 }
 
-func (m *Manager) snapshotLocked(p *process) ProcessInfo {
+func (op *sandboxOps) snapshotLocked(p *process) ProcessInfo {
 	info := p.info
 	info.Cmd = slices.Clone(p.info.Cmd)
 	info.StdoutBytes, info.StderrBytes = p.stdout.totalWritten(), p.stderr.totalWritten()
@@ -525,21 +525,21 @@ func (m *Manager) snapshotLocked(p *process) ProcessInfo {
 
 // processEvent records a background process starting, being signalled or ending, as an exec
 // record of the lease.
-func (m *Manager) processEvent(ctx context.Context, l Lease, p *process, event, reason string) {
-	m.processRecord(ctx, l, p, event, reason, nil)
+func (op *sandboxOps) processEvent(ctx context.Context, l Lease, p *process, event, reason string) {
+	op.processRecord(ctx, l, p, event, reason, nil)
 }
 
 // processRecord is processEvent with the record filled further by fill (nil: not).
-func (m *Manager) processRecord(ctx context.Context, l Lease, p *process, event, reason string, fill func(info ProcessInfo, rec *audit.Record)) {
-	info := m.snapshot(p)
+func (op *sandboxOps) processRecord(ctx context.Context, l Lease, p *process, event, reason string, fill func(info ProcessInfo, rec *audit.Record)) {
+	info := op.snapshot(p)
 	rec := audit.Record{
-		Kind: audit.KindExec, Event: event, Node: m.cfg.Node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+		Kind: audit.KindExec, Event: event, Node: op.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
 		Sandbox: l.Sandbox.ID, Command: info.Cmd, Reason: reason, Process: info.ID,
 	}
 	if fill != nil {
 		fill(info, &rec)
 	}
-	if err := m.cfg.Audit.Write(ctx, rec); err != nil {
-		m.log.Error("audit write failed", "err", err)
+	if err := op.audit.Write(ctx, rec); err != nil {
+		op.log.Error("audit write failed", "err", err)
 	}
 }

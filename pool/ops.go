@@ -1,0 +1,85 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// sandboxOps acts inside the sandboxes of the leases this node holds: commands (Exec), background
+// processes (process.go), file transfers (transfer.go), workspace operations (files.go), and the
+// ledger that records each (ledger.go). procMu guards procs and uploads; it is the only lock.
+type sandboxOps struct {
+	node      string
+	templates map[string]Template
+	runtime   Runtime
+	audit     audit.Sink
+	table     *leaseTable // Held: every operation acts on a lease this node holds
+	// outputHead and redact are Config.OutputHead and Config.Redact.
+	outputHead int
+	redact     func(lease, text string) string
+	log        *slog.Logger
+
+	procMu  sync.Mutex
+	procs   map[string]*leaseProcesses     // per lease id: its background processes
+	uploads map[string]map[string]FileInfo // per lease id: the files the tenant put there, by path
+}
+
+// ended stops l's background processes and records what its workspace holds, as its lease ends.
+func (op *sandboxOps) ended(ctx context.Context, l Lease) {
+	op.endProcesses(l.ID)
+	op.recordWorkspace(ctx, l)
+}
+
+// Exec runs req in tenant's lease id.
+func (op *sandboxOps) Exec(ctx context.Context, tenant, id string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	l, err := op.table.Held(ctx, tenant, id)
+	if err != nil {
+		return -1, err
+	}
+	if len(req.Cmd) == 0 {
+		return -1, fmt.Errorf("%w: exec needs a command", ErrBadRequest)
+	}
+	if !time.Now().Before(l.Expires) {
+		return -1, fmt.Errorf("%w: lease %s has expired", ErrLeaseNotFound, id)
+	}
+	if req.Env, err = commandEnv(l, req.Env); err != nil {
+		return -1, err
+	}
+	start := time.Now()
+	tp := op.newTaps(stdin != nil)
+	if stdin != nil {
+		stdin = io.TeeReader(stdin, tp.in)
+	}
+	out, errOut := &countWriter{w: io.MultiWriter(stdout, tp.out)}, &countWriter{w: io.MultiWriter(stderr, tp.err)}
+	code, err := op.runtime.Exec(ctx, l.Sandbox, req, stdin, out, errOut)
+	rec := audit.Record{
+		Kind: audit.KindExec, Node: op.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+		Sandbox: l.Sandbox.ID, Command: req.Cmd, ExitCode: &code, BytesDown: out.n + errOut.n,
+		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	tp.fill(op, l.ID, &rec)
+	if err != nil {
+		rec.Reason = err.Error()
+	}
+	if aerr := op.audit.Write(ctx, rec); aerr != nil {
+		op.log.Error("audit write failed", "err", aerr)
+	}
+	return code, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
