@@ -37,11 +37,11 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, string, error)
 	s.sizers[t.Name].waited(s.now(), 1)
 	s.queue.Unlock()
 	switch t.OnEmpty {
-	case "refuse":
+	case OnEmptyRefuse:
 		s.kick(t.Name)
 		return Sandbox{}, "", fmt.Errorf("%w: template %q had no warm sandbox and refuses a lease then (on_empty: refuse; its pool: min_warm %d, max_warm %d)",
 			ErrNoWarm, t.Name, t.MinWarm, t.WarmCeiling())
-	case "cold":
+	case OnEmptyCold:
 		s.kick(t.Name)
 		return s.coldStart(ctx, t, now)
 	}
@@ -54,7 +54,7 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, string, error)
 	case err == nil:
 		s.metrics.started("waited", time.Since(now))
 		return sb, "waited", nil
-	case !errors.Is(err, ErrNoWarm) || t.AfterWait == "refuse":
+	case !errors.Is(err, ErrNoWarm) || t.AfterWait == AfterWaitRefuse:
 		return Sandbox{}, "", err
 	}
 	return s.coldStart(ctx, t, now)

@@ -62,14 +62,12 @@ type Template struct {
 	// keeps the pool at MinWarm; neither goes past MaxTotal or the node's memory budget.
 	MinWarm int `yaml:"min_warm"`
 	MaxWarm int `yaml:"max_warm"`
-	// OnEmpty says what a lease does when no sandbox is warm: "wait" (default) up to WaitFor
-	// for the first sandbox to become warm, leases served in the order they came, and then what
-	// AfterWait says; "cold" starts one for this lease at once; "refuse" refuses it at once.
-	OnEmpty string        `yaml:"on_empty"`
-	WaitFor time.Duration `yaml:"wait_for"`
-	// AfterWait is what a lease that waited WaitFor in vain does: "cold" (default) starts a
-	// sandbox for it, "refuse" refuses it.
-	AfterWait  string        `yaml:"after_wait"`
+	// OnEmpty says what a lease does when no sandbox is warm (empty: OnEmptyWait), and WaitFor
+	// how long it waits then; AfterWait what a lease that waited in vain does (empty:
+	// AfterWaitCold).
+	OnEmpty    OnEmpty       `yaml:"on_empty"`
+	WaitFor    time.Duration `yaml:"wait_for"`
+	AfterWait  AfterWait     `yaml:"after_wait"`
 	MaxTotal   int           `yaml:"max_total"`
 	DefaultTTL time.Duration `yaml:"default_ttl"`
 	MaxTTL     time.Duration `yaml:"max_ttl"`
@@ -88,6 +86,28 @@ type Template struct {
 	// bridge, for builds that install from a package index.
 	BuildNetwork string `yaml:"build_network"`
 }
+
+// OnEmpty is what a lease does when its template has no warm sandbox.
+type OnEmpty string
+
+const (
+	// OnEmptyWait (the default) queues the lease for the first sandbox to become warm, leases
+	// served in the order they came, up to the template's WaitFor, and then does what its
+	// AfterWait says.
+	OnEmptyWait OnEmpty = "wait"
+	// OnEmptyCold starts a sandbox for the lease at once.
+	OnEmptyCold OnEmpty = "cold"
+	// OnEmptyRefuse refuses the lease at once.
+	OnEmptyRefuse OnEmpty = "refuse"
+)
+
+// AfterWait is what a lease that waited its template's WaitFor in vain does.
+type AfterWait string
+
+const (
+	AfterWaitCold   AfterWait = "cold"   // start a sandbox for it (the default)
+	AfterWaitRefuse AfterWait = "refuse" // refuse it
+)
 
 // Build names a Dockerfile and its build context.
 type Build struct {
@@ -190,10 +210,10 @@ func (t Template) Validate() []error {
 	if t.MaxWarm < 0 {
 		bad("max_warm", "must be >= 0")
 	}
-	if t.OnEmpty != "" && t.OnEmpty != "wait" && t.OnEmpty != "cold" && t.OnEmpty != "refuse" {
+	if t.OnEmpty != "" && t.OnEmpty != OnEmptyWait && t.OnEmpty != OnEmptyCold && t.OnEmpty != OnEmptyRefuse {
 		bad("on_empty", "%q is not wait, cold or refuse", t.OnEmpty)
 	}
-	if t.AfterWait != "" && t.AfterWait != "cold" && t.AfterWait != "refuse" {
+	if t.AfterWait != "" && t.AfterWait != AfterWaitCold && t.AfterWait != AfterWaitRefuse {
 		bad("after_wait", "%q is not cold or refuse", t.AfterWait)
 	}
 	if t.WaitFor < 0 || t.WaitFor > 5*time.Minute {
