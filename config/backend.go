@@ -2,6 +2,8 @@ package config
 
 import (
 	"net/netip"
+	"os"
+	"strings"
 )
 
 // Network is the sandbox network.
@@ -41,4 +43,42 @@ type Kubernetes struct {
 	// DisableIPv6 turns IPv6 off in every Pod (the kubelet must allow the sysctls
 	// net.ipv6.conf.all.disable_ipv6 and net.ipv6.conf.default.disable_ipv6).
 	DisableIPv6 bool `yaml:"disable_ipv6"`
+}
+
+// validate checks the sandbox network, whichever the backend (as it always has been).
+func (n Network) validate(bad badFunc) {
+	if n.Name == "" {
+		bad("network.name", "required")
+	}
+	if l := len(n.Bridge); l == 0 || l > 15 {
+		bad("network.bridge", "must be 1 to 15 characters (a Linux interface name)")
+	}
+	if p, err := netip.ParsePrefix(n.Subnet); err != nil || !p.Addr().Is4() || p.Bits() > 28 || p.Masked() != p {
+		bad("network.subnet", "%q is not an IPv4 network such as 10.213.0.0/24", n.Subnet)
+	}
+}
+
+// validate checks the Kubernetes backend's settings; Config.Validate asks only when backend is
+// kubernetes, since no other backend reads them. The node's name may come from NODE_NAME.
+func (k Kubernetes) validate(bad badFunc) {
+	if k.Namespace == "" {
+		bad("kubernetes.namespace", "required with backend kubernetes")
+	}
+	if k.NodeName == "" && os.Getenv("NODE_NAME") == "" {
+		bad("kubernetes.node_name", "required with backend kubernetes (or NODE_NAME in the environment)")
+	}
+	if a, err := netip.ParseAddr(k.HostAddr); k.HostAddr != "" && (err != nil || !a.Is4()) {
+		bad("kubernetes.host_addr", "%q is not the IPv4 address at which the node's Pods reach it", k.HostAddr)
+	}
+	if p, err := netip.ParsePrefix(k.PodCIDR); k.PodCIDR != "" && (err != nil || !p.Addr().Is4() || p.Masked() != p) {
+		bad("kubernetes.pod_cidr", "%q is not the node's IPv4 Pod network such as 10.244.0.0/24", k.PodCIDR)
+	}
+	if strings.ContainsAny(k.FirewallNetns, "/\x00") || k.FirewallNetns == "." || k.FirewallNetns == ".." {
+		bad("kubernetes.firewall_netns", "%q is not a network namespace name", k.FirewallNetns)
+	}
+	for rt, class := range k.RuntimeClasses {
+		if !strings.HasPrefix(rt, "runsc") || class == "" {
+			bad("kubernetes.runtime_classes", "%q: %q must map a runsc runtime to a RuntimeClass name", rt, class)
+		}
+	}
 }

@@ -2,14 +2,11 @@ package config
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -17,8 +14,6 @@ import (
 
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/inside"
-	"github.com/airlock-dev/airlock/scope"
 )
 
 // Config is a node's whole configuration.
@@ -157,7 +152,9 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Validate checks every field and names the first one that is wrong.
+// Validate checks every field and returns every problem it finds, joined, each naming its
+// field ("api.listen: ..."). Each section checks its own fields in a method beside its type;
+// what compares one section with another is checked in validateAcross.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -169,236 +166,64 @@ func (c *Config) Validate() error {
 	if c.Deployment == "" {
 		bad("deployment", "required")
 	}
-	if ap, err := netip.ParseAddrPort(c.API.Listen); err != nil {
-		bad("api.listen", "%q is not ADDRESS:PORT", c.API.Listen)
-	} else if !ap.Addr().IsLoopback() && !c.API.TLS.Enabled() {
-		bad("api.listen", "%s is not a loopback address; the API may listen beyond loopback only with TLS (api.tls.cert_file and key_file)", ap.Addr())
-	}
-	if (c.API.TLS.CertFile == "") != (c.API.TLS.KeyFile == "") {
-		bad("api.tls", "cert_file and key_file go together")
-	}
-	if a := c.API.Advertise; a != "" {
-		if u, err := url.Parse(a); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
-			bad("api.advertise", "%q is not a URL such as https://node-2.internal:7070", a)
-		} else if (u.Scheme == "https") != c.API.TLS.Enabled() {
-			bad("api.advertise", "its scheme must be https exactly when api.tls is set")
-		}
-	}
-	for i, k := range c.API.Keys {
-		if k.Tenant == "" {
-			bad(fmt.Sprintf("api.keys[%d].tenant", i), "required")
-		}
-		if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
-			bad(fmt.Sprintf("api.keys[%d].sha256", i), "must be the 64 hex digits of the key's SHA-256 (never the key itself)")
-		}
-	}
-	c.validateReview(bad)
-	c.validateE2B(bad)
-	if a := c.Gateway.Approvals; a.Hold < time.Second || a.Hold > 10*time.Minute || a.TTL < a.Hold || a.TTL > 24*time.Hour {
-		bad("gateway.approvals", "hold must be 1s to 10m and ttl from hold to 24h (hold %s, ttl %s)", a.Hold, a.TTL)
-	}
-	if u := c.Gateway.Approvals.Webhook; u != "" {
-		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "https" && pu.Scheme != "http") || pu.Host == "" {
-			bad("gateway.approvals.webhook", "%q is not an http(s) URL", u)
-		}
-	}
-	if c.API.RatePerKey < 0 || c.API.BurstPerKey < 0 {
-		bad("api.rate_per_key", "must be >= 0")
-	}
-	if c.API.MaxPortsPerLease < 0 || c.API.MaxPortsPerLease > 1000 {
-		bad("api.max_ports_per_lease", "must be between 0 (the default, 8) and 1000")
-	}
-	c.API.Streams.validate("api.streams", false, bad)
-	c.API.Calls.validate("api.calls", true, bad)
-	c.API.Connections.validate("api.connections", bad)
-	c.API.Timeouts.validate("api.timeouts", bad)
-	switch c.Vault.Auth.Method {
-	case "", "token":
-	case "approle":
-		if c.Vault.Auth.RoleIDFile == "" || c.Vault.Auth.SecretIDFile == "" {
-			bad("vault.auth", "approle needs role_id_file and secret_id_file")
-		}
-	case "jwt", "kubernetes":
-		if c.Vault.Auth.Role == "" {
-			bad("vault.auth.role", "required for %s login", c.Vault.Auth.Method)
-		}
-		if c.Vault.Auth.Method == "jwt" && c.Vault.Auth.JWTFile == "" {
-			bad("vault.auth.jwt_file", "required for jwt login")
-		}
-	default:
-		bad("vault.auth.method", "%q is not token, approle, jwt or kubernetes", c.Vault.Auth.Method)
-	}
-	if c.Vault.RevokeRetryFor < 0 {
-		bad("vault.revoke_retry_for", "must be >= 0")
-	}
-	if c.Pool.HealthEvery < 0 {
-		bad("pool.health_every", "must be >= 0")
-	}
-	if c.Pool.RefillParallel < 0 || c.Pool.RefillParallel > 64 {
-		bad("pool.refill_parallel", "must be between 0 and 64")
-	}
-	if c.Pool.MemoryBudgetMB < 0 {
-		bad("pool.memory_budget_mb", "must be >= 0")
-	}
-	if c.Redis.Grace < 0 || c.Redis.Grace > time.Minute {
-		bad("redis.grace", "must be between 0 and 1m")
-	}
+	c.API.validate(bad)
+	c.Redis.validate(bad)
+	c.Vault.validate(bad)
+	c.Network.validate(bad)
 	switch c.Backend {
 	case "", "docker":
 	case "kubernetes":
-		k := c.Kubernetes
-		if k.Namespace == "" {
-			bad("kubernetes.namespace", "required with backend kubernetes")
-		}
-		if k.NodeName == "" && os.Getenv("NODE_NAME") == "" {
-			bad("kubernetes.node_name", "required with backend kubernetes (or NODE_NAME in the environment)")
-		}
-		if a, err := netip.ParseAddr(k.HostAddr); k.HostAddr != "" && (err != nil || !a.Is4()) {
-			bad("kubernetes.host_addr", "%q is not the IPv4 address at which the node's Pods reach it", k.HostAddr)
-		}
-		if p, err := netip.ParsePrefix(k.PodCIDR); k.PodCIDR != "" && (err != nil || !p.Addr().Is4() || p.Masked() != p) {
-			bad("kubernetes.pod_cidr", "%q is not the node's IPv4 Pod network such as 10.244.0.0/24", k.PodCIDR)
-		}
-		if strings.ContainsAny(k.FirewallNetns, "/\x00") || k.FirewallNetns == "." || k.FirewallNetns == ".." {
-			bad("kubernetes.firewall_netns", "%q is not a network namespace name", k.FirewallNetns)
-		}
-		for rt, class := range k.RuntimeClasses {
-			if !strings.HasPrefix(rt, "runsc") || class == "" {
-				bad("kubernetes.runtime_classes", "%q: %q must map a runsc runtime to a RuntimeClass name", rt, class)
-			}
-		}
+		c.Kubernetes.validate(bad)
 	default:
 		bad("backend", "%q is not docker or kubernetes", c.Backend)
 	}
-	if c.Network.Name == "" {
-		bad("network.name", "required")
+	c.Gateway.validate(bad)
+	c.Resolver.validate(bad)
+	c.Audit.validate(bad)
+	c.Review.validate(bad)
+	c.E2B.validate(bad)
+	c.Tokens.validate(bad)
+	c.Dev.validate(bad)
+	c.Pool.validate(bad)
+	if _, err := broker.NewCatalog(c.Creds); err != nil {
+		errs = append(errs, err)
 	}
-	if n := len(c.Network.Bridge); n == 0 || n > 15 {
-		bad("network.bridge", "must be 1 to 15 characters (a Linux interface name)")
+	errs = append(errs, validateTemplates(c.Templates, bad)...)
+	validateProfiles(c.Profiles, bad)
+	c.validateAcross(bad)
+	return errors.Join(errs...)
+}
+
+// badFunc records that field is wrong, saying why with format and args: "field: why". A
+// section's check reports every problem it finds through one, so that Validate returns them
+// all at once.
+type badFunc func(field, format string, args ...any)
+
+// validateAcross checks the rules that compare one section with another, so belong to neither
+// section's own check: the API, the review page and the E2B listener each on an address of its
+// own; no reviewer key also an API key; the transparent port apart from the gateway's and the
+// resolver's (checked whole here, since its rule names the resolver's port); and the dev issuer
+// only while the API listens on loopback.
+func (c *Config) validateAcross(bad badFunc) {
+	if c.Review.Listen != "" && c.Review.Listen == c.API.Listen {
+		bad("review.listen", "is the API's address; the review page is served on an origin of its own")
 	}
-	if p, err := netip.ParsePrefix(c.Network.Subnet); err != nil || !p.Addr().Is4() || p.Bits() > 28 || p.Masked() != p {
-		bad("network.subnet", "%q is not an IPv4 network such as 10.213.0.0/24", c.Network.Subnet)
+	if e := c.E2B.Listen; e != "" && (e == c.API.Listen || e == c.Review.Listen) {
+		bad("e2b.listen", "is the API's or the review page's address; the E2B listener has one of its own")
 	}
-	if c.Gateway.Port < 1 || c.Gateway.Port > 65535 {
-		bad("gateway.port", "must be 1-65535")
-	}
-	for i, m := range c.Gateway.Mirrors {
-		if _, err := m.Target(); err != nil {
-			bad(fmt.Sprintf("gateway.mirrors[%d]", i), "%v", err)
-		}
-	}
-	profileNames := map[string]bool{}
-	for i, p := range c.Profiles {
-		switch {
-		case p.Name == "" || strings.ContainsAny(p.Name, "@, \t"):
-			bad(fmt.Sprintf("profiles[%d].name", i), "required, without @, commas or spaces")
-		case profileNames[p.Name]:
-			bad(fmt.Sprintf("profiles[%d].name", i), "%q is defined twice", p.Name)
-		case len(p.Scopes) == 0:
-			bad(fmt.Sprintf("profiles[%d].scopes", i), "required")
-		}
-		profileNames[p.Name] = true
-		if _, err := scope.Parse(p.Scopes); err != nil {
-			bad(fmt.Sprintf("profiles[%d].scopes", i), "%v", err)
+	for i, k := range c.Review.Reviewers {
+		for _, a := range c.API.Keys {
+			if strings.EqualFold(a.SHA256, k.SHA256) {
+				bad(fmt.Sprintf("review.reviewers[%d].sha256", i), "is also an API key (of tenant %s); a reviewer key must not be able to lease or run anything", a.Tenant)
+			}
 		}
 	}
 	if tp := c.Gateway.TransparentPort; tp != -1 && (tp < 1 || tp > 65535 || tp == c.Gateway.Port || tp == c.Resolver.Port) {
 		bad("gateway.transparent_port", "must be 1-65535, not the gateway's or the resolver's port, or -1 for no redirect")
-	}
-	for i, u := range c.Gateway.PrivateUpstreams {
-		f := fmt.Sprintf("gateway.private_upstreams[%d]", i)
-		if _, err := scope.CanonicalHost(u.Host); err != nil || u.Host == "" || strings.HasPrefix(u.Host, "*") {
-			bad(f+".host", "must be one exact name")
-		}
-		if u.Port < 1 || u.Port > 65535 {
-			bad(f+".port", "must be 1-65535")
-		}
-		if _, err := netip.ParseAddrPort(u.Address); err != nil {
-			bad(f+".address", "%q is not ADDRESS:PORT", u.Address)
-		}
-	}
-	if c.Gateway.Budget.Requests < 0 || c.Gateway.Budget.BytesUp < 0 {
-		bad("gateway.budget", "limits must be >= 0 (0 means no limit)")
-	}
-	if c.Resolver.Port < 1 || c.Resolver.Port > 65535 {
-		bad("resolver.port", "must be 1-65535")
-	}
-	if c.Audit.SegmentBytes < 64<<10 || c.Audit.SegmentBytes > 1<<30 {
-		bad("audit.segment_bytes", "must be 64 KiB to 1 GiB (%d)", c.Audit.SegmentBytes)
-	}
-	if c.Audit.SegmentAge < time.Second || c.Audit.CheckpointEvery < 100*time.Millisecond || c.Audit.FlushEvery <= 0 {
-		bad("audit", "segment_age must be >= 1s, checkpoint_every >= 100ms and flush_every > 0")
-	}
-	sinks := map[string]bool{}
-	for i, sk := range c.Audit.Sinks {
-		if err := sk.Validate(); err != nil {
-			bad(fmt.Sprintf("audit.sinks[%d]", i), "%v", err)
-		}
-		if sinks[sk.Name] {
-			bad(fmt.Sprintf("audit.sinks[%d].name", i), "%q is used twice", sk.Name)
-		}
-		sinks[sk.Name] = true
-	}
-	if c.Audit.OutputHead < 0 || c.Audit.OutputHead > 64<<10 {
-		bad("audit.output_head", "must be 0 to 65536 bytes")
-	}
-	if c.Audit.KeepFor < 0 || c.Audit.KeepBytes < 0 {
-		bad("audit", "keep_for and keep_bytes must be >= 0 (0 keeps everything)")
-	}
-	if c.Audit.KeepBytes > 0 && c.Audit.KeepBytes < 2*c.Audit.SegmentBytes {
-		bad("audit.keep_bytes", "must be at least twice audit.segment_bytes, or retention would delete every sealed segment at once")
-	}
-	for i, u := range c.Resolver.Upstreams {
-		if _, err := netip.ParseAddrPort(u); err != nil {
-			bad(fmt.Sprintf("resolver.upstreams[%d]", i), "%q is not ADDRESS:PORT", u)
-		}
-	}
-	if c.Resolver.CacheMaxTTL < 0 || c.Resolver.CacheNegTTL < 0 {
-		bad("resolver.cache_max_ttl", "must be >= 0")
-	}
-	if t := c.Resolver.Tunnel; t.MaxLabel < 0 || t.MaxName < 0 || t.EntropyBits < 0 || t.MaxDistinct < 0 || t.Window < 0 {
-		bad("resolver.tunnel", "limits must be >= 0 (0 takes the default)")
-	}
-	for i, iss := range c.Tokens.Issuers {
-		if iss.Name == "" {
-			bad(fmt.Sprintf("tokens.issuers[%d].name", i), "required")
-		}
-		if len(iss.Keys) == 0 {
-			bad(fmt.Sprintf("tokens.issuers[%d].keys", i), "at least one key file is required")
-		}
-		if len(iss.Tenants) == 0 || slices.Contains(iss.Tenants, "") {
-			bad(fmt.Sprintf("tokens.issuers[%d].tenants", i), "list the tenants this issuer may speak for (\"*\" for every tenant)")
-		}
 	}
 	if c.Dev.Issuer {
 		if ap, err := netip.ParseAddrPort(c.API.Listen); err == nil && !ap.Addr().IsLoopback() {
 			bad("dev.issuer", "the dev issuer mints tokens with any scope for whoever holds an API key; it may be on only while the API listens on loopback")
 		}
 	}
-	if c.Dev.DemoUpstream != "" {
-		if _, err := netip.ParseAddrPort(c.Dev.DemoUpstream); err != nil {
-			bad("dev.demo_upstream", "%q is not ADDRESS:PORT", c.Dev.DemoUpstream)
-		}
-	}
-	if _, err := broker.NewCatalog(c.Creds); err != nil {
-		errs = append(errs, err)
-	}
-	if len(c.Templates) == 0 {
-		bad("templates", "at least one template is required")
-	}
-	names := map[string]bool{}
-	for i, t := range c.Templates {
-		f := fmt.Sprintf("templates[%d]", i)
-		if t.Name != "" && names[t.Name] {
-			bad(f+".name", "duplicate %q", t.Name)
-		}
-		names[t.Name] = true
-		for _, err := range t.Validate() {
-			errs = append(errs, fmt.Errorf("%s.%w", f, err))
-		}
-		if repo, _, _ := strings.Cut(t.Image, ":"); t.Built() && slices.Contains(inside.ShippedImages, strings.TrimPrefix(repo, "airlock/")) {
-			bad(f+".image", "%s is a shipped image; a template built from a Dockerfile or devcontainer.json writes its own (leave image out: %s)", t.Image, builtImage(t.Name))
-		}
-	}
-	return errors.Join(errs...)
 }

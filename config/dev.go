@@ -1,5 +1,7 @@
 package config
 
+import "net/netip"
+
 // Dev holds what only the all-in-one dev node does.
 type Dev struct {
 	// Issuer mints task tokens from --allow lists, with any scope, for any API key: off by
@@ -13,3 +15,13 @@ type Dev struct {
 
 // DemoHost is the name the demo upstream answers to.
 const DemoHost = "api.example.test"
+
+// validate checks the dev node's own settings. That the dev issuer is on only while the API
+// listens on loopback is checked across sections (Config.validateAcross).
+func (d Dev) validate(bad badFunc) {
+	if d.DemoUpstream != "" {
+		if _, err := netip.ParseAddrPort(d.DemoUpstream); err != nil {
+			bad("dev.demo_upstream", "%q is not ADDRESS:PORT", d.DemoUpstream)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"net/netip"
 	"regexp"
 )
 
@@ -22,26 +21,15 @@ type E2B struct {
 	Timeouts Timeouts `yaml:"timeouts"`
 }
 
-// validateE2B checks the E2B listener's settings.
-func (c *Config) validateE2B(bad func(field, format string, args ...any)) {
-	e := c.E2B
+// validate checks the E2B listener's own settings. That it is not on the API's or the review
+// page's address is checked across sections (Config.validateAcross).
+func (e E2B) validate(bad badFunc) {
 	if e.Listen != "" {
-		if ap, err := netip.ParseAddrPort(e.Listen); err != nil {
-			bad("e2b.listen", "%q is not ADDRESS:PORT", e.Listen)
-		} else if !ap.Addr().IsLoopback() && !e.TLS.Enabled() {
-			bad("e2b.listen", "%s is not a loopback address; the E2B listener may listen beyond loopback only with TLS (e2b.tls.cert_file and key_file)", ap.Addr())
-		}
-		if e.Listen == c.API.Listen || e.Listen == c.Review.Listen {
-			bad("e2b.listen", "is the API's or the review page's address; the E2B listener has one of its own")
-		}
-	}
-	if (e.TLS.CertFile == "") != (e.TLS.KeyFile == "") {
-		bad("e2b.tls", "cert_file and key_file go together")
-	}
-	if e.Listen != "" {
+		validateListen("e2b", e.Listen, e.TLS, "the E2B listener", bad)
 		e.Connections.validate("e2b.connections", bad)
 		e.Timeouts.validate("e2b.timeouts", bad)
 	}
+	e.TLS.validate("e2b.tls", bad)
 	if e.Domain != "" && !dnsName.MatchString(e.Domain) {
 		bad("e2b.domain", "%q is not a DNS name (no scheme, port or path)", e.Domain)
 	}

@@ -3,8 +3,10 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/budget"
@@ -100,4 +102,48 @@ type PrivateUpstream struct {
 	Host    string `yaml:"host"`
 	Port    int    `yaml:"port"`
 	Address string `yaml:"address"`
+}
+
+// validate checks the gateway's own settings. The transparent port, whose rule names the
+// resolver's port, is checked across sections (Config.validateAcross).
+func (g Gateway) validate(bad badFunc) {
+	g.Approvals.validate(bad)
+	if g.Port < 1 || g.Port > 65535 {
+		bad("gateway.port", "must be 1-65535")
+	}
+	for i, m := range g.Mirrors {
+		if _, err := m.Target(); err != nil {
+			bad(fmt.Sprintf("gateway.mirrors[%d]", i), "%v", err)
+		}
+	}
+	for i, u := range g.PrivateUpstreams {
+		u.validate(fmt.Sprintf("gateway.private_upstreams[%d]", i), bad)
+	}
+	if g.Budget.Requests < 0 || g.Budget.BytesUp < 0 {
+		bad("gateway.budget", "limits must be >= 0 (0 means no limit)")
+	}
+}
+
+func (a Approvals) validate(bad badFunc) {
+	if a.Hold < time.Second || a.Hold > 10*time.Minute || a.TTL < a.Hold || a.TTL > 24*time.Hour {
+		bad("gateway.approvals", "hold must be 1s to 10m and ttl from hold to 24h (hold %s, ttl %s)", a.Hold, a.TTL)
+	}
+	if a.Webhook != "" {
+		if pu, err := url.Parse(a.Webhook); err != nil || (pu.Scheme != "https" && pu.Scheme != "http") || pu.Host == "" {
+			bad("gateway.approvals.webhook", "%q is not an http(s) URL", a.Webhook)
+		}
+	}
+}
+
+// validate checks the pin at field: one exact name, a port, and an ADDRESS:PORT to dial.
+func (u PrivateUpstream) validate(field string, bad badFunc) {
+	if _, err := scope.CanonicalHost(u.Host); err != nil || u.Host == "" || strings.HasPrefix(u.Host, "*") {
+		bad(field+".host", "must be one exact name")
+	}
+	if u.Port < 1 || u.Port > 65535 {
+		bad(field+".port", "must be 1-65535")
+	}
+	if _, err := netip.ParseAddrPort(u.Address); err != nil {
+		bad(field+".address", "%q is not ADDRESS:PORT", u.Address)
+	}
 }

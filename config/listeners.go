@@ -1,12 +1,14 @@
 package config
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/airlock-dev/airlock/slots"
 )
 
-// APITLS is the API's certificate.
+// APITLS is a listener's certificate and key (PEM files): the API's, the review page's, the E2B
+// listener's.
 type APITLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
@@ -14,6 +16,24 @@ type APITLS struct {
 
 // Enabled reports whether a certificate is configured.
 func (t APITLS) Enabled() bool { return t.CertFile != "" }
+
+// validate checks that the certificate and the key are named together; field is the
+// listener's tls setting.
+func (t APITLS) validate(field string, bad badFunc) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad(field, "cert_file and key_file go together")
+	}
+}
+
+// validateListen checks a listener's address, section+".listen": ADDRESS:PORT, and beyond
+// loopback only with TLS. who names the listener in the message ("the API").
+func validateListen(section, listen string, tls APITLS, who string, bad badFunc) {
+	if ap, err := netip.ParseAddrPort(listen); err != nil {
+		bad(section+".listen", "%q is not ADDRESS:PORT", listen)
+	} else if !ap.Addr().IsLoopback() && !tls.Enabled() {
+		bad(section+".listen", "%s is not a loopback address; %s may listen beyond loopback only with TLS (%s.tls.cert_file and key_file)", ap.Addr(), who, section)
+	}
+}
 
 // What a listener's clients may hold open, however they hold it (package slots): connections
 // per address before anyone is known (Connections), each phase of a connection in time
@@ -54,7 +74,7 @@ var (
 
 // validate checks the bounds at field; reviewers says whether reviewer keys take these slots
 // on this listener (the API's streams they do not).
-func (s Slots) validate(field string, reviewers bool, bad func(field, format string, args ...any)) {
+func (s Slots) validate(field string, reviewers bool, bad badFunc) {
 	if s.Max < 2 || s.Max > 100000 {
 		bad(field+".max", "must be between 2 and 100000 (%d)", s.Max)
 	}
@@ -93,7 +113,7 @@ var (
 	DefaultReviewConnections = Connections{Max: 1024, PerAddress: 256}
 )
 
-func (c Connections) validate(field string, bad func(field, format string, args ...any)) {
+func (c Connections) validate(field string, bad badFunc) {
 	if c.Max < 2 || c.Max > 1000000 {
 		bad(field+".max", "must be between 2 and 1000000 (%d)", c.Max)
 	}
@@ -126,7 +146,7 @@ type Timeouts struct {
 // for a stall, 2 min idle.
 var DefaultTimeouts = Timeouts{Header: 10 * time.Second, Body: 30 * time.Second, Stall: time.Minute, Idle: 2 * time.Minute}
 
-func (t Timeouts) validate(field string, bad func(field, format string, args ...any)) {
+func (t Timeouts) validate(field string, bad badFunc) {
 	for _, d := range []struct {
 		name     string
 		v, upper time.Duration

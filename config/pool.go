@@ -1,9 +1,13 @@
 package config
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // Pool holds node-wide pool settings.
@@ -51,3 +55,41 @@ func GVisor() pool.Template {
 // builtImage is the image a template built from a Dockerfile or devcontainer.json is tagged
 // with unless it names one.
 func builtImage(name string) string { return "airlock/template-" + name + ":latest" }
+
+func (p Pool) validate(bad badFunc) {
+	if p.HealthEvery < 0 {
+		bad("pool.health_every", "must be >= 0")
+	}
+	if p.RefillParallel < 0 || p.RefillParallel > 64 {
+		bad("pool.refill_parallel", "must be between 0 and 64")
+	}
+	if p.MemoryBudgetMB < 0 {
+		bad("pool.memory_budget_mb", "must be >= 0")
+	}
+}
+
+// validateTemplates checks what the configuration asks of its templates beyond each one's own
+// rules: at least one, no name twice, and no template built from a Dockerfile or
+// devcontainer.json writing over a shipped image. Each template's own rules
+// (pool.Template.Validate) come back as its errors, under templates[i].
+func validateTemplates(ts []pool.Template, bad badFunc) []error {
+	var errs []error
+	if len(ts) == 0 {
+		bad("templates", "at least one template is required")
+	}
+	names := map[string]bool{}
+	for i, t := range ts {
+		f := fmt.Sprintf("templates[%d]", i)
+		if t.Name != "" && names[t.Name] {
+			bad(f+".name", "duplicate %q", t.Name)
+		}
+		names[t.Name] = true
+		for _, err := range t.Validate() {
+			errs = append(errs, fmt.Errorf("%s.%w", f, err))
+		}
+		if repo, _, _ := strings.Cut(t.Image, ":"); t.Built() && slices.Contains(inside.ShippedImages, strings.TrimPrefix(repo, "airlock/")) {
+			bad(f+".image", "%s is a shipped image; a template built from a Dockerfile or devcontainer.json writes its own (leave image out: %s)", t.Image, builtImage(t.Name))
+		}
+	}
+	return errs
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -23,4 +24,23 @@ func (c *Config) ProfileSet() (scope.Profiles, error) {
 		out[p.Name] = set
 	}
 	return out, nil
+}
+
+// validateProfiles checks each profile has a name of its own and scopes that parse.
+func validateProfiles(ps []Profile, bad badFunc) {
+	names := map[string]bool{}
+	for i, p := range ps {
+		switch {
+		case p.Name == "" || strings.ContainsAny(p.Name, "@, \t"):
+			bad(fmt.Sprintf("profiles[%d].name", i), "required, without @, commas or spaces")
+		case names[p.Name]:
+			bad(fmt.Sprintf("profiles[%d].name", i), "%q is defined twice", p.Name)
+		case len(p.Scopes) == 0:
+			bad(fmt.Sprintf("profiles[%d].scopes", i), "required")
+		}
+		names[p.Name] = true
+		if _, err := scope.Parse(p.Scopes); err != nil {
+			bad(fmt.Sprintf("profiles[%d].scopes", i), "%v", err)
+		}
+	}
 }

@@ -10,3 +10,9 @@ type Redis struct {
 	URL   string        `yaml:"url"`
 	Grace time.Duration `yaml:"grace"` // how long cached bindings serve with Redis down
 }
+
+func (r Redis) validate(bad badFunc) {
+	if r.Grace < 0 || r.Grace > time.Minute {
+		bad("redis.grace", "must be between 0 and 1m")
+	}
+}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -25,4 +27,25 @@ type Tunnel struct {
 	EntropyBits float64       `yaml:"entropy_bits"`
 	MaxDistinct int           `yaml:"max_distinct"`
 	Window      time.Duration `yaml:"window"`
+}
+
+func (r Resolver) validate(bad badFunc) {
+	if r.Port < 1 || r.Port > 65535 {
+		bad("resolver.port", "must be 1-65535")
+	}
+	for i, u := range r.Upstreams {
+		if _, err := netip.ParseAddrPort(u); err != nil {
+			bad(fmt.Sprintf("resolver.upstreams[%d]", i), "%q is not ADDRESS:PORT", u)
+		}
+	}
+	if r.CacheMaxTTL < 0 || r.CacheNegTTL < 0 {
+		bad("resolver.cache_max_ttl", "must be >= 0")
+	}
+	r.Tunnel.validate(bad)
+}
+
+func (t Tunnel) validate(bad badFunc) {
+	if t.MaxLabel < 0 || t.MaxName < 0 || t.EntropyBits < 0 || t.MaxDistinct < 0 || t.Window < 0 {
+		bad("resolver.tunnel", "limits must be >= 0 (0 takes the default)")
+	}
 }

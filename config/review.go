@@ -1,9 +1,7 @@
 package config
 
 import (
-	"encoding/hex"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 )
@@ -39,22 +37,13 @@ type ReviewerKey struct {
 	Tenants []string `yaml:"tenants"`
 }
 
-// validateReview checks the review page's settings.
-func (c *Config) validateReview(bad func(field, format string, args ...any)) {
-	r := c.Review
+// validate checks the review page's own settings. That it is not on the API's address, and that
+// no reviewer key is an API key, is checked across sections (Config.validateAcross).
+func (r Review) validate(bad badFunc) {
 	if r.Listen != "" {
-		if ap, err := netip.ParseAddrPort(r.Listen); err != nil {
-			bad("review.listen", "%q is not ADDRESS:PORT", r.Listen)
-		} else if !ap.Addr().IsLoopback() && !r.TLS.Enabled() {
-			bad("review.listen", "%s is not a loopback address; the review page may listen beyond loopback only with TLS (review.tls.cert_file and key_file)", ap.Addr())
-		}
-		if r.Listen == c.API.Listen {
-			bad("review.listen", "is the API's address; the review page is served on an origin of its own")
-		}
+		validateListen("review", r.Listen, r.TLS, "the review page", bad)
 	}
-	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
-		bad("review.tls", "cert_file and key_file go together")
-	}
+	r.TLS.validate("review.tls", bad)
 	if r.SessionTTL < time.Minute || r.SessionTTL > 7*24*time.Hour {
 		bad("review.session_ttl", "must be between 1m and 168h")
 	}
@@ -69,13 +58,8 @@ func (c *Config) validateReview(bad func(field, format string, args ...any)) {
 			bad(f+".name", "required, unique, and not beginning with \"tenant:\" (the name tenants' API keys sign in under)")
 		}
 		names[k.Name] = true
-		if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
+		if !isKeyHash(k.SHA256) {
 			bad(f+".sha256", "must be the 64 hex digits of the key's SHA-256 (never the key itself)")
-		}
-		for _, a := range c.API.Keys {
-			if strings.EqualFold(a.SHA256, k.SHA256) {
-				bad(f+".sha256", "is also an API key (of tenant %s); a reviewer key must not be able to lease or run anything", a.Tenant)
-			}
 		}
 		if len(k.Tenants) == 0 {
 			bad(f+".tenants", "name the tenants it reads, or \"*\" for every tenant")

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"slices"
 	"time"
 )
 
@@ -18,4 +20,22 @@ type Issuer struct {
 	// gateway by a client outside the pool, for any other tenant is refused. Required; "*"
 	// allows every tenant, for an issuer that serves them all.
 	Tenants []string `yaml:"tenants"`
+}
+
+func (t Tokens) validate(bad badFunc) {
+	for i, iss := range t.Issuers {
+		iss.validate(fmt.Sprintf("tokens.issuers[%d]", i), bad)
+	}
+}
+
+func (iss Issuer) validate(field string, bad badFunc) {
+	if iss.Name == "" {
+		bad(field+".name", "required")
+	}
+	if len(iss.Keys) == 0 {
+		bad(field+".keys", "at least one key file is required")
+	}
+	if len(iss.Tenants) == 0 || slices.Contains(iss.Tenants, "") {
+		bad(field+".tenants", "list the tenants this issuer may speak for (\"*\" for every tenant)")
+	}
 }

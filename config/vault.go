@@ -31,3 +31,30 @@ type VaultAuth struct {
 	Role    string `yaml:"role"`
 	JWTFile string `yaml:"jwt_file"`
 }
+
+func (v Vault) validate(bad badFunc) {
+	v.Auth.validate(bad)
+	if v.RevokeRetryFor < 0 {
+		bad("vault.revoke_retry_for", "must be >= 0")
+	}
+}
+
+// validate checks that the login method is known and has what it needs.
+func (a VaultAuth) validate(bad badFunc) {
+	switch a.Method {
+	case "", "token":
+	case "approle":
+		if a.RoleIDFile == "" || a.SecretIDFile == "" {
+			bad("vault.auth", "approle needs role_id_file and secret_id_file")
+		}
+	case "jwt", "kubernetes":
+		if a.Role == "" {
+			bad("vault.auth.role", "required for %s login", a.Method)
+		}
+		if a.Method == "jwt" && a.JWTFile == "" {
+			bad("vault.auth.jwt_file", "required for jwt login")
+		}
+	default:
+		bad("vault.auth.method", "%q is not token, approle, jwt or kubernetes", a.Method)
+	}
+}
