@@ -26,17 +26,6 @@ import (
 	"github.com/airlock-dev/airlock/token"
 )
 
-// Frame stream ids.
-const (
-	StreamStdout byte = 1
-	StreamStderr byte = 2
-	StreamExit   byte = 3
-	// Frames a client sends in the body of a terminal exec (tty): what it types, and a new size
-	// ({"rows":R,"cols":C}). The end of the body is the end of input.
-	StreamStdin  byte = 0
-	StreamResize byte = 4
-)
-
 // Minter mints a task token from "HOST[:PORT][=CREDENTIAL]" specs; only the dev node has one.
 type Minter interface {
 	Mint(tenant string, allow []string, ttl time.Duration) (string, error)
@@ -279,34 +268,6 @@ func (s *Server) owned(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// LeaseRequest is the body of POST /v1/leases.
-type LeaseRequest struct {
-	Template string   `json:"template"`
-	Token    string   `json:"token,omitempty"`
-	Allow    []string `json:"allow,omitempty"`
-	TTL      string   `json:"ttl,omitempty"`
-	// Env is set for every command of the lease; no variable may carry a secret (pool.CheckEnv).
-	Env map[string]string `json:"env,omitempty"`
-	// Metadata is the tenant's labels, shown with the lease and never given to the sandbox.
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
-// LeaseView is a lease as the API shows it; the task token is never returned.
-type LeaseView struct {
-	ID       string    `json:"id"`
-	Template string    `json:"template"`
-	Task     string    `json:"task"`
-	Tenant   string    `json:"tenant,omitempty"`
-	Node     string    `json:"node"`
-	Sandbox  string    `json:"sandbox"`
-	Address  string    `json:"address"`
-	Created  time.Time `json:"created"`
-	Expires  time.Time `json:"expires"`
-	// Start is "warm", "waited" or "cold" (see pool.Lease).
-	Start    string            `json:"start,omitempty"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
 func view(l pool.Lease) LeaseView {
 	return LeaseView{ID: l.ID, Template: l.Template, Task: l.Task, Tenant: l.Tenant, Node: l.Node,
 		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires, Start: l.Start,
@@ -405,11 +366,6 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, v)
 }
 
-// RenewRequest is the body of POST /v1/leases/{id}/renew.
-type RenewRequest struct {
-	TTL string `json:"ttl,omitempty"`
-}
-
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	var req RenewRequest
 	if !readJSON(w, r, &req) {
@@ -425,11 +381,6 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, view(l))
-}
-
-// TokenRequest is the body of PUT /v1/leases/{id}/token.
-type TokenRequest struct {
-	Token string `json:"token"`
 }
 
 func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
@@ -477,27 +428,9 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 // isTar reports whether a files request moves a tar archive of a directory (?archive=tar).
 func isTar(r *http.Request) bool { return r.URL.Query().Get("archive") == "tar" }
 
-// ExecRequest is the body of POST /v1/leases/{id}/exec.
-type ExecRequest struct {
-	Cmd     []string          `json:"cmd"`
-	Env     map[string]string `json:"env,omitempty"`
-	Workdir string            `json:"workdir,omitempty"`
-	Timeout string            `json:"timeout,omitempty"`
-	// TTY runs the command on a pseudo-terminal of Rows by Cols (TERM is Term, xterm-256color
-	// unless set): its output comes as stdout frames only, and the request body (the request in
-	// the ExecHeader) is a stream of stdin and resize frames.
-	TTY  bool   `json:"tty,omitempty"`
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
-	Term string `json:"term,omitempty"`
-	// Stdin keeps a background process's stdin open for POST .../processes/{pid}/stdin (a
-	// terminal's always is); an exec sends its stdin as the request body instead.
-	Stdin bool `json:"stdin,omitempty"`
-}
-
-// terminal puts what req asks of a terminal into pr: its size, and TERM (xterm-256color unless
+// setTerminal puts what req asks of a terminal into pr: its size, and TERM (xterm-256color unless
 // the request names one or sets it).
-func (req ExecRequest) terminal(pr *pool.ExecRequest) {
+func setTerminal(req ExecRequest, pr *pool.ExecRequest) {
 	pr.TTY, pr.Size = true, pool.TermSize{Rows: req.Rows, Cols: req.Cols}
 	if pr.Env == nil {
 		pr.Env = map[string]string{}
@@ -506,17 +439,6 @@ func (req ExecRequest) terminal(pr *pool.ExecRequest) {
 		pr.Env["TERM"] = cmp.Or(req.Term, "xterm-256color")
 	}
 }
-
-// ExitStatus is the payload of the exit frame: the exit code, or why there is none, with the
-// error's code as an answer would carry it ("timed_out", "lease_not_found").
-type ExitStatus struct {
-	ExitCode int    `json:"exit_code"`
-	Error    string `json:"error,omitempty"`
-	Code     string `json:"code,omitempty"`
-}
-
-// ExecHeader carries the exec request (JSON) when the request body is the command's stdin.
-const ExecHeader = "X-Airlock-Exec"
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req ExecRequest
@@ -548,7 +470,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "bad_request", "a terminal exec (tty) sends its input as frames: the request goes in the "+ExecHeader+" header")
 			return
 		}
-		req.terminal(&pr)
+		setTerminal(req, &pr)
 		in, resize := readInputFrames(stdin)
 		stdin, pr.Resize = in, resize
 	}
@@ -572,15 +494,6 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	b, _ := json.Marshal(st)
 	fw.frame(StreamExit, b)
-}
-
-// ExplainRequest is the body of POST /v1/explain: a task token, or a lease of the caller's
-// whose token is explained.
-type ExplainRequest struct {
-	Token  string `json:"token,omitempty"`
-	Lease  string `json:"lease,omitempty"`
-	Method string `json:"method,omitempty"`
-	URL    string `json:"url"`
 }
 
 func (s *Server) explain(w http.ResponseWriter, r *http.Request) {

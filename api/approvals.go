@@ -63,14 +63,6 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.cfg.Approvals.List(approverOf(r).sees))
 }
 
-// AnswerRequest is the body of POST /v1/approvals/{id}: approve (for "once", the default, or
-// for the "lease"), or deny with a reason.
-type AnswerRequest struct {
-	Decision string `json:"decision"`
-	For      string `json:"for,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-}
-
 // answerApproval answers one approval, as approval.Check allows: only a caller who may see its
 // tenant, and not the key that leased (a sandbox's own agent approving its own request would
 // make the approval a formality).

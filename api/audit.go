@@ -25,16 +25,6 @@ const (
 	MaxAuditPage     = audit.MaxPage
 )
 
-// AuditPage is the answer of GET /v1/audit: one page of records, oldest first; Next is the
-// cursor for the next page (?after=Next), and More says there may be one. Problems are records
-// of the node's trail that failed their own check and are left out.
-type AuditPage struct {
-	Records  []audit.Record  `json:"records"`
-	Next     uint64          `json:"next"`
-	More     bool            `json:"more"`
-	Problems []audit.Problem `json:"problems,omitempty"`
-}
-
 // audit streams one page of the tenant's own records matching the query: each record is written
 // as it is found, so a page costs the server no more memory than one record.
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) {

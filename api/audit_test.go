@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
 )
@@ -39,7 +40,7 @@ func auditServer(t *testing.T, sink *audit.FileSink, signer ...note.Signer) *htt
 	return srv
 }
 
-func getAudit(t *testing.T, srv *httptest.Server, key, query string) (int, api.AuditPage) {
+func getAudit(t *testing.T, srv *httptest.Server, key, query string) (int, client.AuditPage) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", srv.URL+"/v1/audit?"+query, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -48,7 +49,7 @@ func getAudit(t *testing.T, srv *httptest.Server, key, query string) (int, api.A
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var page api.AuditPage
+	var page client.AuditPage
 	if resp.StatusCode == 200 {
 		if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
 			t.Fatalf("GET /v1/audit?%s: the answer is not a page: %v", query, err)

@@ -3,29 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
-
-	"github.com/airlock-dev/airlock/pool"
 )
-
-// ListView is the answer of GET /v1/leases/{id}/fs/list.
-type ListView struct {
-	Path      string       `json:"path"`
-	Entries   []pool.Entry `json:"entries"`
-	Truncated bool         `json:"truncated,omitempty"` // cut at pool.MaxListEntries
-}
-
-// PathRequest is the body of POST /v1/leases/{id}/fs/mkdir and /fs/remove.
-type PathRequest struct {
-	Path      string `json:"path"`
-	Recursive bool   `json:"recursive,omitempty"` // remove: a folder and all it holds
-}
-
-// MoveRequest is the body of POST /v1/leases/{id}/fs/move.
-type MoveRequest struct {
-	From      string `json:"from"`
-	To        string `json:"to"`
-	Overwrite bool   `json:"overwrite,omitempty"`
-}
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()

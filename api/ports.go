@@ -21,19 +21,6 @@ import (
 	"github.com/airlock-dev/airlock/pool"
 )
 
-// PortRequest is the body of POST /v1/leases/{id}/ports.
-type PortRequest struct {
-	Port int `json:"port"`
-}
-
-// PortView is an exposed sandbox port: a URL, on a listener of its own, that carries a one-time
-// capability; the first visit trades it for a cookie scoped to that listener.
-type PortView struct {
-	Lease string `json:"lease"`
-	Port  int    `json:"port"`
-	URL   string `json:"url"`
-}
-
 // ports serves each exposed sandbox port on its own loopback listener, so a page under review
 // never shares an origin with the API. Safe for concurrent use.
 type ports struct {

@@ -12,28 +12,6 @@ import (
 	"github.com/airlock-dev/airlock/pool"
 )
 
-// MaxProcessWait bounds how long one call waits for a process's output or end.
-const MaxProcessWait = time.Minute
-
-// OutputView is the answer of GET /v1/leases/{id}/processes/{pid}/output: what the process
-// wrote from the offsets asked for, as text (bytes that are not UTF-8 become U+FFFD) or, with
-// ?encoding=base64, as base64.
-type OutputView struct {
-	Stdout        string           `json:"stdout"`
-	Stderr        string           `json:"stderr"`
-	Encoding      string           `json:"encoding"` // utf-8 or base64
-	StdoutOffset  int64            `json:"stdout_offset"`
-	StderrOffset  int64            `json:"stderr_offset"`
-	StdoutDropped int64            `json:"stdout_dropped,omitempty"`
-	StderrDropped int64            `json:"stderr_dropped,omitempty"`
-	Process       pool.ProcessInfo `json:"process"`
-}
-
-// SignalRequest is the body of POST /v1/leases/{id}/processes/{pid}/signal.
-type SignalRequest struct {
-	Signal string `json:"signal"` // TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT
-}
-
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	var req ExecRequest
 	if !readJSON(w, r, &req) {
@@ -45,7 +23,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	}
 	pr := pool.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Timeout: timeout, Stdin: req.Stdin}
 	if req.TTY {
-		req.terminal(&pr)
+		setTerminal(req, &pr)
 	}
 	p, err := s.cfg.Pool.StartProcess(r.Context(), tenantOf(r), r.PathValue("id"), pr)
 	if err != nil {
@@ -144,9 +122,6 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
-
-// ResizeRequest is the body of POST /v1/leases/{id}/processes/{pid}/resize.
-type ResizeRequest = pool.TermSize
 
 func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(io.LimitReader(r.Body, pool.MaxProcessInput+1))

@@ -17,10 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/rule"
 )
 
@@ -76,15 +75,15 @@ func apiError(resp *http.Response) error {
 }
 
 // Lease asks for a sandbox.
-func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (api.LeaseView, error) {
-	var v api.LeaseView
+func (c *Client) Lease(ctx context.Context, req apitype.LeaseRequest) (apitype.LeaseView, error) {
+	var v apitype.LeaseView
 	_, err := c.do(ctx, http.MethodPost, "/v1/leases", req, &v)
 	return v, err
 }
 
 // Get returns a lease.
-func (c *Client) Get(ctx context.Context, id string) (api.LeaseView, error) {
-	var v api.LeaseView
+func (c *Client) Get(ctx context.Context, id string) (apitype.LeaseView, error) {
+	var v apitype.LeaseView
 	_, err := c.do(ctx, http.MethodGet, leasePath(id), nil, &v)
 	return v, err
 }
@@ -99,15 +98,15 @@ func (c *Client) Release(ctx context.Context, id string) error {
 }
 
 // List returns the tenant's leases.
-func (c *Client) List(ctx context.Context) ([]api.LeaseView, error) {
-	var v []api.LeaseView
+func (c *Client) List(ctx context.Context) ([]apitype.LeaseView, error) {
+	var v []apitype.LeaseView
 	_, err := c.do(ctx, http.MethodGet, "/v1/leases", nil, &v)
 	return v, err
 }
 
 // Pools reports the node's pools.
-func (c *Client) Pools(ctx context.Context) ([]pool.PoolStatus, error) {
-	var v []pool.PoolStatus
+func (c *Client) Pools(ctx context.Context) ([]apitype.PoolStatus, error) {
+	var v []apitype.PoolStatus
 	_, err := c.do(ctx, http.MethodGet, "/v1/pools", nil, &v)
 	return v, err
 }
@@ -120,7 +119,7 @@ func (c *Client) Approvals(ctx context.Context) ([]approval.Approval, error) {
 }
 
 // Answer approves or denies a pending approval.
-func (c *Client) Answer(ctx context.Context, id string, req api.AnswerRequest) (approval.Approval, error) {
+func (c *Client) Answer(ctx context.Context, id string, req apitype.AnswerRequest) (approval.Approval, error) {
 	var v approval.Approval
 	_, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), req, &v)
 	return v, err
@@ -128,12 +127,12 @@ func (c *Client) Answer(ctx context.Context, id string, req api.AnswerRequest) (
 
 // Exec runs a command in a lease, copying its output to stdout and stderr as it arrives, and
 // returns its exit code.
-func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (int, error) {
+func (c *Client) Exec(ctx context.Context, id string, req apitype.ExecRequest, stdout, stderr io.Writer) (int, error) {
 	return c.ExecStdin(ctx, id, req, nil, stdout, stderr)
 }
 
 // ExecStdin is Exec with stdin streamed to the command (nil: none).
-func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+func (c *Client) ExecStdin(ctx context.Context, id string, req apitype.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	var resp *http.Response
 	var err error
 	if stdin == nil {
@@ -143,7 +142,7 @@ func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, 
 		if merr != nil {
 			return -1, merr
 		}
-		resp, err = c.raw(ctx, http.MethodPost, leasePath(id, "exec"), io.NopCloser(stdin), http.Header{api.ExecHeader: {string(h)}})
+		resp, err = c.raw(ctx, http.MethodPost, leasePath(id, "exec"), io.NopCloser(stdin), http.Header{apitype.ExecHeader: {string(h)}})
 	}
 	if err != nil {
 		return -1, err
@@ -155,7 +154,7 @@ func (c *Client) ExecStdin(ctx context.Context, id string, req api.ExecRequest, 
 // ExecTTY runs req on a pseudo-terminal of req.Rows by req.Cols: what is read from stdin is
 // typed into it, each size sent on resize resizes it, and all it writes goes to out. It returns
 // the command's exit code.
-func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, stdin io.Reader, resize <-chan pool.TermSize, out io.Writer) (int, error) {
+func (c *Client) ExecTTY(ctx context.Context, id string, req apitype.ExecRequest, stdin io.Reader, resize <-chan apitype.TermSize, out io.Writer) (int, error) {
 	req.TTY = true
 	h, err := json.Marshal(req)
 	if err != nil {
@@ -182,7 +181,7 @@ func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, st
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := stdin.Read(buf)
-				if n > 0 && send(api.StreamStdin, buf[:n]) != nil {
+				if n > 0 && send(apitype.StreamStdin, buf[:n]) != nil {
 					return
 				}
 				if err != nil {
@@ -200,7 +199,7 @@ func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, st
 					return
 				}
 				b, _ := json.Marshal(sz)
-				if send(api.StreamResize, b) != nil {
+				if send(apitype.StreamResize, b) != nil {
 					return
 				}
 			case <-done:
@@ -208,7 +207,7 @@ func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, st
 			}
 		}
 	}()
-	resp, err := c.raw(ctx, http.MethodPost, leasePath(id, "exec"), pr, http.Header{api.ExecHeader: {string(h)}})
+	resp, err := c.raw(ctx, http.MethodPost, leasePath(id, "exec"), pr, http.Header{apitype.ExecHeader: {string(h)}})
 	if err != nil {
 		pw.Close()
 		return -1, err
@@ -228,12 +227,12 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (int, error) {
 		n := int64(binary.BigEndian.Uint32(hdr[4:]))
 		var err error
 		switch hdr[0] {
-		case api.StreamStdout:
+		case apitype.StreamStdout:
 			_, err = io.CopyN(stdout, body, n)
-		case api.StreamStderr:
+		case apitype.StreamStderr:
 			_, err = io.CopyN(stderr, body, n)
-		case api.StreamExit:
-			var st api.ExitStatus
+		case apitype.StreamExit:
+			var st apitype.ExitStatus
 			if err := json.NewDecoder(io.LimitReader(body, n)).Decode(&st); err != nil {
 				return -1, fmt.Errorf("exec exit status: %w", err)
 			}
@@ -254,16 +253,16 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (int, error) {
 }
 
 // Explain asks what the gateway would decide for a request of the task token.
-func (c *Client) Explain(ctx context.Context, req api.ExplainRequest) (rule.Explanation, error) {
+func (c *Client) Explain(ctx context.Context, req apitype.ExplainRequest) (rule.Explanation, error) {
 	var v rule.Explanation
 	_, err := c.do(ctx, http.MethodPost, "/v1/explain", req, &v)
 	return v, err
 }
 
 // Renew extends a lease; ttl zero takes the template's default.
-func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (api.LeaseView, error) {
-	var v api.LeaseView
-	req := api.RenewRequest{}
+func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (apitype.LeaseView, error) {
+	var v apitype.LeaseView
+	req := apitype.RenewRequest{}
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}
@@ -272,16 +271,16 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (api.L
 }
 
 // SwapToken replaces a lease's task token with a new one for the same task.
-func (c *Client) SwapToken(ctx context.Context, id, token string) (api.LeaseView, error) {
-	var v api.LeaseView
-	_, err := c.do(ctx, http.MethodPut, leasePath(id, "token"), api.TokenRequest{Token: token}, &v)
+func (c *Client) SwapToken(ctx context.Context, id, token string) (apitype.LeaseView, error) {
+	var v apitype.LeaseView
+	_, err := c.do(ctx, http.MethodPut, leasePath(id, "token"), apitype.TokenRequest{Token: token}, &v)
 	return v, err
 }
 
 // Port exposes a sandbox port on a listener of its own and returns its capability URL.
-func (c *Client) Port(ctx context.Context, id string, port int) (api.PortView, error) {
-	var v api.PortView
-	_, err := c.do(ctx, http.MethodPost, leasePath(id, "ports"), api.PortRequest{Port: port}, &v)
+func (c *Client) Port(ctx context.Context, id string, port int) (apitype.PortView, error) {
+	var v apitype.PortView
+	_, err := c.do(ctx, http.MethodPost, leasePath(id, "ports"), apitype.PortRequest{Port: port}, &v)
 	return v, err
 }
 
@@ -306,8 +305,8 @@ func filesPath(id, path string, archive bool) string {
 
 // PutFile uploads r to path in the lease's workspace; with archive, r is a tar stream unpacked
 // into the directory path.
-func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader, archive bool) (pool.FileInfo, error) {
-	var v pool.FileInfo
+func (c *Client) PutFile(ctx context.Context, id, path string, r io.Reader, archive bool) (apitype.FileInfo, error) {
+	var v apitype.FileInfo
 	resp, err := c.raw(ctx, http.MethodPut, filesPath(id, path, archive), r, nil)
 	if err != nil {
 		return v, err
@@ -366,9 +365,19 @@ func (q AuditQuery) values() url.Values {
 	return v
 }
 
+// AuditPage is the answer of GET /v1/audit: one page of records, oldest first; Next is the
+// cursor for the next page (AuditQuery.After), and More says there may be one. Problems are
+// records of the node's trail that failed their own check and are left out.
+type AuditPage struct {
+	Records  []audit.Record  `json:"records"`
+	Next     uint64          `json:"next"`
+	More     bool            `json:"more"`
+	Problems []audit.Problem `json:"problems,omitempty"`
+}
+
 // AuditPage returns one page of the tenant's audit records matching q, oldest first.
-func (c *Client) AuditPage(ctx context.Context, q AuditQuery) (api.AuditPage, error) {
-	var page api.AuditPage
+func (c *Client) AuditPage(ctx context.Context, q AuditQuery) (AuditPage, error) {
+	var page AuditPage
 	_, err := c.do(ctx, http.MethodGet, "/v1/audit?"+q.values().Encode(), nil, &page)
 	return page, err
 }

@@ -8,20 +8,19 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/airlock-dev/airlock/api"
-	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 // StartProcess starts req in the lease in the background and returns at once.
-func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (pool.ProcessInfo, error) {
-	var v pool.ProcessInfo
+func (c *Client) StartProcess(ctx context.Context, id string, req apitype.ExecRequest) (apitype.ProcessInfo, error) {
+	var v apitype.ProcessInfo
 	_, err := c.do(ctx, http.MethodPost, leasePath(id, "processes"), req, &v)
 	return v, err
 }
 
 // Processes lists the lease's background processes, oldest first.
-func (c *Client) Processes(ctx context.Context, id string) ([]pool.ProcessInfo, error) {
-	var v []pool.ProcessInfo
+func (c *Client) Processes(ctx context.Context, id string) ([]apitype.ProcessInfo, error) {
+	var v []apitype.ProcessInfo
 	_, err := c.do(ctx, http.MethodGet, leasePath(id, "processes"), nil, &v)
 	return v, err
 }
@@ -35,7 +34,7 @@ type OutputQuery struct {
 }
 
 // ProcessOutput reads what process pid wrote from the offsets in q.
-func (c *Client) ProcessOutput(ctx context.Context, id, pid string, q OutputQuery) (api.OutputView, error) {
+func (c *Client) ProcessOutput(ctx context.Context, id, pid string, q OutputQuery) (apitype.OutputView, error) {
 	v := url.Values{"stdout_offset": {strconv.FormatInt(q.StdoutOffset, 10)}, "stderr_offset": {strconv.FormatInt(q.StderrOffset, 10)}}
 	if q.Max > 0 {
 		v.Set("max", strconv.Itoa(q.Max))
@@ -46,14 +45,14 @@ func (c *Client) ProcessOutput(ctx context.Context, id, pid string, q OutputQuer
 	if q.Base64 {
 		v.Set("encoding", "base64")
 	}
-	var out api.OutputView
+	var out apitype.OutputView
 	_, err := c.do(ctx, http.MethodGet, leasePath(id, "processes", pid, "output")+"?"+v.Encode(), nil, &out)
 	return out, err
 }
 
 // WaitProcess waits up to timeout (at most a minute) for process pid to end, and describes it.
-func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.Duration) (pool.ProcessInfo, error) {
-	var v pool.ProcessInfo
+func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.Duration) (apitype.ProcessInfo, error) {
+	var v apitype.ProcessInfo
 	q := ""
 	if timeout > 0 {
 		q = "?timeout=" + url.QueryEscape(timeout.String())
@@ -64,7 +63,7 @@ func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.D
 
 // SignalProcess sends sig (TERM, KILL, INT, HUP, ...) to process pid and what it started.
 func (c *Client) SignalProcess(ctx context.Context, id, pid, sig string) error {
-	return c.noContent(ctx, leasePath(id, "processes", pid, "signal"), api.SignalRequest{Signal: sig})
+	return c.noContent(ctx, leasePath(id, "processes", pid, "signal"), apitype.SignalRequest{Signal: sig})
 }
 
 // SendInput sends data to the input of background process pid (started with stdin, or on a
@@ -90,6 +89,6 @@ func (c *Client) CloseInput(ctx context.Context, id, pid string) error {
 }
 
 // ResizeProcess resizes the terminal background process pid runs on.
-func (c *Client) ResizeProcess(ctx context.Context, id, pid string, size pool.TermSize) error {
+func (c *Client) ResizeProcess(ctx context.Context, id, pid string, size apitype.TermSize) error {
 	return c.noContent(ctx, leasePath(id, "processes", pid, "resize"), size)
 }

@@ -12,9 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/client"
-	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/rule"
 )
 
@@ -187,7 +186,7 @@ func agentError(err error) error {
 
 func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in CreateIn) (*mcp.CallToolResult, SandboxOut, error) {
 	st := s.sessionOf(req)
-	lr := api.LeaseRequest{Template: in.Template, Token: in.Token, TTL: in.TTL, Allow: append([]string{}, in.Allow...)}
+	lr := apitype.LeaseRequest{Template: in.Template, Token: in.Token, TTL: in.TTL, Allow: append([]string{}, in.Allow...)}
 	if lr.Template == "" {
 		lr.Template = "default"
 	}
@@ -297,7 +296,7 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*
 	if err != nil {
 		return nil, RunOut{}, err
 	}
-	er := api.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout}
+	er := apitype.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout}
 	if er.Timeout == "" {
 		er.Timeout = "5m"
 	}
@@ -362,14 +361,14 @@ func decodeContent(content, encoding string) ([]byte, error) {
 	return nil, fmt.Errorf("encoding %q is not utf-8 or base64", encoding)
 }
 
-func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteIn) (*mcp.CallToolResult, pool.FileInfo, error) {
+func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteIn) (*mcp.CallToolResult, apitype.FileInfo, error) {
 	b, err := decodeContent(in.Content, in.Encoding)
 	if err != nil {
-		return nil, pool.FileInfo{}, err
+		return nil, apitype.FileInfo{}, err
 	}
 	info, err := s.sessionOf(req).c.PutFile(ctx, in.Lease, in.Path, bytes.NewReader(b), false)
 	if err != nil {
-		return nil, pool.FileInfo{}, agentError(err)
+		return nil, apitype.FileInfo{}, agentError(err)
 	}
 	return nil, info, nil
 }
@@ -397,27 +396,27 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in Read
 	return nil, out, nil
 }
 
-func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, api.ListView, error) {
+func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, apitype.ListView, error) {
 	v, err := s.sessionOf(req).c.ListFiles(ctx, in.Lease, in.Path, in.Depth)
 	if err != nil {
-		return nil, api.ListView{}, agentError(err)
+		return nil, apitype.ListView{}, agentError(err)
 	}
 	return nil, v, nil
 }
 
-func (s *Server) startProcess(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, pool.ProcessInfo, error) {
+func (s *Server) startProcess(ctx context.Context, req *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, apitype.ProcessInfo, error) {
 	cmd, err := command(in)
 	if err != nil {
-		return nil, pool.ProcessInfo{}, err
+		return nil, apitype.ProcessInfo{}, err
 	}
 	c := s.sessionOf(req).c
-	p, err := c.StartProcess(ctx, in.Lease, api.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout,
+	p, err := c.StartProcess(ctx, in.Lease, apitype.ExecRequest{Cmd: cmd, Env: in.Env, Workdir: in.Cwd, Timeout: in.Timeout,
 		Stdin: in.Stdin != "" || in.KeepStdinOpen})
 	if err != nil {
-		return nil, pool.ProcessInfo{}, agentError(err)
+		return nil, apitype.ProcessInfo{}, agentError(err)
 	}
 	if err := input(ctx, c, in.Lease, p.ID, in.Stdin, in.Stdin != "" && !in.KeepStdinOpen); err != nil {
-		return nil, pool.ProcessInfo{}, fmt.Errorf("process %s started, but its stdin: %w", p.ID, err)
+		return nil, apitype.ProcessInfo{}, fmt.Errorf("process %s started, but its stdin: %w", p.ID, err)
 	}
 	return nil, p, nil
 }
@@ -451,12 +450,12 @@ func input(ctx context.Context, c *client.Client, lease, pid, text string, close
 	return nil
 }
 
-func (s *Server) processOutput(ctx context.Context, req *mcp.CallToolRequest, in OutputIn) (*mcp.CallToolResult, api.OutputView, error) {
+func (s *Server) processOutput(ctx context.Context, req *mcp.CallToolRequest, in OutputIn) (*mcp.CallToolResult, apitype.OutputView, error) {
 	q := client.OutputQuery{StdoutOffset: in.StdoutOffset, StderrOffset: in.StderrOffset, Max: OutputLimit,
 		Wait: time.Duration(min(max(in.WaitSeconds, 0), 60)) * time.Second}
 	o, err := s.sessionOf(req).c.ProcessOutput(ctx, in.Lease, in.Process, q)
 	if err != nil {
-		return nil, api.OutputView{}, agentError(err)
+		return nil, apitype.OutputView{}, agentError(err)
 	}
 	return nil, o, nil
 }
@@ -472,16 +471,16 @@ func (s *Server) killProcess(ctx context.Context, req *mcp.CallToolRequest, in K
 	return nil, Done{OK: true, Message: "sent " + sig + " to " + in.Process}, nil
 }
 
-func (s *Server) exposePort(ctx context.Context, req *mcp.CallToolRequest, in PortIn) (*mcp.CallToolResult, api.PortView, error) {
+func (s *Server) exposePort(ctx context.Context, req *mcp.CallToolRequest, in PortIn) (*mcp.CallToolResult, apitype.PortView, error) {
 	v, err := s.sessionOf(req).c.Port(ctx, in.Lease, in.Port)
 	if err != nil {
-		return nil, api.PortView{}, agentError(err)
+		return nil, apitype.PortView{}, agentError(err)
 	}
 	return nil, v, nil
 }
 
 func (s *Server) explain(ctx context.Context, req *mcp.CallToolRequest, in ExplainIn) (*mcp.CallToolResult, rule.Explanation, error) {
-	ex, err := s.sessionOf(req).c.Explain(ctx, api.ExplainRequest{Lease: in.Lease, Method: in.Method, URL: in.URL})
+	ex, err := s.sessionOf(req).c.Explain(ctx, apitype.ExplainRequest{Lease: in.Lease, Method: in.Method, URL: in.URL})
 	if err != nil {
 		return nil, rule.Explanation{}, agentError(err)
 	}

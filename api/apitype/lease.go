@@ -1,0 +1,71 @@
+package apitype
+
+import "time"
+
+// LeaseRequest is the body of POST /v1/leases.
+type LeaseRequest struct {
+	Template string   `json:"template"`
+	Token    string   `json:"token,omitempty"`
+	Allow    []string `json:"allow,omitempty"`
+	TTL      string   `json:"ttl,omitempty"`
+	// Env is set for every command of the lease; no variable may carry a secret (pool.CheckEnv).
+	Env map[string]string `json:"env,omitempty"`
+	// Metadata is the tenant's labels, shown with the lease and never given to the sandbox.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// LeaseView is a lease as the API shows it; the task token is never returned.
+type LeaseView struct {
+	ID       string    `json:"id"`
+	Template string    `json:"template"`
+	Task     string    `json:"task"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Node     string    `json:"node"`
+	Sandbox  string    `json:"sandbox"`
+	Address  string    `json:"address"`
+	Created  time.Time `json:"created"`
+	Expires  time.Time `json:"expires"`
+	// Start is "warm", "waited" or "cold" (see pool.Lease).
+	Start    string            `json:"start,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/leases/{id}/renew.
+type RenewRequest struct {
+	TTL string `json:"ttl,omitempty"`
+}
+
+// TokenRequest is the body of PUT /v1/leases/{id}/token.
+type TokenRequest struct {
+	Token string `json:"token"`
+}
+
+// PortRequest is the body of POST /v1/leases/{id}/ports.
+type PortRequest struct {
+	Port int `json:"port"`
+}
+
+// PortView is an exposed sandbox port: a URL, on a listener of its own, that carries a one-time
+// capability; the first visit trades it for a cookie scoped to that listener.
+type PortView struct {
+	Lease string `json:"lease"`
+	Port  int    `json:"port"`
+	URL   string `json:"url"`
+}
+
+// ExplainRequest is the body of POST /v1/explain: a task token, or a lease of the caller's
+// whose token is explained.
+type ExplainRequest struct {
+	Token  string `json:"token,omitempty"`
+	Lease  string `json:"lease,omitempty"`
+	Method string `json:"method,omitempty"`
+	URL    string `json:"url"`
+}
+
+// AnswerRequest is the body of POST /v1/approvals/{id}: approve (for "once", the default, or
+// for the "lease"), or deny with a reason.
+type AnswerRequest struct {
+	Decision string `json:"decision"`
+	For      string `json:"for,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
