@@ -157,9 +157,12 @@ func New(cfg Config) *Server {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
+// tenantHandler serves a call of tenant, the tenant auth admitted it for.
+type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string)
+
 // route serves pattern with h for a tenant's key, h holding what k holds for the call's life.
-func (s *Server) route(pattern string, k kind, h http.HandlerFunc) {
-	s.mux.HandleFunc(pattern, s.auth(k, h))
+func (s *Server) route(pattern string, k kind, h tenantHandler) {
+	s.mux.HandleFunc(pattern, s.auth(k, s.tenanted(h)))
 }
 
 // HashKey returns the form in which an API key is configured.
@@ -167,8 +170,6 @@ func HashKey(key string) string {
 	h := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(h[:])
 }
-
-type tenantKey struct{}
 
 // bearer returns the hex SHA-256 of the request's bearer key ("" when it carries none).
 func bearer(r *http.Request) string {
@@ -207,32 +208,59 @@ func (s *Server) auth(k kind, h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx := context.WithValue(r.Context(), tenantKey{}, tenant)
-		h(w, r.WithContext(context.WithValue(ctx, keyHashKey{}, hash)))
+		h(w, r.WithContext(context.WithValue(r.Context(), admittedKey{}, admitted{tenant: tenant, keyHash: hash})))
 	}
 }
 
-type keyHashKey struct{}
+// admitted is who auth admitted a call for: the tenant, and the hex SHA-256 of the key it used.
+// auth puts it in the request's context for tenanted, which is the only reader of the tenant.
+type admitted struct{ tenant, keyHash string }
 
-func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey{}).(string) }
+type admittedKey struct{}
 
-// keyHashOf is the hex SHA-256 of the caller's API key.
-func keyHashOf(r *http.Request) string { s, _ := r.Context().Value(keyHashKey{}).(string); return s }
+// tenantOf returns the tenant auth admitted r for; ok is false when r did not come through auth
+// (a route mounted without it), and then the call must be refused, never served for no tenant.
+func tenantOf(r *http.Request) (tenant string, ok bool) {
+	a, ok := r.Context().Value(admittedKey{}).(admitted)
+	return a.tenant, ok
+}
+
+// tenanted serves h with the tenant auth admitted the call for. A call auth did not admit (a
+// route mounted without it, a mistake of this package) is refused with 500 naming the route,
+// rather than served for an empty tenant or panicking.
+func (s *Server) tenanted(h tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := tenantOf(r)
+		if !ok {
+			s.cfg.Logger.Error("api: a tenant's route was served without authentication; refused", "method", r.Method, "path", r.URL.Path)
+			writeError(w, http.StatusInternalServerError, "unauthenticated_route",
+				fmt.Sprintf("%s %s is served without authentication on this node, so no tenant is known; it is refused (a fault of the node, not of the call)", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r, tenant)
+	}
+}
+
+// keyHashOf is the hex SHA-256 of the API key auth admitted r with ("" when none did).
+func keyHashOf(r *http.Request) string {
+	a, _ := r.Context().Value(admittedKey{}).(admitted)
+	return a.keyHash
+}
 
 // owned serves a request about one lease here when this node holds it, and otherwise forwards it
 // to the node that does (whose engine runs the sandbox and whose broker minted its credentials),
 // with the caller's own API key, signed as coming from this node. A call another node forwarded
 // (its signature checked) is served here and never forwarded again; the pool refuses it if this
 // node does not hold the lease after all. Routing headers a client sends are dropped unread.
-func (s *Server) owned(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) owned(h tenantHandler) tenantHandler {
+	return func(w http.ResponseWriter, r *http.Request, tenant string) {
 		if _, routed := s.cfg.NodeAuth.Verify(r); routed {
-			h(w, r)
+			h(w, r, tenant)
 			return
 		}
-		l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), r.PathValue("id"))
+		l, err := s.cfg.Pool.Get(r.Context(), tenant, r.PathValue("id"))
 		if err != nil || l.Node == s.cfg.Pool.Node() {
-			h(w, r)
+			h(w, r, tenant)
 			return
 		}
 		if s.cfg.NodeAuth == nil || len(s.cfg.NodeAuth.Secret) == 0 {
@@ -274,7 +302,7 @@ func view(l pool.Lease) LeaseView {
 		Metadata: l.Metadata}
 }
 
-func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createLease(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req LeaseRequest
 	if !readJSON(w, r, &req) {
 		return
@@ -283,7 +311,6 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tenant := tenantOf(r)
 	if req.Template == "" {
 		req.Template = "default"
 	}
@@ -318,8 +345,8 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, view(l))
 }
 
-func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
-	ls, err := s.cfg.Pool.List(r.Context(), tenantOf(r))
+func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, tenant string) {
+	ls, err := s.cfg.Pool.List(r.Context(), tenant)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -331,8 +358,8 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
-	l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), r.PathValue("id"))
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request, tenant string) {
+	l, err := s.cfg.Pool.Get(r.Context(), tenant, r.PathValue("id"))
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -340,8 +367,8 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, view(l))
 }
 
-func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Pool.Release(r.Context(), tenantOf(r), r.PathValue("id")); err != nil {
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, tenant string) {
+	if err := s.cfg.Pool.Release(r.Context(), tenant, r.PathValue("id")); err != nil {
 		writePoolError(w, err)
 		return
 	}
@@ -349,7 +376,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, tenant string) {
 	if s.cfg.PortHost == "" {
 		writeError(w, http.StatusNotFound, "not_found", "this node exposes no ports")
 		return
@@ -358,7 +385,7 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	v, err := s.ports.expose(r.Context(), tenantOf(r), r.PathValue("id"), req.Port)
+	v, err := s.ports.expose(r.Context(), tenant, r.PathValue("id"), req.Port)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -366,7 +393,7 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, v)
 }
 
-func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req RenewRequest
 	if !readJSON(w, r, &req) {
 		return
@@ -375,7 +402,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	l, err := s.cfg.Pool.Renew(r.Context(), tenantOf(r), r.PathValue("id"), ttl)
+	l, err := s.cfg.Pool.Renew(r.Context(), tenant, r.PathValue("id"), ttl)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -383,7 +410,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, view(l))
 }
 
-func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
+func (s *Server) swapToken(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req TokenRequest
 	if err := decode(r, &req); errors.Is(err, slots.ErrSlowBody) {
 		writeBodyError(w, err)
@@ -392,7 +419,7 @@ func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "body must be {\"token\": JWT}")
 		return
 	}
-	l, err := s.cfg.Pool.SwapToken(r.Context(), tenantOf(r), r.PathValue("id"), req.Token)
+	l, err := s.cfg.Pool.SwapToken(r.Context(), tenant, r.PathValue("id"), req.Token)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -400,8 +427,8 @@ func (s *Server) swapToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, view(l))
 }
 
-func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
-	info, err := s.cfg.Pool.PutFile(r.Context(), tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path"), r.Body, isTar(r))
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, tenant string) {
+	info, err := s.cfg.Pool.PutFile(r.Context(), tenant, r.PathValue("id"), r.URL.Query().Get("path"), r.Body, isTar(r))
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -409,8 +436,8 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, info)
 }
 
-func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
-	tenant, id, p := tenantOf(r), r.PathValue("id"), r.URL.Query().Get("path")
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request, tenant string) {
+	id, p := r.PathValue("id"), r.URL.Query().Get("path")
 	if err := s.cfg.Pool.StatFile(r.Context(), tenant, id, p, isTar(r)); err != nil {
 		writePoolError(w, err)
 		return
@@ -440,7 +467,7 @@ func setTerminal(req ExecRequest, pr *pool.ExecRequest) {
 	}
 }
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req ExecRequest
 	var stdin io.Reader
 	if h := r.Header.Get(ExecHeader); h != "" {
@@ -474,7 +501,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		in, resize := readInputFrames(stdin)
 		stdin, pr.Resize = in, resize
 	}
-	tenant, id := tenantOf(r), r.PathValue("id")
+	id := r.PathValue("id")
 	if _, err := s.cfg.Pool.Held(r.Context(), tenant, id); err != nil {
 		writePoolError(w, err)
 		return
@@ -496,7 +523,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	fw.frame(StreamExit, b)
 }
 
-func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
+func (s *Server) explain(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req ExplainRequest
 	if !readJSON(w, r, &req) {
 		return
@@ -506,7 +533,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "explain a token or a lease, not both")
 		return
 	case req.Lease != "":
-		l, err := s.cfg.Pool.Get(r.Context(), tenantOf(r), req.Lease)
+		l, err := s.cfg.Pool.Get(r.Context(), tenant, req.Lease)
 		if err != nil {
 			writePoolError(w, err)
 			return
@@ -528,7 +555,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ex)
 }
 
-func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
+func (s *Server) pools(w http.ResponseWriter, r *http.Request, _ string) {
 	ps, err := s.cfg.Pool.Pools(r.Context())
 	if err != nil {
 		writePoolError(w, err)

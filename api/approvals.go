@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,11 +22,9 @@ type approverID struct {
 
 func (a approverID) sees(tenant string) bool { return a.all || slices.Contains(a.tenants, tenant) }
 
-type approverKey struct{}
-
 // approver admits a reviewer key or an API key, rate-limited per key like every call, and
-// holds a call slot of its tenant or reviewer key while h serves the call.
-func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
+// holds a call slot of its tenant or reviewer key while h serves the call as who.
+func (s *Server) approver(h func(w http.ResponseWriter, r *http.Request, who approverID)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Approvals == nil {
 			writeError(w, http.StatusNotFound, "not_found", "this node holds no approvals")
@@ -52,26 +49,23 @@ func (s *Server) approver(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		defer release()
-		h(w, r.WithContext(context.WithValue(r.Context(), approverKey{}, who)))
+		h(w, r, who)
 	}
 }
 
-func approverOf(r *http.Request) approverID { return r.Context().Value(approverKey{}).(approverID) }
-
 // listApprovals lists the pending approvals of the caller's tenants.
-func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.cfg.Approvals.List(approverOf(r).sees))
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, who approverID) {
+	writeJSON(w, http.StatusOK, s.cfg.Approvals.List(who.sees))
 }
 
 // answerApproval answers one approval, as approval.Check allows: only a caller who may see its
 // tenant, and not the key that leased (a sandbox's own agent approving its own request would
 // make the approval a formality).
-func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) {
+func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request, who approverID) {
 	var req AnswerRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
-	who := approverOf(r)
 	approve := false
 	switch {
 	case req.Decision == "approve" && (req.For == "" || req.For == "once" || req.For == "lease"):

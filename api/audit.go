@@ -27,7 +27,7 @@ const (
 
 // audit streams one page of the tenant's own records matching the query: each record is written
 // as it is found, so a page costs the server no more memory than one record.
-func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
+func (s *Server) audit(w http.ResponseWriter, r *http.Request, tenant string) {
 	if s.cfg.Audit == nil {
 		writeError(w, http.StatusNotFound, "not_found", "this node keeps no audit trail")
 		return
@@ -37,7 +37,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	q.Tenant = tenantOf(r)
+	q.Tenant = tenant
 	if err := s.cfg.Audit.Flush(r.Context()); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
 		return
@@ -78,12 +78,12 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 // receipt serves the signed receipt of one of the tenant's leases, live or ended, as the signed
 // note it is (text/plain): the node's trail holds the records, so the lease need not exist any
 // more.
-func (s *Server) receipt(w http.ResponseWriter, r *http.Request) {
+func (s *Server) receipt(w http.ResponseWriter, r *http.Request, tenant string) {
 	if s.cfg.Receipt == nil {
 		writeError(w, http.StatusNotFound, "not_found", "this node makes no receipts (it keeps no signed audit trail)")
 		return
 	}
-	msg, err := s.cfg.Receipt(r.Context(), tenantOf(r), r.PathValue("id"))
+	msg, err := s.cfg.Receipt(r.Context(), tenant, r.PathValue("id"))
 	switch {
 	case errors.Is(err, receipt.ErrNoRecords):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())

@@ -12,7 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/pool"
 )
 
-func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req ExecRequest
 	if !readJSON(w, r, &req) {
 		return
@@ -25,7 +25,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	if req.TTY {
 		setTerminal(req, &pr)
 	}
-	p, err := s.cfg.Pool.StartProcess(r.Context(), tenantOf(r), r.PathValue("id"), pr)
+	p, err := s.cfg.Pool.StartProcess(r.Context(), tenant, r.PathValue("id"), pr)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -33,8 +33,8 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, p)
 }
 
-func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.cfg.Pool.Processes(r.Context(), tenantOf(r), r.PathValue("id"))
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, tenant string) {
+	ps, err := s.cfg.Pool.Processes(r.Context(), tenant, r.PathValue("id"))
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -61,7 +61,7 @@ func queryOffset(w http.ResponseWriter, r *http.Request, name string) (int64, bo
 	return n, true
 }
 
-func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
+func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, tenant string) {
 	outOff, ok1 := queryOffset(w, r, "stdout_offset")
 	if !ok1 {
 		return
@@ -83,7 +83,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "encoding "+strconv.Quote(enc)+" is not utf-8 or base64")
 		return
 	}
-	o, err := s.cfg.Pool.ProcessOutput(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), outOff, errOff, int(limit), wait)
+	o, err := s.cfg.Pool.ProcessOutput(r.Context(), tenant, r.PathValue("id"), r.PathValue("pid"), outOff, errOff, int(limit), wait)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -98,12 +98,12 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, tenant string) {
 	timeout, ok := queryWait(w, r, "timeout")
 	if !ok {
 		return
 	}
-	p, err := s.cfg.Pool.WaitProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), timeout)
+	p, err := s.cfg.Pool.WaitProcess(r.Context(), tenant, r.PathValue("id"), r.PathValue("pid"), timeout)
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -111,19 +111,19 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req SignalRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
-	if err := s.cfg.Pool.SignalProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), strings.ToUpper(strings.TrimPrefix(req.Signal, "SIG"))); err != nil {
+	if err := s.cfg.Pool.SignalProcess(r.Context(), tenant, r.PathValue("id"), r.PathValue("pid"), strings.ToUpper(strings.TrimPrefix(req.Signal, "SIG"))); err != nil {
 		writePoolError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
+func (s *Server) processInput(w http.ResponseWriter, r *http.Request, tenant string) {
 	data, err := io.ReadAll(io.LimitReader(r.Body, pool.MaxProcessInput+1))
 	switch {
 	case err != nil:
@@ -133,27 +133,27 @@ func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("one input is at most %d bytes", pool.MaxProcessInput))
 		return
 	}
-	if err := s.cfg.Pool.ProcessInput(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), data); err != nil {
+	if err := s.cfg.Pool.ProcessInput(r.Context(), tenant, r.PathValue("id"), r.PathValue("pid"), data); err != nil {
 		writePoolError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) closeProcessInput(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Pool.CloseProcessInput(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid")); err != nil {
+func (s *Server) closeProcessInput(w http.ResponseWriter, r *http.Request, tenant string) {
+	if err := s.cfg.Pool.CloseProcessInput(r.Context(), tenant, r.PathValue("id"), r.PathValue("pid")); err != nil {
 		writePoolError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req ResizeRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
-	if err := s.cfg.Pool.ResizeProcess(r.Context(), tenantOf(r), r.PathValue("id"), r.PathValue("pid"), req); err != nil {
+	if err := s.cfg.Pool.ResizeProcess(r.Context(), tenant, r.PathValue("id"), r.PathValue("pid"), req); err != nil {
 		writePoolError(w, err)
 		return
 	}
