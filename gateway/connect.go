@@ -9,7 +9,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -24,13 +23,13 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		p.deny(w, x, refuse(http.StatusBadRequest, rule.BadRequest, "CONNECT needs host:port", ""))
 		return
 	}
-	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port})
-	if !ok {
-		p.deny(w, x, p.scopeMiss(x, "", ""))
+	g, err := p.dyn.Load().allow(x.b, x.host, x.port, "", "")
+	if err != nil {
+		p.deny(w, x, err)
 		return
 	}
-	x.scope = s
-	if s.Tunnel {
+	x.take(g)
+	if g.scope.Tunnel {
 		p.tunnel(w, r, x)
 		return
 	}
@@ -43,7 +42,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, x *exchange
 		p.log.Error("hijack failed", "err", err)
 		return
 	}
-	p.intercept(r.Context(), conn, r.RemoteAddr, x)
+	p.intercept(r.Context(), conn, r.RemoteAddr, x, true)
 }
 
 // sandboxCurves are the key exchanges an interception offers a sandbox of the node: X25519 and
@@ -64,13 +63,14 @@ func curvesFor(x *exchange) []tls.CurveID {
 // intercept terminates the sandbox's TLS on conn with a certificate for x.host from the
 // deployment CA, after checking that the server name it asks for is x.host, and serves the
 // requests inside, each decided on its own (serveIntercepted), the first one sent carrying the
-// head x.meter holds for the session. It returns when the connection is done.
-func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *exchange) {
+// head x.meter holds for the session. granted says that x's lease allows the session (allow
+// granted x.host:x.port a scope without Tunnel). It returns when the connection is done.
+func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *exchange, granted bool) {
 	host, port := x.host, x.port
 	// A session its lease allows is closed when that stops being so. One it never allowed (only a
 	// redirected connection can be: CONNECT refuses those before this) carries nothing but
 	// refusals, each decided on its own; closing it under the recheck would cut them off unsent.
-	if s, ok := x.b.Scopes.Match(scope.Request{Host: host, Port: port}); ok && !s.Tunnel && x.b.Lease != "" {
+	if granted && x.b.Lease != "" {
 		defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
 	}
 	var sniErr error
@@ -203,10 +203,7 @@ func (p *Proxy) openTunnel(ctx context.Context, x *exchange, r *http.Request) (n
 	if err := p.startRequest(x, r); err != nil {
 		return nil, err
 	}
-	if m, ok := p.dyn.Load().mirrors[net.JoinHostPort(x.host, strconv.Itoa(x.port))]; ok {
-		x.mirror = &m
-	}
-	_, host, port := x.sendTo()
+	_, host, port := x.sendTo() // x.mirror is allow's, set with x.scope
 	ap, err := p.dial.vet(ctx, host, port, p.recordLookup(x))
 	if err != nil {
 		return nil, err

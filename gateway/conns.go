@@ -6,11 +6,10 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"github.com/airlock-dev/airlock/scope"
 )
 
-// openConn is a long-lived connection from a sandbox: a raw tunnel or an intercepted session.
+// openConn is a long-lived connection from a sandbox: a raw tunnel or an intercepted session,
+// held while the lease allows it (see Proxy.holds).
 type openConn struct {
 	src    netip.Addr
 	lease  string
@@ -55,22 +54,28 @@ func (c *conns) snapshot() []*openConn {
 }
 
 // recheck closes every open connection whose lease is gone, replaced, or whose scopes no longer
-// cover its destination (for a tunnel: with tunnel: true).
+// allow it.
 func (p *Proxy) recheck(ctx context.Context) {
+	d := p.dyn.Load()
 	for _, oc := range p.open.snapshot() {
-		var allowed bool
-		b, err := p.cfg.Bindings.Lookup(ctx, oc.src)
-		if err != nil && oc.bearer != "" {
-			b, err = p.tokens.lookup(ctx, oc.bearer)
-		}
-		if err == nil && b.Lease == oc.lease {
-			s, ok := b.Scopes.Match(scope.Request{Host: oc.host, Port: oc.port})
-			allowed = ok && s.Tunnel == oc.tunnel
-		}
-		if !allowed {
+		if !p.holds(ctx, d, oc) {
 			oc.closer.Close()
 		}
 	}
+}
+
+// holds reports whether oc's lease still allows it, its destination decided as it was opened,
+// by allow: a tunnel needs a tunnel scope and a session one without.
+func (p *Proxy) holds(ctx context.Context, d *dynamic, oc *openConn) bool {
+	b, err := p.cfg.Bindings.Lookup(ctx, oc.src)
+	if err != nil && oc.bearer != "" {
+		b, err = p.tokens.lookup(ctx, oc.bearer)
+	}
+	if err != nil || b.Lease != oc.lease {
+		return false
+	}
+	g, err := d.allow(b, oc.host, oc.port, "", "")
+	return err == nil && g.scope.Tunnel == oc.tunnel
 }
 
 // runRecheck rechecks open connections until ctx ends.

@@ -66,7 +66,7 @@ type lookup struct {
 // address literal or a kept answer) is passed to onLookup first, when that is set; an error from
 // onLookup (the lookup could not be recorded) refuses the destination.
 func (d *dialer) vet(ctx context.Context, host string, port int, onLookup func(lookup) error) (netip.AddrPort, error) {
-	if ap, ok := d.pins()[net.JoinHostPort(host, strconv.Itoa(port))]; ok {
+	if ap, ok := d.pins()[hostPort(host, port)]; ok {
 		return ap, nil
 	}
 	var addrs []netip.Addr

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -71,7 +70,7 @@ func (p *Proxy) Explain(raw, method, rawURL string) (rule.Explanation, error) {
 	if x.mirror != nil {
 		ex.Mirror = x.mirror.String()
 	}
-	if ap, ok := p.dyn.Load().pins[host+":"+strconv.Itoa(port)]; ok {
+	if ap, ok := p.dyn.Load().pins[hostPort(host, port)]; ok {
 		ex.Upstream = "pinned private upstream " + ap.String()
 	} else if _, err := netip.ParseAddr(host); err == nil {
 		ex.Upstream = "the address itself, if public"

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/netip"
 	"net/textproto"
 	"net/url"
 	"strconv"
@@ -118,19 +117,16 @@ func (p *Proxy) auditOK() error {
 // decide applies the task's scopes and the credential catalog to one request, setting the
 // matching scope and the credential entry to inject. It does no I/O: forward and Explain share it.
 func (p *Proxy) decide(x *exchange, method, path string) error {
-	s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port, Method: method, Path: path})
-	if !ok {
-		return p.scopeMiss(x, method, path)
-	}
-	x.scope = s
 	d := p.dyn.Load()
-	if m, ok := d.mirrors[net.JoinHostPort(x.host, strconv.Itoa(x.port))]; ok {
-		x.mirror = &m
+	g, err := d.allow(x.b, x.host, x.port, method, path)
+	if err != nil {
+		return err
 	}
-	if s.Credential != "" {
+	x.take(g)
+	if g.scope.Credential != "" {
 		// The credential goes where the request goes: the mirror, if there is one.
 		scheme, host, port := x.sendTo()
-		e, err := d.catalog.Authorize(s.Credential, host, x.b.Tenant)
+		e, err := d.catalog.Authorize(g.scope.Credential, host, x.b.Tenant)
 		if err != nil {
 			return err
 		}
@@ -140,22 +136,6 @@ func (p *Proxy) decide(x *exchange, method, path string) error {
 		x.entry = e
 	}
 	return nil
-}
-
-func (p *Proxy) scopeMiss(x *exchange, method, path string) *Refusal {
-	dest := net.JoinHostPort(x.host, strconv.Itoa(x.port))
-	if _, err := netip.ParseAddr(x.host); err == nil {
-		return refuse(http.StatusForbidden, rule.ScopeMiss,
-			fmt.Sprintf("task %s has no scope for the IP address %s", x.b.Task, dest),
-			"IP-literal destinations need a cidr scope naming a public range")
-	}
-	what := dest
-	if method != "" {
-		what = fmt.Sprintf("%s %s%s", method, dest, path)
-	}
-	return refuse(http.StatusForbidden, rule.ScopeMiss,
-		fmt.Sprintf("task %s has no scope allowing %s", x.b.Task, what),
-		fmt.Sprintf("a task token with a scope such as {\"host\": %q, \"ports\": [%d]}", x.host, x.port))
 }
 
 // guardName refuses, before the gateway looks it up, a name under a wildcard scope that looks

@@ -250,6 +250,11 @@ func (x *exchange) sendTo() (scheme, host string, port int) {
 	return x.scheme, x.host, x.port
 }
 
+// take sets what g allows x: its scope, and its mirror, which is where x's traffic goes.
+func (x *exchange) take(g grant) {
+	x.scope, x.mirror = g.scope, g.mirror
+}
+
 // newExchange starts the exchange of r.
 func newExchange(r *http.Request) *exchange {
 	x := &exchange{start: time.Now(), method: r.Method, h2: r.ProtoMajor == 2, json: strings.Contains(r.Header.Get("Accept"), "application/json"),

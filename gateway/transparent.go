@@ -114,8 +114,14 @@ func (p *Proxy) serveRedirectedTLS(c net.Conn, x *exchange) {
 		return
 	}
 	x.scheme, x.host, x.method = "https", host, http.MethodConnect
-	if s, ok := x.b.Scopes.Match(scope.Request{Host: x.host, Port: x.port}); ok && s.Tunnel {
-		x.scope = s
+	// Decided as a CONNECT to the name would be, except that a destination no scope covers is
+	// still intercepted: its refusals are written in HTTP, request by request.
+	g, err := p.dyn.Load().allow(x.b, x.host, x.port, "", "")
+	granted := err == nil
+	if granted {
+		x.take(g)
+	}
+	if granted && g.scope.Tunnel {
 		up, err := p.openTunnel(context.Background(), x, nil)
 		if err != nil {
 			p.refuseRedirected(replay, x, err)
@@ -134,7 +140,7 @@ func (p *Proxy) serveRedirectedTLS(c net.Conn, x *exchange) {
 		}
 	}
 	// Every request inside is decided on its own, refusals included, and answered in HTTP.
-	p.intercept(context.Background(), replay, replay.RemoteAddr().String(), x)
+	p.intercept(context.Background(), replay, replay.RemoteAddr().String(), x, granted)
 }
 
 // serveRedirectedHTTP serves HTTP/1 requests on c, each sent to the host its Host header names
