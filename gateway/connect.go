@@ -70,6 +70,8 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 	// A session its lease allows is closed when that stops being so. One it never allowed (only a
 	// redirected connection can be: CONNECT refuses those before this) carries nothing but
 	// refusals, each decided on its own; closing it under the recheck would cut them off unsent.
+	// A protocol switched inside it is held on its own (switchProtocols), whichever it is: the
+	// session stops being served, and held, once the stream takes its connection over.
 	if granted && x.b.Lease != "" {
 		defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
 	}

@@ -8,14 +8,19 @@ import (
 	"time"
 )
 
-// openConn is a long-lived connection from a sandbox: a raw tunnel or an intercepted session,
-// held while the lease allows it (see Proxy.holds).
+// openConn is a long-lived connection from a sandbox: a raw tunnel, an intercepted session, or
+// the stream of a request whose protocol was switched (a WebSocket), held while the lease allows
+// it (see Proxy.holds).
 type openConn struct {
 	src    netip.Addr
 	lease  string
 	host   string
 	port   int
 	tunnel bool
+	// method and path are the request of a switched stream, which is held as that request is
+	// decided; empty for a tunnel or a session, held as a connection to host:port is.
+	method string
+	path   string
 	bearer string // the token a client outside the pool identified with
 	closer io.Closer
 }
@@ -65,7 +70,8 @@ func (p *Proxy) recheck(ctx context.Context) {
 }
 
 // holds reports whether oc's lease still allows it, its destination decided as it was opened,
-// by allow: a tunnel needs a tunnel scope and a session one without.
+// by allow: a tunnel needs a tunnel scope and a session one without; a switched stream needs
+// what its request would need now.
 func (p *Proxy) holds(ctx context.Context, d *dynamic, oc *openConn) bool {
 	b, err := p.cfg.Bindings.Lookup(ctx, oc.src)
 	if err != nil && oc.bearer != "" {
@@ -74,8 +80,11 @@ func (p *Proxy) holds(ctx context.Context, d *dynamic, oc *openConn) bool {
 	if err != nil || b.Lease != oc.lease {
 		return false
 	}
-	g, err := d.allow(b, oc.host, oc.port, "", "")
-	return err == nil && g.scope.Tunnel == oc.tunnel
+	g, err := d.allow(b, oc.host, oc.port, oc.method, oc.path)
+	if err != nil {
+		return false
+	}
+	return oc.method != "" || g.scope.Tunnel == oc.tunnel
 }
 
 // runRecheck rechecks open connections until ctx ends.

@@ -546,7 +546,8 @@ func copyBulk(w io.Writer, body io.ReadCloser) (n int64, err error) {
 
 // switchProtocols completes an upgrade the upstream accepted (101): the sandbox's connection is
 // taken over (the framing check ends only here), the 101 goes to it, and bytes flow both ways
-// until either side closes, what the sandbox sends counted against its budget.
+// until either side closes or the lease stops allowing the request (recheck), what the sandbox
+// sends counted against its budget.
 func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, resp *http.Response, x *exchange) {
 	fail := func(reason string) {
 		resp.Body.Close()
@@ -569,6 +570,10 @@ func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, resp *ht
 	hijacked(conn)
 	defer conn.Close()
 	defer backend.Close()
+	// The stream outlives the request: it is held, and closed, as the request would be decided now
+	// (a proxied or redirected plain connection is held by nothing else).
+	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, method: x.method, path: x.path,
+		bearer: x.bearer, closer: conn})()
 	resp.Body = nil // Write sends the head only
 	if err := resp.Write(brw); err != nil || brw.Flush() != nil {
 		return
