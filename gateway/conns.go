@@ -69,14 +69,11 @@ func (p *Proxy) recheck(ctx context.Context) {
 	}
 }
 
-// holds reports whether oc's lease still allows it, its destination decided as it was opened,
-// by allow: a tunnel needs a tunnel scope and a session one without; a switched stream needs
-// what its request would need now.
+// holds reports whether oc's lease still allows it, decided as it was opened: its client
+// identified as a request is (whoIs), its destination by allow. A tunnel needs a tunnel scope
+// and a session one without; a switched stream needs what its request would need now.
 func (p *Proxy) holds(ctx context.Context, d *dynamic, oc *openConn) bool {
-	b, err := p.cfg.Bindings.Lookup(ctx, oc.src)
-	if err != nil && oc.bearer != "" {
-		b, err = p.tokens.lookup(ctx, oc.bearer)
-	}
+	b, _, err := p.whoIs(ctx, oc.src, oc.bearer)
 	if err != nil || b.Lease != oc.lease {
 		return false
 	}

@@ -17,13 +17,15 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/token"
 )
 
 // A held connection (a tunnel, an intercepted session, a switched stream) is held as it was
-// opened: the recheck decides it with the function that opened it (allow). Each case below
-// tries to keep a connection the lease no longer allows, on one path, and asserts the recheck
-// closed it.
+// opened: the recheck decides it with the function that opened it (allow) and identifies its
+// client as a request is identified (whoIs). Each case below tries to keep a connection the
+// lease no longer allows, on one path, and asserts the recheck closed it.
 
 // echoUpgrade answers a WebSocket-like upgrade with 101 and then echoes what it is sent.
 func echoUpgrade(w http.ResponseWriter, r *http.Request) {
@@ -212,4 +214,84 @@ func TestSwitchedStreamHeldAsItsRequest(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A client outside the pool is identified by its token only while its address holds no lease:
+// with the lease store down, its requests are refused (503), and so are its held connections.
+// Before, the recheck fell back to the token on any error of the store, so a token's tunnel or
+// session outlived the store's grace while every new connection of the same client was refused.
+func TestHeldTokenConnectionsCloseWhenTheStoreIsDown(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	for _, kind := range []string{"tunnel", "intercepted session"} {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t)
+			h.bindErr = binding.ErrUnknown // the client's address holds no lease
+			p := h.proxyHandler()
+			p.dyn.Load().pins["git.example.test:22"] = netip.MustParseAddrPort(echo.Addr().String())
+			h.dialer.allowed[echo.Addr().String()] = true
+			dev, _ := token.NewDevIssuer("dev", "aud")
+			v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": dev.Issuer(time.Hour)}}
+			p.tokens.admit = func(_ context.Context, raw string) (token.Task, error) { return v.VerifyFor(raw, "") }
+			raw, _ := dev.Mint("task-t", "", []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}, {Host: "api.example.test"}}, time.Minute)
+			auth := "Proxy-Authorization: Bearer " + raw + "\r\n"
+
+			c := dialTimed(t, h.proxy.Listener.Addr().String())
+			var out io.ReadWriter
+			if kind == "tunnel" {
+				fmt.Fprintf(c, "CONNECT git.example.test:22 HTTP/1.1\r\nHost: git.example.test:22\r\n%s\r\n", auth)
+				br := bufio.NewReader(c)
+				if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("CONNECT: %v %v", resp, err)
+				}
+				out = &bufferedConn{Conn: c, r: br}
+				io.WriteString(out, "x")
+				if b := make([]byte, 1); !readFull(out, b) || b[0] != 'x' {
+					t.Fatal("the tunnel does not echo")
+				}
+			} else {
+				out = h.connectTLS(t, c, "api.example.test:443", "api.example.test", auth)
+			}
+			p.recheck(context.Background())
+			if kind == "tunnel" {
+				io.WriteString(out, "y")
+				if b := make([]byte, 1); !readFull(out, b) || b[0] != 'y' {
+					t.Fatal("the tunnel was closed while its token allows it")
+				}
+			}
+
+			h.mu.Lock()
+			h.bindErr = fmt.Errorf("%w: the store is down", binding.ErrUnavailable)
+			h.mu.Unlock()
+			// A new connection with the same token is refused as the store's failure...
+			c2 := dialTimed(t, h.proxy.Listener.Addr().String())
+			fmt.Fprintf(c2, "CONNECT git.example.test:22 HTTP/1.1\r\nHost: git.example.test:22\r\n%s\r\n", auth)
+			if resp, err := http.ReadResponse(bufio.NewReader(c2), nil); err != nil || resp.StatusCode != http.StatusServiceUnavailable ||
+				rule.Rule(resp.Header.Get("X-Airlock-Rule")) != rule.StoreDown {
+				t.Fatalf("CONNECT with the store down: %v %v", resp, err)
+			}
+			// ...and the one held is closed, not kept on the token.
+			p.recheck(context.Background())
+			if n, err := out.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the %s is still open with the store down: read %d, %v", kind, n, err)
+			}
+		})
+	}
+}
+
+func readFull(r io.Reader, b []byte) bool {
+	_, err := io.ReadFull(r, b)
+	return err == nil
 }

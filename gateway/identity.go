@@ -99,16 +99,28 @@ func (p *Proxy) identifyAt(ctx context.Context, remote, raw string, x *exchange)
 		return refuse(http.StatusBadRequest, rule.BadRequest, "unreadable client address", "")
 	}
 	x.src = ap.Addr().Unmap()
-	b, err := p.cfg.Bindings.Lookup(ctx, x.src)
-	if errors.Is(err, binding.ErrUnknown) && raw != "" {
+	b, byToken, err := p.whoIs(ctx, x.src, raw)
+	if byToken {
 		x.bearer = raw
-		b, err = p.tokens.lookup(ctx, raw)
 	}
 	if err != nil {
 		return err
 	}
 	x.b = b
 	return nil
+}
+
+// whoIs finds the lease of a client at src presenting the task token raw ("" for none): the
+// binding of its address, or, only when the address holds none, the token's (byToken). A
+// request and the recheck of a held connection are identified by it alike: an address whose
+// binding cannot be read (the store down) is refused, never identified by a token instead.
+func (p *Proxy) whoIs(ctx context.Context, src netip.Addr, raw string) (b binding.Binding, byToken bool, err error) {
+	b, err = p.cfg.Bindings.Lookup(ctx, src)
+	if errors.Is(err, binding.ErrUnknown) && raw != "" {
+		b, err = p.tokens.lookup(ctx, raw)
+		return b, true, err
+	}
+	return b, false, err
 }
 
 // addrOf is the address in remote ("host:port"), or the zero address.
