@@ -81,12 +81,14 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 		NextProtos:       []string{"h2", "http/1.1"},
 		CurvePreferences: curvesFor(x),
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			sni := hello.ServerName
-			if sni != "" {
-				sni, _ = scope.CanonicalHost(sni)
+			var sni string
+			var err error
+			if hello.ServerName != "" {
+				sni, err = scope.CanonicalHost(hello.ServerName)
 			}
-			// A client may omit SNI only for an IP-literal CONNECT.
-			if sni != host && !(sni == "" && isIP(host)) {
+			// A client may omit SNI only for an IP-literal CONNECT; a name it sends is the host's,
+			// and one that is no host name at all is not taken for an omitted one.
+			if err != nil || sni != host && !(hello.ServerName == "" && isIP(host)) {
 				sniErr = fmt.Errorf("TLS server name %q does not match CONNECT host %q", hello.ServerName, host)
 				return nil, sniErr
 			}
