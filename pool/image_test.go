@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -16,17 +17,16 @@ import (
 func waitPool(t *testing.T, m *pool.Manager, what string, ok func(pool.PoolStatus) bool) pool.PoolStatus {
 	t.Helper()
 	var last pool.PoolStatus
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	if err := wait.Until(10*time.Second, "the pool to come to "+what, func() bool {
 		ps, err := m.Pools(context.Background())
 		if err == nil && len(ps) > 0 {
-			if last = ps[0]; ok(last) {
-				return last
-			}
+			last = ps[0]
+			return ok(last)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}); err != nil {
+		t.Fatalf("%v (last %+v)", err, last)
 	}
-	t.Fatalf("the pool did not come to %s within 10s (last %+v)", what, last)
 	return last
 }
 
@@ -91,7 +91,7 @@ func TestRebuiltImageDrainsWarmSandboxes(t *testing.T) {
 	if l.Sandbox.Image != "sha256:two" {
 		t.Errorf("lease while the image is refused got %q", l.Sandbox.Image)
 	}
-	time.Sleep(300 * time.Millisecond) // the refill would run within this if it could
+	pool.Refilled(t, e.Manager, "default") // what the refill would make, it has made
 	if e.Runtime.Created() != before {
 		t.Errorf("%d sandboxes were made from a refused image", e.Runtime.Created()-before)
 	}

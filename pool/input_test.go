@@ -22,6 +22,7 @@ func TestProcessInput(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []pool.TermSize
 	var envs []map[string]string
+	resized := make(chan struct{}) // closed once the terminal's resizes end, with it
 	exec := func(ctx context.Context, _ pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, _ io.Writer) (int, error) {
 		mu.Lock()
 		envs = append(envs, req.Env)
@@ -31,6 +32,7 @@ func TestProcessInput(t *testing.T) {
 		}
 		if req.TTY {
 			go func() {
+				defer close(resized)
 				for sz := range req.Resize {
 					mu.Lock()
 					sizes = append(sizes, sz)
@@ -108,6 +110,11 @@ func TestProcessInput(t *testing.T) {
 	}
 	e.Manager.CloseProcessInput(ctx, "acme", l.ID, tty.ID)
 	e.Manager.WaitProcess(ctx, "acme", l.ID, tty.ID, 5*time.Second)
+	select {
+	case <-resized:
+	case <-time.After(5 * time.Second):
+		t.Fatal("gave up after 5s waiting for the ended terminal's resizes to end")
+	}
 	mu.Lock()
 	got := append([]pool.TermSize(nil), sizes...)
 	mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
@@ -40,6 +41,18 @@ func newEnv(t *testing.T, tmpl pool.Template, gate chan struct{}, tweak ...func(
 	return &env{m: e.Manager, rt: e.Runtime, cache: e.Cache, iss: e.Issuer}
 }
 
+// openOnceWaiting opens gate, which holds the runtime's creations, once a lease waits for a
+// sandbox of m's one template.
+func openOnceWaiting(t *testing.T, m *pool.Manager, gate chan struct{}) {
+	defer close(gate)
+	if err := wait.Until(5*time.Second, "a lease to wait", func() bool {
+		ps, err := m.Pools(context.Background())
+		return err == nil && len(ps) == 1 && ps[0].Waiting > 0
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 func (e *env) token(t *testing.T, ttl time.Duration) string {
 	t.Helper()
 	tok, err := e.iss.Mint(fmt.Sprintf("task-%d", time.Now().UnixNano()), "acme", []scope.Scope{{Host: "a.example"}}, ttl)
@@ -51,13 +64,10 @@ func (e *env) token(t *testing.T, ttl time.Duration) string {
 
 func waitWarm(t *testing.T, m *pool.Manager, n int) {
 	t.Helper()
-	for range 200 {
-		if ps, _ := m.Pools(context.Background()); len(ps) == 1 && ps[0].Warm >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("pool never reached %d warm", n)
+	wait.For(t, 10*time.Second, fmt.Sprintf("pool to reach %d warm", n), func() bool {
+		ps, _ := m.Pools(context.Background())
+		return len(ps) == 1 && ps[0].Warm >= n
+	})
 }
 
 var base = pool.Template{Name: "default", MinWarm: 2, MaxTotal: 4, DefaultTTL: time.Minute, MaxTTL: time.Hour}
@@ -135,7 +145,7 @@ func TestEmptyPool(t *testing.T) {
 		tmpl.OnEmpty, tmpl.WaitFor = "wait", 5*time.Second
 		gate := make(chan struct{})
 		e := newEnv(t, tmpl, gate)
-		go func() { time.Sleep(100 * time.Millisecond); close(gate) }()
+		go openOnceWaiting(t, e.m, gate)
 		l, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
 		if err != nil || l.Start != "waited" {
 			t.Fatalf("lease = %+v, %v", l, err)
@@ -160,37 +170,28 @@ func TestReaperEndsExpiredLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 400 {
-		if _, err := e.m.Get(ctx, "acme", l.ID); errors.Is(err, pool.ErrLeaseNotFound) {
-			if !e.rt.Destroyed(l.Sandbox.ID) {
-				t.Fatal("expired lease's sandbox not destroyed")
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	wait.For(t, 4*time.Second, "the reaper to end the expired lease", func() bool {
+		_, err := e.m.Get(ctx, "acme", l.ID)
+		return errors.Is(err, pool.ErrLeaseNotFound)
+	})
+	if !e.rt.Destroyed(l.Sandbox.ID) {
+		t.Fatal("expired lease's sandbox not destroyed")
 	}
-	t.Fatal("expired lease not reaped within 4s")
 }
 
 func TestUnhealthyWarmSandboxIsReplaced(t *testing.T) {
 	e := newEnv(t, base, nil)
 	waitWarm(t, e.m, 2)
 	e.rt.SetSick("sb-1")
-	for range 300 {
-		if e.rt.Destroyed("sb-1") {
-			waitWarm(t, e.m, 2)
-			// Every lease now gets a healthy sandbox.
-			for range 2 {
-				l, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
-				if err != nil || l.Sandbox.ID == "sb-1" {
-					t.Fatalf("lease = %+v, %v", l, err)
-				}
-			}
-			return
+	wait.For(t, 3*time.Second, "the unhealthy sandbox to be destroyed", func() bool { return e.rt.Destroyed("sb-1") })
+	waitWarm(t, e.m, 2)
+	// Every lease now gets a healthy sandbox.
+	for range 2 {
+		l, err := e.m.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: e.token(t, time.Minute)})
+		if err != nil || l.Sandbox.ID == "sb-1" {
+			t.Fatalf("lease = %+v, %v", l, err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("the unhealthy sandbox was never replaced")
 }
 
 func TestReconcileAdoptsAndCleans(t *testing.T) {
@@ -245,10 +246,14 @@ func TestHealthChecksDoNotOverfill(t *testing.T) {
 	tmpl.MaxTotal = 50
 	// Slow checks widen the window a refill could fall into.
 	e := newEnv(t, tmpl, nil, func(rt *pooltest.Runtime) { rt.CheckDelay = 30 * time.Millisecond })
-	waitWarm(t, e.m, 2)
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	// Warm is seldom 2 at the instant a poll looks, with checks this slow and this often: the
+	// two sandboxes made is the step to wait for.
+	wait.For(t, 10*time.Second, "the pool's 2 sandboxes to be made", func() bool { return e.rt.Created() >= 2 })
+	// Rounds of checks, each holding both sandboxes out in turn, and a refill pass after each.
+	for range 10 {
+		rounds := pool.HealthChecks(e.m)
+		wait.For(t, 5*time.Second, "a round of health checks", func() bool { return pool.HealthChecks(e.m) > rounds })
+		pool.Refilled(t, e.m, "default")
 		if n := e.rt.Created(); n > 2 {
 			t.Fatalf("health checks made the pool create %d sandboxes for a min_warm of 2", n)
 		}

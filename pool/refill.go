@@ -43,6 +43,9 @@ func (s *supply) fillAll(ctx context.Context, name string) {
 // at most RefillParallel being made at once), or, with no lease waiting, destroys the warm
 // ones above the target.
 func (s *supply) fill(ctx context.Context, name string) {
+	pass := s.passes.fills[name]
+	pass.begun.Add(1)
+	defer pass.ended.Add(1)
 	t := s.templates[name]
 	if _, err := s.image(ctx, name); err != nil {
 		return // noteImage said why
@@ -229,6 +232,7 @@ func (s *supply) discard(ctx context.Context, sb Sandbox) {
 // checkWarm checks every warm sandbox and replaces those that fail: each is taken out of the
 // warm set first (so no lease can claim it meanwhile), checked, and put back only if healthy.
 func (s *supply) checkWarm(ctx context.Context) {
+	defer s.passes.checks.Add(1)
 	for name, t := range s.templates {
 		warm, err := s.warm.WarmCount(ctx, s.node, name)
 		if err != nil {

@@ -97,7 +97,20 @@ func TestOnEmpty(t *testing.T) {
 		gate := make(chan struct{})
 		e := newEnv(t, tmpl, gate)
 		// The refill's creation and the cold start are both held until the wait is over.
-		go func() { time.Sleep(600 * time.Millisecond); close(gate) }()
+		go func() {
+			defer close(gate)
+			var waited bool
+			if err := wait.Until(5*time.Second, "the lease to wait and give up", func() bool {
+				st, err := e.m.Pools(context.Background())
+				if err != nil || len(st) != 1 {
+					return false
+				}
+				waited = waited || st[0].Waiting > 0
+				return waited && st[0].Waiting == 0
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
 		l, err := lease(e)
 		if err != nil || l.Start != "cold" {
 			t.Fatalf("lease = %+v, %v", l, err)
@@ -239,7 +252,7 @@ func TestNoMoreThanMaxTotal(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(200 * time.Millisecond) // the refill's last word
+	pool.Refilled(t, e.m, "default") // the refill's last word
 	if g := granted.Load(); g > 3 || g+refused.Load() != 12 {
 		t.Fatalf("granted %d, refused %d of 12 at max_total 3", g, refused.Load())
 	}
@@ -264,7 +277,7 @@ func TestMemoryBudget(t *testing.T) {
 			errs = append(errs, err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	pool.Refilled(t, m.m, "default")
 	st := status(t, m.m)
 	if st.Leased != 3 || len(errs) != 2 || st.Warm != 0 || e.Runtime.Alive() != 3 {
 		t.Fatalf("budget of 3 sandboxes: %+v, %d alive, refused %v", st, e.Runtime.Alive(), errs)
@@ -308,13 +321,14 @@ func TestPoolGrowsAndShrinksBack(t *testing.T) {
 	until(t, e.m, "the grown pool to fill", func(p pool.PoolStatus) bool { return p.Target > 1 && p.Warm == p.Target })
 	grown := status(t, e.m).Target
 	advance(59 * time.Second)
-	time.Sleep(1500 * time.Millisecond) // a refill or two at the held target
+	pool.Refilled(t, e.m, "default") // a refill or two at the held target
+	pool.Refilled(t, e.m, "default")
 	if st := status(t, e.m); st.Target != grown || st.Warm != grown {
 		t.Fatalf("within the minute's hold: %+v, want target and warm %d", st, grown)
 	}
 	for range 10 {
 		advance(30 * time.Second)
-		time.Sleep(200 * time.Millisecond)
+		pool.Refilled(t, e.m, "default")
 	}
 	until(t, e.m, "the idle pool back at its floor", func(p pool.PoolStatus) bool { return p.Target == 1 && p.Warm == 1 && p.Creating == 0 })
 }

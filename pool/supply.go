@@ -40,6 +40,13 @@ type supply struct {
 	refreshing   atomic.Bool
 	log          *slog.Logger
 	metrics      *Metrics // nil until NewMetrics
+	// passes counts the refill passes of each template (fill) and the rounds of health checks
+	// (checkWarm) that have ended: a step a test can wait for to know the supply has acted, or
+	// would have.
+	passes struct {
+		fills  map[string]*passCount
+		checks atomic.Uint64
+	}
 
 	counts   sync.Mutex
 	creating map[string]int // per template: sandboxes being made, or held out of the warm set for a while
@@ -56,6 +63,9 @@ type supply struct {
 	images  map[string]templateImage // per template: the image new sandboxes are made from
 }
 
+// passCount counts the passes of one loop that have begun and that have ended.
+type passCount struct{ begun, ended atomic.Uint64 }
+
 // newSupply returns the supply of cfg's templates, which New has validated.
 func newSupply(cfg Config) *supply {
 	s := &supply{
@@ -65,10 +75,12 @@ func newSupply(cfg Config) *supply {
 		creating: map[string]int{}, claimed: map[string]int{}, bound: map[string]int{}, waiters: map[string][]*waiter{},
 		sizers: map[string]*sizer{}, now: time.Now, filling: map[string]int{}, images: map[string]templateImage{},
 	}
+	s.passes.fills = map[string]*passCount{}
 	for _, t := range cfg.Templates {
 		s.templates[t.Name] = t
 		s.names = append(s.names, t.Name)
 		s.sizers[t.Name] = newSizer(t.MinWarm, t.WarmCeiling())
+		s.passes.fills[t.Name] = new(passCount)
 	}
 	return s
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The reader finds listings however the output is cut, empty ones and entries with an empty
@@ -135,9 +137,14 @@ func TestWatchCmd(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	// The folder is replaced by a link out of the workspace: the watch ends, saying so.
+	// At once (a rename that exchanges the two): removed first, the folder would be seen gone.
 	outside := t.TempDir()
-	os.RemoveAll(dir)
-	os.Symlink(outside, dir)
+	link := filepath.Join(ws, "link")
+	os.Symlink(outside, link)
+	if err := unix.Renameat2(unix.AT_FDCWD, link, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(link)
 	ends(t, done, stderr, "its folder led outside the workspace", "outside the workspace")
 
 	// A folder removed ends it too.
