@@ -145,6 +145,9 @@ func (h *fullHarness) ask(t *testing.T, name string, qtype uint16, edns bool, ne
 
 func TestCacheAndCoalescing(t *testing.T) {
 	h := newFullHarness(t, nil)
+	// A slow upstream keeps the first query in flight while the others come. This delay stays
+	// (#32, item 7): the UDP workers take datagrams in batches and answer a batch in turn, so no
+	// step of the code can show all 50 waiting on one flight; the count below is the assertion.
 	h.up.delay.Store(int64(100 * time.Millisecond))
 	var wg sync.WaitGroup
 	for range 50 {
