@@ -121,6 +121,9 @@ func New(cfg Config) (*Manager, error) {
 				"lower min_warm or memory_mb, or raise pool.memory_budget_mb", floor, cfg.MemoryBudgetMB)
 		}
 	}
+	// What every backend's commands share (a marker, the timeout and the kill) is applied here,
+	// once, over whichever runtime this is.
+	cfg.Runtime = WithPolicy(cfg.Runtime)
 	s := newSupply(cfg)
 	tb := &leaseTable{
 		node: cfg.Node, api: cfg.API, templates: s.templates, leases: cfg.Store, nodes: cfg.Store, binder: cfg.Binder,
