@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
+
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -194,17 +196,10 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("100 records in 4 KiB segments made %d segments", len(bySize))
 	}
 	s.Write(context.Background(), Record{Kind: KindHTTP, Host: "b.example"})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, "a segment to be sealed by age (200ms)", func() bool {
 		segs, _ := listSegments(dir)
-		if len(segs) > len(bySize) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("waited 10s for a segment to be sealed by age (200ms)")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(segs) > len(bySize)
+	})
 	s.Close()
 	segs, _ := listSegments(dir)
 	for _, name := range segs[:len(segs)-1] {

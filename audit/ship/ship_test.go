@@ -298,8 +298,9 @@ func TestSyslogReceiverRestart(t *testing.T) {
 			t.Fatalf("batch %d never reached the receiver (written into a connection it had closed)", seq)
 		}
 		if seq == 1 {
-			// The receiver's close reaches this side before the next batch.
-			time.Sleep(50 * time.Millisecond)
+			// The receiver's close reaches this side before the next batch: the sender's own
+			// check of its connection sees it.
+			wait.For(t, 10*time.Second, "the receiver's close to reach the sender's side", func() bool { return !peerOpen(o.conn) })
 		}
 	}
 }
