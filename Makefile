@@ -12,8 +12,11 @@ LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
+# bin/airlock is the client, which links no server; it hands `up`, `audit verify`, `image build`
+# and `template build` to bin/airlock-node beside it.
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/airlock-node ./cmd/airlock-node
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/airlock-agent ./cmd/airlock-agent
 
 deps:

@@ -133,7 +133,7 @@ func (s *shared) trailIntact() []string {
 }
 
 func TestMain(m *testing.M) {
-	for _, need := range []string{airlockBin, "../bin/vault"} {
+	for _, need := range []string{airlockBin, "../bin/airlock-node", "../bin/vault"} {
 		if _, err := os.Stat(need); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %s is missing; run the tests with `make test`, which builds it\n", need)
 			os.Exit(1)

@@ -21,7 +21,10 @@ if [ -n "${BEFORE:-}" ]; then
 	wt=$(mktemp -d)
 	trap 'git worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 	git worktree add --detach "$wt" "$BEFORE" >/dev/null
-	(cd "$wt" && go build -o bin/airlock ./cmd/airlock && CGO_ENABLED=0 go build -o bin/airlock-agent ./cmd/airlock-agent)
+	# A revision since the client and the node were split has an airlock-node, which its airlock
+	# hands `up` to.
+	(cd "$wt" && go build -o bin/airlock ./cmd/airlock && CGO_ENABLED=0 go build -o bin/airlock-agent ./cmd/airlock-agent &&
+		if [ -d cmd/airlock-node ]; then go build -o bin/airlock-node ./cmd/airlock-node; fi)
 	ln -s "$PWD/bin/vault" "$wt/bin/vault" # airlock up runs the Vault dev server it finds beside itself
 	builds="before=$wt/bin/airlock,$builds"
 fi

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 // cmdApprovals lists the requests held for a reviewer.
@@ -49,7 +49,7 @@ func cmdApprove(args []string) int {
 		fmt.Fprint(os.Stderr, approveUsage)
 		return 2
 	}
-	return answer(pos[0], api.AnswerRequest{Decision: "approve", For: *forWhat}, *asJSON)
+	return answer(pos[0], apitype.AnswerRequest{Decision: "approve", For: *forWhat}, *asJSON)
 }
 
 // cmdDeny denies a held request, with the reason the sandbox is told.
@@ -65,10 +65,10 @@ func cmdDeny(args []string) int {
 		fmt.Fprint(os.Stderr, denyUsage)
 		return 2
 	}
-	return answer(pos[0], api.AnswerRequest{Decision: "deny", Reason: *reason}, *asJSON)
+	return answer(pos[0], apitype.AnswerRequest{Decision: "deny", Reason: *reason}, *asJSON)
 }
 
-func answer(id string, req api.AnswerRequest, asJSON bool) int {
+func answer(id string, req apitype.AnswerRequest, asJSON bool) int {
 	c, err := newClient()
 	if err != nil {
 		return fail(err)

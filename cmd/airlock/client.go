@@ -7,28 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/airlock-dev/airlock/client"
-	"github.com/airlock-dev/airlock/node"
+	"github.com/airlock-dev/airlock/cmd/internal/cli"
 )
-
-// stateDir is where `airlock up` keeps its state: AIRLOCK_STATE_DIR, else
-// $XDG_STATE_HOME/airlock, else ~/.local/state/airlock.
-func stateDir() string {
-	if d := os.Getenv("AIRLOCK_STATE_DIR"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "airlock")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "airlock")
-	}
-	return filepath.Join(home, ".local", "state", "airlock")
-}
 
 // newClient finds the API: AIRLOCK_ADDR and AIRLOCK_TOKEN, else the local dev node's client file.
 // An https API is verified against the system roots, the local node's deployment CA and
@@ -41,7 +24,7 @@ func newClient() (*client.Client, error) {
 			return nil, errors.New("AIRLOCK_ADDR is set but AIRLOCK_TOKEN is not")
 		}
 	} else {
-		f, err := node.ReadClientFile(stateDir())
+		f, err := cli.ReadClientFile(cli.StateDir())
 		if err != nil {
 			return nil, fmt.Errorf("no airlock node found: set AIRLOCK_ADDR and AIRLOCK_TOKEN, or start one with 'airlock up' (%v)", err)
 		}

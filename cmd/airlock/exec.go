@@ -11,8 +11,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/airlock-dev/airlock/api"
-	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 const execUsage = `usage: airlock exec LEASE [-i] [-t] [--timeout D] [--] CMD ARGS...
@@ -44,7 +43,7 @@ func cmdExec(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	req := api.ExecRequest{Cmd: pos[1:]}
+	req := apitype.ExecRequest{Cmd: pos[1:]}
 	if *timeout > 0 {
 		req.Timeout = timeout.String()
 	}
@@ -66,22 +65,22 @@ func cmdExec(args []string) int {
 // execTTY runs req on a terminal in the sandbox. When stdin is a terminal it is put in raw mode
 // for the command's life (keys, Ctrl-C included, go to the command), and every change of its
 // size (SIGWINCH) is sent on. Input goes only with -i or when stdin is a terminal.
-func execTTY(ctx context.Context, id string, req api.ExecRequest, interactive bool) (int, error) {
+func execTTY(ctx context.Context, id string, req apitype.ExecRequest, interactive bool) (int, error) {
 	c, err := newClient()
 	if err != nil {
 		return -1, err
 	}
 	fd := int(os.Stdin.Fd())
 	isTerm := term.IsTerminal(fd)
-	size := func() pool.TermSize {
+	size := func() apitype.TermSize {
 		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
-			return pool.TermSize{Rows: uint16(h), Cols: uint16(w)}
+			return apitype.TermSize{Rows: uint16(h), Cols: uint16(w)}
 		}
-		return pool.TermSize{Rows: 24, Cols: 80}
+		return apitype.TermSize{Rows: 24, Cols: 80}
 	}
 	sz := size()
 	req.Rows, req.Cols, req.Term = sz.Rows, sz.Cols, os.Getenv("TERM")
-	resize := make(chan pool.TermSize, 1)
+	resize := make(chan apitype.TermSize, 1)
 	var stdin io.Reader
 	if isTerm || interactive {
 		stdin = os.Stdin

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 // cmdExplain prints what the gateway would decide for a request of a task token. It exits 0 when
@@ -29,7 +29,7 @@ func cmdExplain(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	ex, err := c.Explain(context.Background(), api.ExplainRequest{Token: *tok, Lease: *lease, Method: *method, URL: fs.Arg(0)})
+	ex, err := c.Explain(context.Background(), apitype.ExplainRequest{Token: *tok, Lease: *lease, Method: *method, URL: fs.Arg(0)})
 	if err != nil {
 		return fail(err)
 	}

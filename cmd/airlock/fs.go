@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 const fsUsage = `usage: airlock fs ls|stat|mkdir|rm|mv LEASE PATH ...
@@ -56,7 +56,7 @@ func cmdFs(args []string) int {
 				printEntry(e)
 			}
 			if v.Truncated {
-				fmt.Fprintf(os.Stderr, "airlock: the listing stops at %d entries\n", pool.MaxListEntries)
+				fmt.Fprintf(os.Stderr, "airlock: the listing stops at %d entries\n", apitype.MaxListEntries)
 			}
 		})
 	case "stat":
@@ -78,7 +78,7 @@ func cmdFs(args []string) int {
 	return 0
 }
 
-func printEntry(e pool.Entry) {
+func printEntry(e apitype.Entry) {
 	kind := map[string]string{"file": "-", "dir": "d", "symlink": "l"}[e.Type]
 	if kind == "" {
 		kind = "?"

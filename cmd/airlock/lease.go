@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 type multiFlag []string
@@ -31,7 +31,7 @@ func cmdLease(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	req := api.LeaseRequest{Template: *template, Token: *tok, Allow: allow}
+	req := apitype.LeaseRequest{Template: *template, Token: *tok, Allow: allow}
 	if *ttl > 0 {
 		req.TTL = ttl.String()
 	}

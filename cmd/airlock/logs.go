@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
-	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/export"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/cmd/internal/cli"
 )
 
 // cmdLogs prints the tenant's audit records, filtered on the node, page by page.
@@ -59,7 +56,7 @@ func cmdLogs(args []string) int {
 		if *v == "" {
 			continue
 		}
-		t, err := parseSince(*v)
+		t, err := cli.ParseSince(*v)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "airlock logs:", strings.Replace(err.Error(), "--since", "--since/--until", 1))
 			return 2
@@ -73,7 +70,7 @@ func cmdLogs(args []string) int {
 	printed, warned := 0, 0
 	for {
 		if *limit > 0 {
-			q.Limit = min(*limit-printed, api.MaxAuditPage)
+			q.Limit = min(*limit-printed, audit.MaxPage)
 		}
 		page, err := c.AuditPage(context.Background(), q)
 		if err != nil {
@@ -143,37 +140,5 @@ func printRecord(w io.Writer, r audit.Record) {
 	fmt.Fprintln(w)
 }
 
-// terminalSafe escapes what a terminal would act on rather than show: control characters (C0,
-// DEL, C1: escape sequences, carriage returns, newlines), bytes that are not UTF-8, and the
-// invisible and direction-changing format characters that reorder what a line appears to say.
-// Backslashes are escaped too, so an escape in the output always means one was made here.
-func terminalSafe(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == ' ' || (unicode.IsPrint(r) && r != utf8.RuneError):
-			b.WriteRune(r)
-		case r < 0x80:
-			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-		i += size
-	}
-	return b.String()
-}
+// terminalSafe is how every listing prints what it did not write itself (cli.TerminalSafe).
+func terminalSafe(s string) string { return cli.TerminalSafe(s) }

@@ -1,4 +1,6 @@
-// Command airlock runs an airlock node (`airlock up`) and talks to one (lease, exec, release).
+// Command airlock talks to an airlock node (lease, exec, release, ...) and links no server: the
+// node's own commands (up, audit verify, image build, template build) are handed over to
+// airlock-node, installed beside it (cli.HandOver).
 package main
 
 import (
@@ -6,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/airlock-dev/airlock/cmd/internal/cli"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -23,7 +27,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"up", "airlock up [--config FILE] [--debug]\n  an all-in-one node on the local Docker engine; embedded defaults without --config\n", cmdUp, nil},
+		nodeCommand("up"),
 		{"lease", "airlock lease [--template T] (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]\n  leases a warm sandbox; prints its id (--allow: the dev issuer mints the token; @NAME is a profile)\n", cmdLease, nil},
 		{"leases", "airlock leases [--json]\n  your leases\n", cmdLeases, nil},
 		{"exec", execUsage, cmdExec, nil},
@@ -33,7 +37,7 @@ func init() {
 		{"renew", "airlock renew LEASE [--ttl D] [--json]\n  extends a lease, never past its task token's expiry\n", cmdRenew, nil},
 		{"release", "airlock release [--json] LEASE\n  destroys the sandbox and everything in it\n", cmdRelease, nil},
 		{"logs", "airlock logs [--lease ID] [--decision allow|deny] [--since D] [--follow] [--json | --format text|json|ocsf|ecs|csv]\n  your audit records; ocsf and ecs print them in the schemas SIEMs take\n", cmdLogs, nil},
-		{"audit", auditUsage, cmdAudit, []string{"verify"}},
+		nodeCommand("audit"),
 		{"receipt", receiptUsage, cmdReceipt, nil},
 		{"suggest", suggestUsage, cmdSuggest, nil},
 		{"approvals", approvalsUsage, cmdApprovals, nil},
@@ -43,13 +47,22 @@ func init() {
 		{"port", "airlock port [--json] LEASE PORT\n  a URL, on a listener of its own, that reaches that port of the sandbox until release\n", cmdPort, nil},
 		{"verify", "airlock verify [--template T] [--token JWT] [--json]\n  leases a sandbox and checks the invariants from inside it\n", cmdVerify, nil},
 		{"mcp", mcpUsage, cmdMCP, nil},
-		{"image", "airlock image build [default|python|node ...]\n  builds the shipped sandbox images locally (debootstrap, docker import)\n", cmdImage, []string{"build"}},
-		{"template", "airlock template build [--config FILE] [NAME ...]\n  builds templates from their Dockerfile or devcontainer.json\n", cmdTemplate, []string{"build"}},
+		nodeCommand("image"),
+		nodeCommand("template"),
 		{"pools", "airlock pools [--json]\n  each template's pool: runtime, warm and its target, creating, waiting, leased, the lease rate and create time\n", cmdPools, nil},
 		{"completion", "airlock completion bash|zsh\n  a shell completion script: source <(airlock completion bash)\n", cmdCompletion, []string{"bash", "zsh"}},
 		{"version", "airlock version (or airlock --version)\n", func([]string) int { fmt.Println("airlock", version); return 0 }, nil},
 		{"help", "airlock help [COMMAND]\n", cmdHelp, nil},
 	}
+}
+
+// nodeCommand is one of the node's commands (cli.NodeCommands): listed, completed and described
+// here, and run by handing it over to airlock-node.
+func nodeCommand(name string) command {
+	c, _ := cli.NodeCommand(name)
+	return command{c.Name, c.Usage, func(args []string) int {
+		return fail(cli.HandOver(name, args))
+	}, c.Subs}
 }
 
 const exitCodes = `Exit codes: 0 done; 1 the command failed (the error is on stderr); 2 a usage error. exec (and

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/client"
-	"github.com/airlock-dev/airlock/pool"
 )
 
 const procUsage = `usage: airlock proc start|ls|output|kill|wait LEASE ...
@@ -52,7 +51,7 @@ func cmdProc(args []string) int {
 	lease := pos[0]
 	switch sub {
 	case "start":
-		req := api.ExecRequest{Cmd: pos[1:], Workdir: *workdir, Env: map[string]string{}}
+		req := apitype.ExecRequest{Cmd: pos[1:], Workdir: *workdir, Env: map[string]string{}}
 		if *timeout > 0 {
 			req.Timeout = timeout.String()
 		}
@@ -105,9 +104,9 @@ func cmdProc(args []string) int {
 		for {
 			left := time.Until(deadline)
 			if *timeout == 0 {
-				left = api.MaxProcessWait
+				left = apitype.MaxProcessWait
 			}
-			p, err := c.WaitProcess(ctx, lease, pos[1], min(left, api.MaxProcessWait))
+			p, err := c.WaitProcess(ctx, lease, pos[1], min(left, apitype.MaxProcessWait))
 			if err != nil {
 				return fail(err)
 			}
@@ -129,7 +128,7 @@ func cmdProc(args []string) int {
 	return 0
 }
 
-func processState(p pool.ProcessInfo) string {
+func processState(p apitype.ProcessInfo) string {
 	switch {
 	case p.Running:
 		return "running"

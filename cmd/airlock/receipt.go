@@ -6,14 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
-	"golang.org/x/mod/sumdb/note"
-
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/receipt"
-	"github.com/airlock-dev/airlock/node"
+	"github.com/airlock-dev/airlock/cmd/internal/cli"
 )
 
 const receiptUsage = `airlock receipt [--signed] [--key PUB] LEASE
@@ -56,7 +51,7 @@ func cmdReceipt(args []string) int {
 			return 0
 		}
 	}
-	v, err := verifierKey(*key)
+	v, err := cli.VerifierKey(*key)
 	if err != nil {
 		return fail(err)
 	}
@@ -69,23 +64,4 @@ func cmdReceipt(args []string) int {
 	e.Encode(r)
 	fmt.Fprintf(os.Stderr, "airlock: receipt verified with %s; its checkpoint covers seq %d\n", v.Name(), r.Records.Last)
 	return 0
-}
-
-// verifierKey reads a verifier key given as the key itself or a file holding it; empty means the
-// local node's.
-func verifierKey(key string) (note.Verifier, error) {
-	if key == "" {
-		local, _ := node.ReadClientFile(stateDir())
-		key = local.AuditKey
-		if key == "" {
-			key = filepath.Join(stateDir(), "audit-key.pub")
-		}
-	}
-	vkey := key
-	if b, err := os.ReadFile(key); err == nil {
-		vkey = string(b)
-	} else if !strings.Contains(key, "+") {
-		return nil, fmt.Errorf("--key %s: neither a key nor a readable file (%v)", key, err)
-	}
-	return audit.NewVerifier(vkey)
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/client"
 )
 
@@ -62,7 +62,7 @@ func cmdVerify(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	req := api.LeaseRequest{Template: *template, Token: *tok, TTL: "5m"}
+	req := apitype.LeaseRequest{Template: *template, Token: *tok, TTL: "5m"}
 	if *tok == "" {
 		req.Allow = []string{} // the dev issuer mints a token with no scopes at all
 	}
@@ -129,7 +129,7 @@ func cmdVerify(args []string) int {
 
 func run(ctx context.Context, c *client.Client, id, script string) (string, int, error) {
 	var out bytes.Buffer
-	code, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", script}, Timeout: "30s"}, &out, &out)
+	code, err := c.Exec(ctx, id, apitype.ExecRequest{Cmd: []string{"sh", "-c", script}, Timeout: "30s"}, &out, &out)
 	return out.String(), code, err
 }
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/internal/cli"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/node"
@@ -48,7 +49,7 @@ func cmdUp(args []string) int {
 
 func up(ctx context.Context, cfg config.Config, cfgPath string, log *slog.Logger) error {
 	if cfg.StateDir == "" {
-		cfg.StateDir = stateDir()
+		cfg.StateDir = cli.StateDir()
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return err

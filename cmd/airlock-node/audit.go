@@ -11,21 +11,14 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/cmd/internal/cli"
 	"github.com/airlock-dev/airlock/node"
 )
-
-const auditUsage = `airlock audit verify [--dir DIR] [--key PUB] [--since D|TIME] [--lease ID] [--latest FILE] [--json]
-  checks the audit trail with the node's public key only: every record, the chain across
-  segments, the signed checkpoints, retention's records, each index against its records and its
-  seal in the chain, and the tail against the latest checkpoint kept in Redis (or --latest);
-  --since and --lease skip only segments whose sealed index (checked with the key) holds
-  nothing asked for; exits 0 when all is intact, 1 when not
-`
 
 // cmdAudit runs audit's subcommands.
 func cmdAudit(args []string) int {
 	if len(args) == 0 || args[0] != "verify" {
-		fmt.Fprint(os.Stderr, auditUsage)
+		fmt.Fprint(os.Stderr, cli.AuditUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
@@ -39,26 +32,26 @@ func cmdAudit(args []string) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "airlock audit verify: unexpected argument %q\n%s", fs.Arg(0), auditUsage)
+		fmt.Fprintf(os.Stderr, "airlock audit verify: unexpected argument %q\n%s", fs.Arg(0), cli.AuditUsage)
 		return 2
 	}
-	local, localErr := node.ReadClientFile(stateDir())
+	local, localErr := node.ReadClientFile(cli.StateDir())
 	if *dir == "" {
 		*dir = local.Audit
 		if *dir == "" {
-			*dir = filepath.Join(stateDir(), "audit")
+			*dir = filepath.Join(cli.StateDir(), "audit")
 		}
 	}
 	opt := audit.VerifyOptions{Lease: *lease}
 	if *since != "" {
-		t, err := parseSince(*since)
+		t, err := cli.ParseSince(*since)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "airlock audit verify:", err)
 			return 2
 		}
 		opt.Since = t
 	}
-	v, err := verifierKey(*key)
+	v, err := cli.VerifierKey(*key)
 	if err != nil {
 		return fail(err)
 	}
@@ -93,7 +86,7 @@ func cmdAudit(args []string) int {
 		e.Encode(rep)
 	} else {
 		for _, l := range strings.Split(strings.TrimSuffix(rep.String(), "\n"), "\n") {
-			fmt.Println(terminalSafe(l)) // segment names and reasons come from files anyone could edit
+			fmt.Println(cli.TerminalSafe(l)) // segment names and reasons come from files anyone could edit
 		}
 		fmt.Printf("Latest checkpoint: %s\n", latestFrom)
 	}
@@ -101,16 +94,4 @@ func cmdAudit(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// parseSince reads an RFC 3339 time or a duration back from now.
-func parseSince(v string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("--since %q is neither an RFC 3339 time nor a duration", v)
-	}
-	return time.Now().Add(-d), nil
 }
