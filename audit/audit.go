@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/airlock-dev/airlock/rule"
@@ -142,6 +143,10 @@ type Stream struct {
 
 // Sink accepts records. Write must not block on I/O for long: it either accepts the record for a
 // durable write or returns an error wrapping ErrUnavailable.
+//
+// A sink may have optional capabilities, each an interface of this package (Checker,
+// Checkpointer, Unwrapper); a sink that passes records on to another implements Unwrapper, so
+// that what the caller asks through Check reaches the sink that can answer.
 type Sink interface {
 	Write(ctx context.Context, r Record) error
 }
@@ -149,11 +154,46 @@ type Sink interface {
 // Discard is a Sink for tests of other packages that do not look at records.
 type Discard struct{}
 
+var _ Sink = Discard{}
+
 // Write accepts and drops r.
 func (Discard) Write(context.Context, Record) error { return nil }
 
 // Checker is met by sinks that can tell ahead of time that a write would fail, so callers can
-// refuse traffic before it passes rather than after.
+// refuse traffic before it passes rather than after. Err returns nil when a Write would be
+// accepted now, else why not (wrapping ErrUnavailable). It must be cheap and safe for concurrent
+// use: the gateway and the resolver ask it before every decision. Ask it through Check.
 type Checker interface {
 	Err() error
 }
+
+// Unwrapper is met by a sink that writes its records to another (a tee, a filter, a recorder):
+// Unwrap returns that sink, so that Check asks it when the wrapper is no Checker itself.
+type Unwrapper interface {
+	Unwrap() Sink
+}
+
+// Check reports why a Write to s would fail now, or nil: the answer of s when it is a Checker,
+// else that of the sink it wraps (Unwrapper), else nil, for a sink that cannot tell ahead.
+// Callers that refuse what the trail could not record ask Check rather than asserting Checker
+// on s themselves, so that wrapping the sink never silently turns their refusal off.
+// A chain of wrappers deeper than maxWrapped (one that wraps itself, say) is refused as a trail
+// that cannot tell.
+func Check(s Sink) error {
+	for range maxWrapped {
+		if c, ok := s.(Checker); ok {
+			return c.Err()
+		}
+		u, ok := s.(Unwrapper)
+		if !ok {
+			return nil
+		}
+		if s = u.Unwrap(); s == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the sink wraps others more than %d deep", ErrUnavailable, maxWrapped)
+}
+
+// maxWrapped bounds the sinks Check unwraps.
+const maxWrapped = 16

@@ -247,11 +247,9 @@ func (d denial) recorded() string {
 // question and lease fields and returns the canonical name.
 func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.Record, now time.Time) (string, denial) {
 	rec.QName, rec.QType = qname, typeName(qtype)
-	if c, ok := r.cfg.Audit.(audit.Checker); ok {
-		if err := c.Err(); err != nil {
-			r.metrics.auditRefused()
-			return "", denial{rule: rule.AuditDown, reason: "the audit trail cannot take records", detail: err.Error(), code: dns.ExtendedErrorCodeProhibited}
-		}
+	if err := audit.Check(r.cfg.Audit); err != nil {
+		r.metrics.auditRefused()
+		return "", denial{rule: rule.AuditDown, reason: "the audit trail cannot take records", detail: err.Error(), code: dns.ExtendedErrorCodeProhibited}
 	}
 	if !src.IsValid() {
 		return "", denial{rule: rule.BadRequest, reason: "unreadable source address", code: dns.ExtendedErrorCodeProhibited}

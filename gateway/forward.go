@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
@@ -106,12 +107,10 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	return p.approve(r, x)
 }
 
-// auditOK refuses while the trail would refuse the record of what is about to pass.
+// auditOK refuses while the trail would refuse the record of what is about to pass. It asks
+// through audit.Check, which reaches a Checker behind any sink that wraps it.
 func (p *Proxy) auditOK() error {
-	if c, ok := p.cfg.Audit.(interface{ Err() error }); ok {
-		return c.Err()
-	}
-	return nil
+	return audit.Check(p.cfg.Audit)
 }
 
 // decide applies the task's scopes and the credential catalog to one request, setting the

@@ -40,7 +40,9 @@ type Config struct {
 	CA       *ca.Authority
 	Catalog  broker.Catalog
 	Broker   broker.Broker
-	Audit    audit.Sink
+	// Audit takes every decision's record. When it is an audit.Checker (or wraps one: see
+	// audit.Check), nothing passes while it says a write would fail.
+	Audit audit.Sink
 	// Approvals holds the requests of scopes that ask for approval; nil refuses them (nothing
 	// here could answer).
 	Approvals *approval.Registry
