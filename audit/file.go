@@ -115,6 +115,12 @@ type FileSink struct {
 	m metrics
 }
 
+var (
+	_ Sink         = (*FileSink)(nil)
+	_ Checker      = (*FileSink)(nil)
+	_ Checkpointer = (*FileSink)(nil)
+)
+
 // metrics are read by Stats and EachLease without a lock.
 type metrics struct {
 	written, refused, checkpoints atomic.Uint64

@@ -77,6 +77,13 @@ type Source interface {
 	Watch(ctx context.Context, node string, onSync func(), onEvent func(Event)) error
 }
 
+// Peeker is met by bindings that can answer from memory alone, without asking the store: a
+// refusal made before any lookup (a query over its rate) uses it to name the lease it came from.
+// Peek returns addr's binding and true only when one is held and live.
+type Peeker interface {
+	Peek(addr netip.Addr) (Binding, bool)
+}
+
 // Cache answers lookups for one node. Safe for concurrent use.
 //
 // It never serves a binding older than one it has heard is gone or replaced: for each address
@@ -214,6 +221,8 @@ func (c *Cache) Lookup(ctx context.Context, addr netip.Addr) (Binding, error) {
 	}
 	return b, nil
 }
+
+var _ Peeker = (*Cache)(nil)
 
 // Peek returns addr's binding if the cache holds a live one, without asking the store: what a
 // refusal made before the lookup (a query over its rate) uses to name the lease it came from.

@@ -23,10 +23,18 @@ import (
 	"github.com/airlock-dev/airlock/scope"
 )
 
-// Bindings finds the lease a sandbox address holds; *binding.Cache meets it.
+// Bindings finds the lease a sandbox address holds; *binding.Cache meets it. Bindings that are
+// also a binding.Peeker let a query over its rate be attributed to its lease without a lookup.
 type Bindings interface {
 	Lookup(ctx context.Context, addr netip.Addr) (binding.Binding, error)
 }
+
+// Package binding cannot name this interface (it is imported here), so its implementations are
+// guarded beside it.
+var (
+	_ Bindings = (*binding.Cache)(nil)
+	_ Bindings = binding.Static{}
+)
 
 // Config is what a Resolver needs. Zero values take the documented defaults.
 type Config struct {
@@ -257,9 +265,7 @@ func (r *Resolver) admit(src netip.Addr, qname string, qtype uint16, rec *audit.
 	if !r.rate.Allow(src) {
 		// Attributed from the cache alone (no store lookup for a flood), so the lease's own
 		// trail, receipt and denial count show what it was refused.
-		if p, ok := r.cfg.Bindings.(interface {
-			Peek(netip.Addr) (binding.Binding, bool)
-		}); ok {
+		if p, ok := r.cfg.Bindings.(binding.Peeker); ok {
 			if b, ok := p.Peek(src); ok {
 				rec.Lease, rec.Task, rec.Tenant, rec.Sandbox = b.Lease, b.Task, b.Tenant, b.Sandbox
 			}

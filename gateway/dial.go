@@ -26,6 +26,12 @@ type ContextDialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 
+// The standard library's implementations, which New defaults to.
+var (
+	_ Resolver      = (*net.Resolver)(nil)
+	_ ContextDialer = (*net.Dialer)(nil)
+)
+
 // dialer resolves upstream names itself (the client's idea of an address is never trusted), vets
 // each address, and dials exactly the address it vetted, so no second lookup can rebind it.
 //

@@ -33,6 +33,13 @@ type Bindings interface {
 	Lookup(ctx context.Context, addr netip.Addr) (binding.Binding, error)
 }
 
+// Package binding cannot name this interface (it is imported here), so its implementations are
+// guarded beside it.
+var (
+	_ Bindings = (*binding.Cache)(nil)
+	_ Bindings = binding.Static{}
+)
+
 // Config is what a Proxy needs. Zero values are not usable unless the field says so.
 type Config struct {
 	Node     string

@@ -338,6 +338,9 @@ type Trail interface {
 	Checkpoint(ctx context.Context) (audit.Checkpoint, error)
 }
 
+// The node's trail; package audit cannot name this interface, so the guard stands beside it.
+var _ Trail = (*audit.FileSink)(nil)
+
 // ErrNoRecords is Make's error for a lease the trail holds nothing of (for this tenant).
 var ErrNoRecords = errors.New("receipt: this node's audit trail holds no records of that lease for this tenant")
 

@@ -77,6 +77,9 @@ type Trail interface {
 	Written() uint64
 }
 
+// The node's trail; package audit cannot name this interface, so the guard stands beside it.
+var _ Trail = (*audit.FileSink)(nil)
+
 // deliverer sends one batch of formatted records; an error means none of it may count as
 // delivered. permanent errors (the receiver refused the batch as such) are not retried.
 type deliverer interface {

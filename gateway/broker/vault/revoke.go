@@ -70,6 +70,8 @@ type memJournal struct {
 	m  map[string][]byte
 }
 
+var _ Journal = (*memJournal)(nil)
+
 func (j *memJournal) Put(_ context.Context, id string, v []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
