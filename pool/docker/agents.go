@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/pool/docker/agent"
-	"github.com/airlock-dev/airlock/pool/inside"
 )
 
 // SelfAgent is the exec agent for this process's sandboxes: airlock-agent beside its executable
@@ -184,9 +182,9 @@ func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
 }
 
 // agentExec runs req through sb's agent; ran is false when there is none serving, and then
-// the command has not started (the caller runs it by engine exec). A command cut off by its
-// timeout or its caller is killed with its process group, and, as with an engine exec, every
-// process carrying its marker.
+// the command has not started (the caller runs it by engine exec). A command cut off by ctx is
+// killed with its process group (what carries its marker is the policy's to kill:
+// pool.WithPolicy).
 func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, env []string, stdin io.Reader,
 	stdout, stderr io.Writer) (code int, ran bool, err error) {
 	if r.cfg.Agent == "" {
@@ -197,13 +195,7 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 		r.startAgent(ctx, sb)
 		return 0, false, nil
 	}
-	runCtx := ctx
-	if req.Timeout > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, req.Timeout)
-		defer cancel()
-	}
-	code, err = c.Run(runCtx, agent.Command{Argv: req.Cmd, Env: env, Dir: req.Workdir, Stdin: stdin != nil}, stdin, stdout, stderr)
+	code, err = c.Run(ctx, agent.Command{Argv: req.Cmd, Env: env, Dir: req.Workdir, Stdin: stdin != nil}, stdin, stdout, stderr)
 	switch {
 	case err == nil:
 		return code, true, nil
@@ -212,25 +204,9 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 		return 0, false, nil
 	case errors.Is(err, agent.ErrTooLarge):
 		return 0, false, nil // the engine takes a command line as long as the kernel does
-	case runCtx.Err() != nil:
-		if marker := envMarker(env); marker != "" {
-			r.signalMarked(context.WithoutCancel(ctx), sb, marker, "KILL")
-		}
-		if ctx.Err() == nil {
-			return -1, true, fmt.Errorf("%w after %s and was killed", pool.ErrTimedOut, req.Timeout)
-		}
+	case ctx.Err() != nil:
 		return -1, true, ctx.Err()
 	default:
 		return -1, true, fmt.Errorf("docker: exec: %w", err)
 	}
-}
-
-// envMarker is the exec marker in env, if any.
-func envMarker(env []string) string {
-	for _, kv := range env {
-		if m, ok := strings.CutPrefix(kv, inside.Marker+"="); ok {
-			return m
-		}
-	}
-	return ""
 }

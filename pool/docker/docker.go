@@ -337,20 +337,16 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	return sb, nil
 }
 
-// Check runs the health probe (inside.ProbeCmd) in sb, as the sandbox user.
+// Check runs the health probe (inside.ProbeCmd, through pool.Probe) in sb, as the sandbox user,
+// once its exec agent has started or given up (at most 10 seconds).
 func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
 	r.agents.wait(sb.ID, 10*time.Second)
 	probe, err := inside.ProbeCmd(r.cfg.ProxyURL, r.gw.String())
 	if err != nil {
 		return err
 	}
-	var stderr strings.Builder
-	code, err := r.Exec(ctx, sb, pool.ExecRequest{Cmd: probe, Timeout: 5 * time.Second}, nil, io.Discard, &stderr)
-	if err != nil {
-		return fmt.Errorf("docker: health probe in %s: %w", short(sb.ID), err)
-	}
-	if code != 0 {
-		return fmt.Errorf("docker: sandbox %s cannot reach the gateway and resolver: %s", short(sb.ID), strings.TrimSpace(stderr.String()))
+	if err := pool.Probe(ctx, r, sb, short(sb.ID), probe); err != nil {
+		return fmt.Errorf("docker: %w", err)
 	}
 	return nil
 }
@@ -385,21 +381,20 @@ func (r *Runtime) List(ctx context.Context) ([]pool.Sandbox, error) {
 	return out, nil
 }
 
-// Exec runs req as the sandbox user and streams its output. On timeout or cancellation every
-// process the command started is killed.
+// Exec runs req as the sandbox user, through the sandbox's exec agent when it has one serving
+// (and req is not on a terminal), else by engine exec, and streams its output until the command
+// ends or ctx does. Its processes carry req.Marker, when set, for Signal to find. When ctx ends
+// first, an engine exec's process tree is killed from the host (where the host sees it: not
+// under gVisor), an agent's command with its process group, and ctx's error is returned.
+// Choosing a marker, req.Timeout and the kill of what the marker finds are the policy every
+// backend shares (pool.WithPolicy), which the pool applies over this.
 func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	env := make([]string, 0, len(req.Env)+1)
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	// A timed-out command is killed with what it started; the marker finds them from inside the
-	// sandbox, where the host cannot see (gVisor's processes are not in the host's /proc).
-	marker := req.Marker
-	if marker == "" && (req.Timeout > 0 || req.TTY) {
-		marker = inside.NewMarker()
-	}
-	if marker != "" {
-		env = append(env, inside.Marker+"="+marker)
+	if req.Marker != "" {
+		env = append(env, inside.Marker+"="+req.Marker)
 	}
 	if !req.TTY {
 		if code, ran, err := r.agentExec(ctx, sb, req, env, stdin, stdout, stderr); ran {
@@ -423,23 +418,13 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}
 	defer att.Close()
 	if req.TTY && req.Resize != nil {
-		go func() {
-			for sz := range req.Resize {
-				r.resizeMarked(context.WithoutCancel(ctx), sb, marker, sz)
-			}
-		}()
+		go pool.FollowResize(context.WithoutCancel(ctx), r, sb, req.Marker, req.Resize)
 	}
 	if stdin != nil {
 		go func() {
 			io.Copy(att.Conn, stdin)
 			att.CloseWrite()
 		}()
-	}
-	runCtx := ctx
-	if req.Timeout > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, req.Timeout)
-		defer cancel()
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -448,22 +433,18 @@ func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecReques
 	}()
 	select {
 	case err = <-done:
-	case <-runCtx.Done():
+	case <-ctx.Done():
 		r.killExec(context.WithoutCancel(ctx), ex.ID)
-		if marker != "" {
-			r.signalMarked(context.WithoutCancel(ctx), sb, marker, "KILL")
-		}
 		att.Close()
 		<-done
-		if ctx.Err() == nil {
-			return -1, fmt.Errorf("%w after %s and was killed", pool.ErrTimedOut, req.Timeout)
-		}
 		return -1, ctx.Err()
 	}
 	if err != nil {
 		return -1, fmt.Errorf("docker: exec stream: %w", err)
 	}
-	return r.execExit(ctx, ex.ID)
+	// The output has ended, so the command has: its exit code is had even if ctx ends
+	// meanwhile (execExit gives up after about a second).
+	return r.execExit(context.WithoutCancel(ctx), ex.ID)
 }
 
 // execExit returns the exit code of an exec whose output stream has ended. The stream can end a
@@ -488,23 +469,6 @@ func (r *Runtime) execExit(ctx context.Context, id string) (int, error) {
 	}
 }
 
-// killExec kills the exec's process and all its descendants. The engine has no call for it, so
-// the node (which shares the host's process table with the engine) walks /proc.
-// signalMarked sends sig, from inside sb and as its user, to every process that an exec with
-// marker started (inside.SignalCmd): what killExec cannot reach from the host (under gVisor,
-// all of them), and the only way to signal a background process and what it started.
-func (r *Runtime) signalMarked(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
-	if err := r.runQuiet(ctx, sb, inside.SignalCmd(marker, sig)); err != nil {
-		return fmt.Errorf("signal: %w", err)
-	}
-	return nil
-}
-
-// resizeMarked sets the size of the terminal that the exec with marker runs on.
-func (r *Runtime) resizeMarked(ctx context.Context, sb pool.Sandbox, marker string, size pool.TermSize) {
-	r.runQuiet(ctx, sb, inside.ResizeCmd(marker, size.Rows, size.Cols))
-}
-
 // runQuiet runs cmd in sb as its user, discarding what it writes, within 10 seconds.
 func (r *Runtime) runQuiet(ctx context.Context, sb pool.Sandbox, cmd []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -522,14 +486,22 @@ func (r *Runtime) runQuiet(ctx context.Context, sb pool.Sandbox, cmd []string) e
 	return nil
 }
 
-// Signal sends sig to the processes an exec with marker started.
+// Signal sends sig, from inside sb and as its user, to every process that an exec with marker
+// started (inside.SignalCmd): what killExec cannot reach from the host (under gVisor, all of
+// them), and the only way to signal a background process and what it started. The command runs
+// by engine exec, not through the agent, which code in the sandbox can stop.
 func (r *Runtime) Signal(ctx context.Context, sb pool.Sandbox, marker, sig string) error {
 	if marker == "" || !slices.Contains(pool.Signals, sig) {
 		return fmt.Errorf("%w: signal %q to marker %q", pool.ErrBadRequest, sig, marker)
 	}
-	return r.signalMarked(ctx, sb, marker, sig)
+	if err := r.runQuiet(ctx, sb, inside.SignalCmd(marker, sig)); err != nil {
+		return fmt.Errorf("signal: %w", err)
+	}
+	return nil
 }
 
+// killExec kills the exec's process and all its descendants. The engine has no call for it, so
+// the node (which shares the host's process table with the engine) walks /proc.
 func (r *Runtime) killExec(ctx context.Context, execID string) {
 	ins, err := r.cli.ContainerExecInspect(ctx, execID)
 	if err != nil || ins.Pid == 0 {
