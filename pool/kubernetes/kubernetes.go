@@ -419,65 +419,42 @@ func (r *Runtime) List(ctx context.Context) ([]pool.Sandbox, error) {
 	return out, nil
 }
 
-// Check runs the health probe (inside.ProbeCmd) in the Pod.
+// Check runs the health probe (inside.ProbeCmd, through pool.Probe) in the Pod.
 func (r *Runtime) Check(ctx context.Context, sb pool.Sandbox) error {
 	probe, err := inside.ProbeCmd(r.cfg.ProxyURL, r.cfg.Resolver.String())
 	if err != nil {
 		return err
 	}
-	var stderr strings.Builder
-	code, err := r.Exec(ctx, sb, pool.ExecRequest{Cmd: probe, Timeout: 5 * time.Second}, nil, io.Discard, &stderr)
-	if err != nil {
-		return fmt.Errorf("kubernetes: health probe in %s: %w", sb.ID, err)
-	}
-	if code != 0 {
-		return fmt.Errorf("kubernetes: sandbox %s cannot reach the gateway and resolver: %s", sb.ID, strings.TrimSpace(stderr.String()))
+	if err := pool.Probe(ctx, r, sb, sb.ID, probe); err != nil {
+		return fmt.Errorf("kubernetes: %w", err)
 	}
 	return nil
 }
 
 // Exec runs req in the Pod through the API server's exec subresource, as the sandbox user,
-// streaming its output. The exec subresource has no environment or working directory of its
-// own, so the command is started by env (which sets both) and sh (so that no word of the
-// command is taken for an assignment). On timeout or cancellation every process the command
-// started is killed, found from inside by its marker.
+// streaming its output until the command ends or ctx does (then ctx's error is returned). The
+// exec subresource has no environment or working directory of its own, so the command is
+// started by env (which sets both, and req.Marker when set, for Signal to find its processes)
+// and sh (so that no word of the command is taken for an assignment). Choosing a marker,
+// req.Timeout and the kill of what the marker finds are the policy every backend shares
+// (pool.WithPolicy), which the pool applies over this.
 func (r *Runtime) Exec(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	if len(req.Cmd) == 0 {
 		return -1, fmt.Errorf("%w: exec needs a command", pool.ErrBadRequest)
-	}
-	marker := req.Marker
-	if marker == "" && (req.Timeout > 0 || req.TTY) {
-		marker = inside.NewMarker()
 	}
 	cmd := req.Cmd
 	if req.TTY {
 		cmd = inside.OnTerminal(req.Cmd, req.Size.Rows, req.Size.Cols)
 	}
-	argv, err := execArgv(req, cmd, marker)
+	argv, err := execArgv(req, cmd, req.Marker)
 	if err != nil {
 		return -1, err
 	}
 	if req.TTY && req.Resize != nil {
-		go func() {
-			for sz := range req.Resize {
-				r.run(context.WithoutCancel(ctx), sb, inside.ResizeCmd(marker, sz.Rows, sz.Cols))
-			}
-		}()
+		go pool.FollowResize(context.WithoutCancel(ctx), r, sb, req.Marker, req.Resize)
 	}
-	runCtx := ctx
-	if req.Timeout > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, req.Timeout)
-		defer cancel()
-	}
-	code, err := r.stream(runCtx, sb.ID, argv, stdin, stdout, stderr)
-	if runCtx.Err() != nil {
-		if marker != "" {
-			r.run(context.WithoutCancel(ctx), sb, inside.SignalCmd(marker, "KILL"))
-		}
-		if ctx.Err() == nil {
-			return -1, fmt.Errorf("%w after %s and was killed", pool.ErrTimedOut, req.Timeout)
-		}
+	code, err := r.stream(ctx, sb.ID, argv, stdin, stdout, stderr)
+	if ctx.Err() != nil {
 		return -1, ctx.Err()
 	}
 	return code, err
