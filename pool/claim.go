@@ -10,9 +10,9 @@ import (
 // claim takes a sandbox of t for a lease: a warm one; when there is none, as the template's
 // on_empty says, it waits for the first to become warm (leases served in the order they
 // came), then starts one or refuses (after_wait), or starts one at once, or refuses at once.
-// It reports which happened: "warm", "waited" or "cold". The sandbox stays counted as pending
+// It reports which happened. The sandbox stays counted as pending
 // until the caller calls unclaim.
-func (s *supply) claim(ctx context.Context, t Template) (Sandbox, string, error) {
+func (s *supply) claim(ctx context.Context, t Template) (Sandbox, Start, error) {
 	now := time.Now()
 	s.queue.Lock()
 	s.sizers[t.Name].leased(s.now())
@@ -23,8 +23,8 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, string, error)
 		sb, err := s.claimFresh(ctx, t)
 		if err == nil {
 			s.kick(t.Name)
-			s.metrics.started("warm", 0)
-			return sb, "warm", nil
+			s.metrics.started(StartWarm, 0)
+			return sb, StartWarm, nil
 		}
 		if !errors.Is(err, ErrNoWarm) {
 			s.unclaim(ctx, t, nil)
@@ -52,8 +52,8 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, string, error)
 	sb, err := s.await(ctx, t, wait)
 	switch {
 	case err == nil:
-		s.metrics.started("waited", time.Since(now))
-		return sb, "waited", nil
+		s.metrics.started(StartWaited, time.Since(now))
+		return sb, StartWaited, nil
 	case !errors.Is(err, ErrNoWarm) || t.AfterWait == AfterWaitRefuse:
 		return Sandbox{}, "", err
 	}
@@ -226,7 +226,7 @@ func (s *supply) offer(ctx context.Context, sb Sandbox) bool {
 
 // coldStart starts a sandbox of t for one lease, if max_total and the memory budget leave
 // room for it; it is counted as pending from the start.
-func (s *supply) coldStart(ctx context.Context, t Template, asked time.Time) (Sandbox, string, error) {
+func (s *supply) coldStart(ctx context.Context, t Template, asked time.Time) (Sandbox, Start, error) {
 	s.counts.Lock()
 	c, err := s.census(ctx, t.Name, s.memoryBudget > 0)
 	room := 0
@@ -248,6 +248,6 @@ func (s *supply) coldStart(ctx context.Context, t Template, asked time.Time) (Sa
 		s.unclaim(ctx, t, nil)
 		return Sandbox{}, "", fmt.Errorf("cold start of template %q failed: %w", t.Name, err)
 	}
-	s.metrics.started("cold", time.Since(asked))
-	return sb, "cold", nil
+	s.metrics.started(StartCold, time.Since(asked))
+	return sb, StartCold, nil
 }

@@ -64,7 +64,7 @@ func (tb *leaseTable) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 		return Lease{}, err
 	}
 	tb.bindLocal(b)
-	tb.grantEvent(ctx, l, "bind", l.Start, task)
+	tb.grantEvent(ctx, l, "bind", string(l.Start), task)
 	tb.metrics.observeLease(time.Since(now))
 	return l, nil
 }

@@ -121,17 +121,16 @@ func (mt *Metrics) observeCreate(d time.Duration, err error) {
 	mt.refill.Observe(d.Seconds())
 }
 
-// started counts a lease by how its sandbox came ("warm", "waited", "cold"), and how long
-// one that found none warm waited.
-func (mt *Metrics) started(how string, waited time.Duration) {
+// started counts a lease by how its sandbox came, and how long one that found none warm waited.
+func (mt *Metrics) started(how Start, waited time.Duration) {
 	if mt == nil {
 		return
 	}
-	mt.starts.WithLabelValues(how).Inc()
-	if how == "cold" {
+	mt.starts.WithLabelValues(string(how)).Inc()
+	if how == StartCold {
 		mt.coldStarts.Inc()
 	}
-	if how != "warm" {
+	if how != StartWarm {
 		mt.waits.Observe(waited.Seconds())
 	}
 }

@@ -87,6 +87,15 @@ type Template struct {
 	BuildNetwork string `yaml:"build_network"`
 }
 
+// Start is how a lease's sandbox was had: StartWarm, StartWaited or StartCold.
+type Start = apitype.Start
+
+const (
+	StartWarm   = apitype.StartWarm
+	StartWaited = apitype.StartWaited
+	StartCold   = apitype.StartCold
+)
+
 // OnEmpty is what a lease does when its template has no warm sandbox.
 type OnEmpty string
 
@@ -300,9 +309,8 @@ type Lease struct {
 	Sandbox  Sandbox   `json:"sandbox"`
 	Created  time.Time `json:"created"`
 	Expires  time.Time `json:"expires"`
-	// Start says how the sandbox was had: "warm", "waited" (the pool was empty and refilled in
-	// time) or "cold" (started for this lease).
-	Start string `json:"start,omitempty"`
+	// Start says how the sandbox was had.
+	Start Start `json:"start,omitempty"`
 	// Token is the task JWT. It stays in the store and is never handed to the sandbox.
 	Token string `json:"token,omitempty"`
 	// Key is the hex SHA-256 of the API key that leased it (never the key): that key may not

@@ -16,19 +16,27 @@ type LeaseRequest struct {
 
 // LeaseView is a lease as the API shows it; the task token is never returned.
 type LeaseView struct {
-	ID       string    `json:"id"`
-	Template string    `json:"template"`
-	Task     string    `json:"task"`
-	Tenant   string    `json:"tenant,omitempty"`
-	Node     string    `json:"node"`
-	Sandbox  string    `json:"sandbox"`
-	Address  string    `json:"address"`
-	Created  time.Time `json:"created"`
-	Expires  time.Time `json:"expires"`
-	// Start is "warm", "waited" or "cold" (see pool.Lease).
-	Start    string            `json:"start,omitempty"`
+	ID       string            `json:"id"`
+	Template string            `json:"template"`
+	Task     string            `json:"task"`
+	Tenant   string            `json:"tenant,omitempty"`
+	Node     string            `json:"node"`
+	Sandbox  string            `json:"sandbox"`
+	Address  string            `json:"address"`
+	Created  time.Time         `json:"created"`
+	Expires  time.Time         `json:"expires"`
+	Start    Start             `json:"start,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// Start is how a lease's sandbox was had.
+type Start string
+
+const (
+	StartWarm   Start = "warm"   // a warm one was claimed
+	StartWaited Start = "waited" // none was warm, and the refill made one for the lease in time
+	StartCold   Start = "cold"   // one was started for the lease
+)
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew.
 type RenewRequest struct {

@@ -295,7 +295,7 @@ func burstLevelRun(ctx context.Context, c *client.Client, n int, d time.Duration
 				cancel()
 				mu.Lock()
 				l.lease = append(l.lease, took)
-				l.starts[lv.Start]++
+				l.starts[string(lv.Start)]++
 				switch {
 				case xerr != nil:
 					l.failed = append(l.failed, fmt.Errorf("exec in %s: %w", lv.ID, xerr))
