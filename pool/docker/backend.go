@@ -48,7 +48,10 @@ type Backend struct {
 	fw  *firewall.Firewall
 }
 
-var _ pool.Backend = (*Backend)(nil)
+var (
+	_ pool.Backend      = (*Backend)(nil)
+	_ pool.ImageBuilder = (*Backend)(nil)
+)
 
 // NewBackend connects to the engine (DOCKER_HOST or the default socket). Nothing is created
 // before Setup.

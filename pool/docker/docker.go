@@ -66,7 +66,10 @@ type Runtime struct {
 	agents agents
 }
 
-var _ pool.Runtime = (*Runtime)(nil)
+var (
+	_ pool.Runtime      = (*Runtime)(nil)
+	_ pool.ImageBuilder = (*Runtime)(nil)
+)
 
 // New connects to the engine (DOCKER_HOST or the default socket).
 func New(cfg Config) (*Runtime, error) {
