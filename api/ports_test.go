@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
+
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/scope"
@@ -224,11 +226,7 @@ func TestPortsBoundedAndEndWithLease(t *testing.T) {
 	if n := open(); n != 3 {
 		t.Fatalf("control: %d of 3 listeners answer", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for open() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d listeners still open 10s after the lease began, 2s after it was to end", open())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := wait.Until(10*time.Second, "the lease's listeners to close (it was to end 2s after it began)", func() bool { return open() == 0 }); err != nil {
+		t.Fatalf("%v: %d listeners still open", err, open())
 	}
 }

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,16 +88,11 @@ func pidFile(t *testing.T, path string) int {
 
 // waitGone waits (bounded) for pid to exit and reports whether it did.
 func waitGone(pid int, within time.Duration) bool {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	return wait.Until(within, fmt.Sprintf("pid %d to exit", pid), func() bool {
 		var ws syscall.WaitStatus
 		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reap it if it is our child
-		if !alive(pid) {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
+		return !alive(pid)
+	}) == nil
 }
 
 // The engine make started itself survives a Ctrl-C at the terminal: the signal goes to the

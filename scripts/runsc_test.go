@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // runscStubs extends stubs with what runsc.sh needs: a cache already holding a runsc binary
@@ -77,16 +79,10 @@ func TestRunscRegistersByReloadNotRestart(t *testing.T) {
 	}
 	go eng.Wait()
 	t.Cleanup(func() { eng.Process.Kill() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine stand-in was not ready within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the engine stand-in to be ready", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
 
 	out := runRunsc(t, env)
 	for _, want := range []string{"registered runsc (platform systrap)", "registered runsc-ptrace (platform ptrace)"} {
