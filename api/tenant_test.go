@@ -27,7 +27,9 @@ func TestRouteWithoutAuthIsRefused(t *testing.T) {
 	for _, path := range []string{"/v1/leases", "/bare"} {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-		var body struct{ Error struct{ Code, Message string } }
+		var body struct {
+			Error struct{ Code, Message string }
+		}
 		json.Unmarshal(rec.Body.Bytes(), &body)
 		if rec.Code != http.StatusInternalServerError || body.Error.Code != "unauthenticated_route" ||
 			!strings.Contains(body.Error.Message, "GET "+path+" is served without authentication") {
