@@ -123,11 +123,17 @@ func TestAgentKillsOnCancel(t *testing.T) {
 func TestAgentGone(t *testing.T) {
 	c, cmd := startAgent(t)
 	done := make(chan error, 1)
+	running := make(chan struct{})
 	go func() {
-		_, err := c.Run(context.Background(), Command{Argv: []string{"sleep", "30"}}, nil, io.Discard, io.Discard)
+		_, err := c.Run(context.Background(), Command{Argv: []string{"sh", "-c", "echo running; exec sleep 30"}}, nil, &firstWrite{c: running}, io.Discard)
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// The kill comes once the command has written, so it is running under the agent.
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command wrote nothing within 10 s")
+	}
 	cmd.Process.Kill()
 	select {
 	case err := <-done:
@@ -174,20 +180,40 @@ func TestNodeRefusesWhatAnAgentShouldNotSend(t *testing.T) {
 	}
 }
 
-// stalled is an agent's input that takes nothing (a stopped agent) until its deadline passes.
-type stalled struct{ deadline time.Time }
+// firstWrite closes c on the first write to it.
+type firstWrite struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.c) })
+	return len(p), nil
+}
+
+// stalled is an agent's input that takes nothing (a stopped agent). A write under a deadline
+// fails as that deadline passing would, at once, so the test does not wait out writeTimeout; a
+// write with no deadline hangs until the test ends, as one to a stopped agent would.
+type stalled struct {
+	deadline time.Time
+	hang     chan struct{}
+}
 
 func (s *stalled) SetWriteDeadline(t time.Time) error { s.deadline = t; return nil }
 func (s *stalled) Write(p []byte) (int, error) {
-	time.Sleep(time.Until(s.deadline))
-	return 0, errors.New("write deadline passed")
+	if s.deadline.IsZero() {
+		<-s.hang
+	}
+	return 0, fmt.Errorf("write deadline passed: %w", os.ErrDeadlineExceeded)
 }
 
 // TestStoppedAgentIsGivenUp: an agent that stops reading is given up after the write timeout;
 // the command waiting on it returns instead of hanging, and later ones are told it is gone.
 func TestStoppedAgentIsGivenUp(t *testing.T) {
 	pr, _ := io.Pipe()
-	c := NewConn(pr, &stalled{}, func() { pr.Close() })
+	s := &stalled{hang: make(chan struct{})}
+	t.Cleanup(func() { close(s.hang) })
+	c := NewConn(pr, s, func() { pr.Close() })
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Run(context.Background(), Command{Argv: []string{"true"}}, nil, io.Discard, io.Discard)
