@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/wait"
+
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/e2b"
 	"github.com/airlock-dev/airlock/internal/pooltest"
@@ -336,11 +338,22 @@ func TestCommands(t *testing.T) {
 	}
 	sel = fmt.Sprintf(`{"process":{"pid":%d}`, int(bg))
 	done := make(chan []map[string]any)
+	following := make(chan struct{})
 	go func() {
-		msgs, _ := f.stream(t, sb, "process.Process/Connect", sel+`}`, nil)
+		var once sync.Once
+		msgs, _ := f.stream(t, sb, "process.Process/Connect", sel+`}`, func(map[string]any) bool {
+			once.Do(func() { close(following) })
+			return false
+		})
 		done <- msgs
 	}()
-	time.Sleep(200 * time.Millisecond) // let the connection start following before the kill
+	// The connection sends its start once it has taken the offsets it follows from: the kill
+	// comes after that.
+	select {
+	case <-following:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reconnected stream sent no start within 20s")
+	}
 	if st, out := f.rpc(t, sb, "process.Process/SendSignal", sel+`,"signal":"SIGNAL_SIGKILL"}`); st != 200 {
 		t.Fatalf("SendSignal: %d %v", st, out)
 	}
@@ -361,20 +374,15 @@ func TestCommands(t *testing.T) {
 // waitEnded waits (bounded) until pid is no longer listed as running.
 func waitEnded(t *testing.T, f *fixture, sb sandbox, pid float64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.For(t, 10*time.Second, fmt.Sprintf("process %v to be no longer listed", pid), func() bool {
 		_, list := f.rpc(t, sb, "process.Process/List", `{}`)
 		ps, _ := list["processes"].([]any)
 		found := false
 		for _, p := range ps {
 			found = found || p.(map[string]any)["pid"] == pid
 		}
-		if !found {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("process %v still runs after 10s", pid)
+		return !found
+	})
 }
 
 func TestAccessTokens(t *testing.T) {
