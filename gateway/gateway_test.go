@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/gateway/broker"
 	"github.com/airlock-dev/airlock/gateway/ca"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -71,18 +72,18 @@ func (m *memSink) Err() error { return m.err }
 // gateway writes a request's record after the client has its response), or an empty record
 // after a second.
 func (m *memSink) last() audit.Record {
-	for range 100 {
+	var r audit.Record
+	wait.Until(time.Second, "a record newer than the last one read", func() bool {
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		if len(m.recs) > m.seen {
 			m.seen = len(m.recs)
-			r := m.recs[len(m.recs)-1]
-			m.mu.Unlock()
-			return r
+			r = m.recs[len(m.recs)-1]
+			return true
 		}
-		m.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return audit.Record{}
+		return false
+	})
+	return r
 }
 
 // count is how many records have been written.
@@ -94,33 +95,34 @@ func (m *memSink) count() int {
 
 // nth returns record i (0-based) once it is written, waiting up to a second.
 func (m *memSink) nth(i int) (audit.Record, bool) {
-	for range 100 {
+	var r audit.Record
+	err := wait.Until(time.Second, fmt.Sprintf("record %d", i), func() bool {
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		if len(m.recs) > i {
-			r := m.recs[i]
-			m.mu.Unlock()
-			return r, true
+			r = m.recs[i]
+			return true
 		}
-		m.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return audit.Record{}, false
+		return false
+	})
+	return r, err == nil
 }
 
 // await returns the first record that satisfies pred, waiting up to a second.
 func (m *memSink) await(pred func(audit.Record) bool) (audit.Record, bool) {
-	for range 100 {
+	var found audit.Record
+	err := wait.Until(time.Second, "a record that satisfies the test's condition", func() bool {
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		for _, r := range m.recs {
 			if pred(r) {
-				m.mu.Unlock()
-				return r, true
+				found = r
+				return true
 			}
 		}
-		m.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return audit.Record{}, false
+		return false
+	})
+	return found, err == nil
 }
 
 // refusingDialer records every dial and refuses those not to allowed addresses, so an SSRF
