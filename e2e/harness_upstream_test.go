@@ -107,6 +107,44 @@ func (u *upstream) lastVaultToken(t *testing.T) string {
 	return toks[len(toks)-1]
 }
 
+// arrivedBefore sends one marker of the test's own to each of the host's addresses given, and
+// returns what arrived (from recordAccepts, or a reader of a UDP socket) before every marker
+// did: a socket hands over connections and datagrams in the order they came, so once its marker
+// is seen nothing a probe sent it earlier is still to come. TCP addresses are dialed; for UDP
+// ones, pass "udp" as network.
+func arrivedBefore(t *testing.T, arrived <-chan string, network string, addrs ...string) []string {
+	t.Helper()
+	markers := map[string]bool{}
+	for _, a := range addrs {
+		c, err := net.DialTimeout(network, a, 5*time.Second)
+		if err != nil {
+			t.Fatalf("the test's marker to %s: %v", a, err)
+		}
+		defer c.Close()
+		if network == "udp" {
+			if _, err := c.Write([]byte("marker")); err != nil {
+				t.Fatalf("the test's marker to %s: %v", a, err)
+			}
+		}
+		markers[c.LocalAddr().String()] = true
+	}
+	var before []string
+	timeout := time.After(10 * time.Second)
+	for len(markers) > 0 {
+		select {
+		case from := <-arrived:
+			if markers[from] {
+				delete(markers, from)
+			} else {
+				before = append(before, from)
+			}
+		case <-timeout:
+			t.Fatalf("gave up after 10s waiting for the test's own markers to arrive (%v still to come)", markers)
+		}
+	}
+	return before
+}
+
 // recordAccepts accepts on each listener until it is closed and sends the remote address of
 // each connection (a probe that should have been refused) on the channel it returns.
 func recordAccepts(ls ...net.Listener) <-chan string {
