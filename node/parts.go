@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -300,9 +299,7 @@ func prefixOrZero(s string) netip.Prefix {
 // that the engine lacks, one after another, logging the build; the pool fills each once its
 // image is there, and says meanwhile why it cannot (GET /v1/pools).
 func buildMissing(ctx context.Context, ts []pool.Template, b pool.Backend, log *slog.Logger) {
-	bm, ok := b.(interface {
-		BuildMissing(context.Context, pool.Template, io.Writer) (bool, error)
-	})
+	bm, ok := b.(pool.ImageBuilder)
 	if !ok {
 		return
 	}

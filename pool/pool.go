@@ -332,7 +332,8 @@ type ExecRequest struct {
 	Workdir string            `json:"workdir,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"`
 	// Marker, when set, marks the command's processes so Runtime.Signal reaches them and all
-	// they start (a background process's); otherwise the runtime picks one when it needs one.
+	// they start (a background process's); otherwise WithPolicy picks one for a command with a
+	// Timeout or on a terminal.
 	Marker string `json:"-"`
 	// TTY runs the command on a pseudo-terminal of Size (stdout then carries everything it
 	// writes; stderr is unused), resized to each size sent on Resize.
@@ -353,7 +354,8 @@ type Runtime interface {
 	// Create starts a hardened sandbox from t and returns it once it has an address; the pool
 	// sets t.Image to the id Image resolved.
 	Create(ctx context.Context, t Template) (Sandbox, error)
-	// Exec runs req in sb, streaming output as it comes, and returns the exit code.
+	// Exec runs req in sb, streaming output as it comes, until it or ctx ends, and returns the
+	// exit code; the timeout, and the kill of what a command cut off started, are WithPolicy's.
 	Exec(ctx context.Context, sb Sandbox, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 	// Check reports whether a warm sandbox is fit to lease: alive, and reaching the gateway and
 	// the resolver from inside.
