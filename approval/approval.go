@@ -207,7 +207,7 @@ func (a *Registry) Wait(ctx context.Context, r Request) Outcome {
 			Lease: r.Lease, Tenant: r.Tenant, Task: r.Task, Method: r.Method, Host: r.Host, Port: r.Port, Path: path, Scope: r.Scope,
 			Created: now, Expires: now.Add(a.cfg.TTL)}}
 		a.pending[pd.ID], a.byKey[key] = pd, pd
-		a.record(pd, "approval-request", "", "held for a reviewer by scope "+pd.Scope)
+		a.record(pd, EventRequest, "", "held for a reviewer by scope "+pd.Scope)
 		if a.cfg.Notify != nil {
 			go a.cfg.Notify(pd.Approval)
 		}
@@ -247,16 +247,16 @@ func (a *Registry) Answer(id, reviewer string, approve, forLease bool, reason st
 	pd.answered, pd.approved, pd.forLease, pd.reviewer, pd.reason = true, approve, forLease && approve, reviewer, reason
 	delete(a.pending, id)
 	delete(a.byKey, pd.key)
-	event, why := "approval-deny", "denied: "+reason
+	event, why := EventDeny, "denied: "+reason
 	switch {
 	case approve && forLease:
-		event, why = "approval-grant", "approved for the lease"
+		event, why = EventGrant, "approved for the lease"
 		if a.grants[pd.Lease] == nil {
 			a.grants[pd.Lease] = map[string]grant{}
 		}
 		a.grants[pd.Lease][pd.key] = grant{reviewer: reviewer, until: pd.leaseEnd}
 	case approve:
-		event, why = "approval-grant", "approved once"
+		event, why = EventGrant, "approved once"
 	}
 	a.record(pd, event, reviewer, why)
 	close(pd.done)
@@ -296,7 +296,7 @@ func (a *Registry) expire(now time.Time) {
 		if now.After(pd.Expires) {
 			delete(a.pending, id)
 			delete(a.byKey, pd.key)
-			a.record(pd, "approval-expire", "", "no reviewer answered within "+a.cfg.TTL.String())
+			a.record(pd, EventExpire, "", "no reviewer answered within "+a.cfg.TTL.String())
 		}
 	}
 	for lease, gs := range a.grants {
@@ -311,8 +311,16 @@ func (a *Registry) expire(now time.Time) {
 	}
 }
 
+// Events of an approval's records (KindHTTP, with the held request).
+const (
+	EventRequest audit.Event = "approval-request" // held for a reviewer
+	EventGrant   audit.Event = "approval-grant"   // a reviewer approved it, once or for the lease
+	EventDeny    audit.Event = "approval-deny"    // a reviewer denied it
+	EventExpire  audit.Event = "approval-expire"  // no reviewer answered in time
+)
+
 // record writes an approval step to the trail with who took it.
-func (a *Registry) record(pd *pending, event, reviewer, reason string) {
+func (a *Registry) record(pd *pending, event audit.Event, reviewer, reason string) {
 	a.cfg.Audit.Write(context.Background(), audit.Record{Time: a.cfg.Now(), Kind: audit.KindHTTP, Node: a.cfg.Node, Event: event,
 		Tenant: pd.Tenant, Lease: pd.Lease, Task: pd.Task, Method: pd.Method, Host: pd.Host, Port: pd.Port, Path: pd.Path,
 		Reviewer: reviewer, Reason: pd.ID + ": " + reason})

@@ -28,13 +28,43 @@ const (
 	KindAudit Kind = "audit"
 )
 
+// Event names what a record says happened, within its kind. The events each kind has are
+// below, beside the packages' own (the pool's process and workspace events, approvals', the
+// review page's marks).
+type Event string
+
 // Events of KindAudit records.
 const (
-	EventSegment    = "segment"    // the first record of every segment
-	EventIndex      = "index"      // a sealed segment's index: its hash, under the chain (see seal.go)
-	EventCheckpoint = "checkpoint" // Note holds the signed checkpoint of the record before it
-	EventRetention  = "retention"  // every record up to Through was deleted; Reason says why
+	EventSegment    Event = "segment"    // the first record of every segment
+	EventIndex      Event = "index"      // a sealed segment's index: its hash, under the chain (see seal.go)
+	EventCheckpoint Event = "checkpoint" // Note holds the signed checkpoint of the record before it
+	EventRetention  Event = "retention"  // every record up to Through was deleted; Reason says why
 )
+
+// Events of KindLease records: a lease's life, from its bind to the one event that ends it
+// (EventEnded).
+const (
+	EventBind      Event = "bind"       // the lease began: its sandbox bound to the task's scopes
+	EventRenew     Event = "renew"      // its expiry moved
+	EventTokenSwap Event = "token-swap" // a new task token for the same task, whose scopes apply at once
+	EventRelease   Event = "release"    // its tenant ended it
+	EventExpiry    Event = "expiry"     // the reaper ended it at its expiry
+	EventReap      Event = "reap"       // its sandbox was gone when the node restarted
+)
+
+// EventEnded reports whether e is a lease event that ends the lease.
+func EventEnded(e Event) bool { return e == EventRelease || e == EventExpiry || e == EventReap }
+
+// Events of a tunnel's KindHTTP records: a connection the gateway relays without reading its
+// requests is recorded when it opens (its decision) and when it closes (its bytes).
+const (
+	EventOpen  Event = "open"
+	EventClose Event = "close"
+)
+
+// EventGatewayLookup marks a KindDNS record of a lookup the gateway made itself (to dial an
+// upstream), not a question the sandbox asked (whose Event is empty).
+const EventGatewayLookup Event = "gateway-lookup"
 
 // Decision is allow or deny.
 type Decision string
@@ -95,7 +125,7 @@ type Record struct {
 	Scopes   []string `json:"scopes,omitempty"`
 
 	// Exec and lease events
-	Event    string   `json:"event,omitempty"`
+	Event    Event    `json:"event,omitempty"`
 	Command  []string `json:"command,omitempty"`
 	ExitCode *int     `json:"exit_code,omitempty"`
 	Process  string   `json:"process,omitempty"` // a background process's id

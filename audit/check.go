@@ -243,7 +243,7 @@ type skippedSegment struct {
 // as a segment left unread.
 func skippedOf(path string, x *index, seal indexSeal, h segmentHead) skippedSegment {
 	return skippedSegment{name: filepath.Base(path), path: path, first: x.first(), firstPrev: h.first.Prev, last: seal.Last, head: seal.Head,
-		sum: seal.Sum, retains: x.Counts[fieldEvent][EventRetention] > 0, problems: h.problems}
+		sum: seal.Sum, retains: x.Counts[fieldEvent][string(EventRetention)] > 0, problems: h.problems}
 }
 
 // selectSegments returns the segments Since and Lease may leave out (none when neither is set;
@@ -681,7 +681,7 @@ func (v *verifier) retentionIn(s skippedSegment, g gap) (r Record, found, older 
 		return r, false, false // changed since it was chosen: nothing in it is trusted now
 	}
 	var want [nFields]string
-	want[fieldEvent] = EventRetention
+	want[fieldEvent] = string(EventRetention)
 	x, err := decodeIndex(data, want, false)
 	if err != nil {
 		return r, false, false
@@ -692,7 +692,7 @@ func (v *verifier) retentionIn(s skippedSegment, g gap) (r Record, found, older 
 		}
 		return readRecordAt(s.path, [2]uint32{x.Offsets[o], x.Offsets[o+1]})
 	}
-	p := x.posting(fieldEvent, EventRetention)
+	p := x.posting(fieldEvent, string(EventRetention))
 	for j := len(p) - 1; j >= 0; j-- {
 		o := int(p[j])
 		r, err := at(o)

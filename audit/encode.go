@@ -65,7 +65,7 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.str("template", r.Template)
 	e.str("runtime", r.Runtime)
 	e.list("scopes", r.Scopes)
-	e.str("event", r.Event)
+	e.str("event", string(r.Event))
 	e.list("command", r.Command)
 	if r.ExitCode != nil {
 		e.b = append(e.b, `,"exit_code":`...)
@@ -296,7 +296,8 @@ func (r *Record) setText(name, v string) bool {
 	case "qtype":
 		f = &r.QType
 	case "event":
-		f = &r.Event
+		r.Event = Event(v)
+		return true
 	case "sha256":
 		f = &r.SHA256
 	case "to":

@@ -40,7 +40,7 @@ func fieldValues(r *Record) [nFields]string {
 	if r.Flagged {
 		flagged = "true"
 	}
-	return [nFields]string{r.Lease, r.Task, r.Tenant, host, string(r.Kind), string(r.Decision), string(r.Rule), r.Event, flagged}
+	return [nFields]string{r.Lease, r.Task, r.Tenant, host, string(r.Kind), string(r.Decision), string(r.Rule), string(r.Event), flagged}
 }
 
 // blockSize is how many records share one entry of the time index.

@@ -23,7 +23,7 @@ func (c *leaseCounts) observe(r *Record) {
 	if r.Lease == "" {
 		return
 	}
-	ended := r.Kind == KindLease && (r.Event == "release" || r.Event == "expiry" || r.Event == "reap")
+	ended := r.Kind == KindLease && EventEnded(r.Event)
 	if !ended && r.Decision != Deny && !r.Flagged {
 		return
 	}

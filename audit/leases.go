@@ -32,7 +32,7 @@ type LeaseSummary struct {
 	// reap). Zero when the segments summed hold no such record.
 	Started time.Time `json:"started,omitzero"`
 	Ended   time.Time `json:"ended,omitzero"`
-	EndedBy string    `json:"ended_by,omitempty"`
+	EndedBy Event     `json:"ended_by,omitempty"`
 	Records int       `json:"records"`
 	// Kinds counts records by kind; Rules counts records by rule (allowed ones by "scope").
 	Kinds     map[string]int `json:"kinds"`
@@ -113,9 +113,9 @@ func (t *leaseTally) add(r *Record, host string) {
 	}
 	if r.Kind == KindLease {
 		switch r.Event {
-		case "bind":
+		case EventBind:
 			s.Started, s.Template, s.Runtime = r.Time, r.Template, r.Runtime
-		case "release", "expiry", "reap":
+		case EventRelease, EventExpiry, EventReap:
 			s.Ended, s.EndedBy = r.Time, r.Event
 		}
 	}
@@ -221,7 +221,7 @@ func (t *leaseTally) encode(b []byte) []byte {
 	}
 	r := t.LeaseSummary
 	r.Kinds, r.Rules = t.counts()
-	for _, x := range []string{r.Lease, r.Tenant, r.Task, r.Template, r.Runtime, r.EndedBy} {
+	for _, x := range []string{r.Lease, r.Tenant, r.Task, r.Template, r.Runtime, string(r.EndedBy)} {
 		s(x)
 	}
 	u(r.First)
@@ -251,9 +251,10 @@ func (t *leaseTally) encode(b []byte) []byte {
 func (d *decoder) tally() (*leaseTally, error) {
 	t := &leaseTally{hosts: map[string]bool{}, creds: map[string]bool{}}
 	r := &t.LeaseSummary
-	for _, p := range []*string{&r.Lease, &r.Tenant, &r.Task, &r.Template, &r.Runtime, &r.EndedBy} {
+	for _, p := range []*string{&r.Lease, &r.Tenant, &r.Task, &r.Template, &r.Runtime} {
 		*p = d.s()
 	}
+	r.EndedBy = Event(d.s())
 	r.First, r.Last = d.u(), d.u()
 	for _, p := range []*time.Time{&r.From, &r.To, &r.Started, &r.Ended} {
 		if n := d.v(); n != 0 {

@@ -24,7 +24,7 @@ func hostile() Record {
 		Tenant: "t" + bad, Lease: "l" + bad, Task: "task" + bad, Sandbox: "s" + bad, Source: "10.0.0.2" + bad,
 		Decision: Decision("deny" + bad), Rule: rule.Rule("r" + bad), Reason: "why" + bad, Method: "GET" + bad,
 		Host: "h" + bad, Port: 443, Path: "/%ff" + bad, Credential: "c" + bad, Status: 403, Upstream: "u" + bad, Dest: "d" + bad, Mirror: "m" + bad,
-		QName: "q" + bad, QType: "A" + bad, Event: "e" + bad, Command: []string{"sh", bad, "-c", "\xff"},
+		QName: "q" + bad, QType: "A" + bad, Event: Event("e" + bad), Command: []string{"sh", bad, "-c", "\xff"},
 		ExitCode: &code, SHA256: "x" + bad, Size: 7, Template: "tp" + bad, Runtime: "rt" + bad, Scopes: []string{"ok", bad},
 		Stdin: &Stream{Size: 1, SHA256: "s" + bad, Head: "h" + bad},
 	}

@@ -112,10 +112,10 @@ func TestApprovalRoundTrip(t *testing.T) {
 		}
 	}
 
-	steps := map[string]string{}
+	steps := map[audit.Event]string{}
 	n.trailUntil(t, l.ID, func(rs []audit.Record) bool {
 		for _, r := range rs {
-			if strings.HasPrefix(r.Event, "approval-") {
+			if strings.HasPrefix(string(r.Event), "approval-") {
 				steps[r.Event] = r.Reviewer
 			}
 		}

@@ -50,7 +50,7 @@ func (n *nodeProc) logKinds(t *testing.T, lease string, want ...string) map[stri
 	for _, l := range lines(out) {
 		var r audit.Record
 		if json.Unmarshal([]byte(l), &r) == nil && r.Lease == lease {
-			kinds[string(r.Kind)+"/"+r.Event] = true
+			kinds[string(r.Kind)+"/"+string(r.Event)] = true
 		}
 	}
 	return kinds
@@ -60,7 +60,7 @@ func (n *nodeProc) logKinds(t *testing.T, lease string, want ...string) map[stri
 func events(recs []audit.Record) map[string]bool {
 	got := map[string]bool{}
 	for _, r := range recs {
-		got[string(r.Kind)+"/"+r.Event] = true
+		got[string(r.Kind)+"/"+string(r.Event)] = true
 	}
 	return got
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -132,9 +133,9 @@ func TestApprovalRoundTrip(t *testing.T) {
 
 	h.sink.mu.Lock()
 	defer h.sink.mu.Unlock()
-	steps := map[string]int{}
+	steps := map[audit.Event]int{}
 	for _, r := range h.sink.recs {
-		if strings.HasPrefix(r.Event, "approval-") {
+		if strings.HasPrefix(string(r.Event), "approval-") {
 			steps[r.Event]++
 			if r.Event != "approval-request" && r.Reviewer != "secops" {
 				t.Errorf("step %s without the reviewer: %+v", r.Event, r)

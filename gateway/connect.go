@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/scope"
 )
@@ -223,7 +224,7 @@ func (p *Proxy) openTunnel(ctx context.Context, x *exchange, r *http.Request) (n
 // runTunnel records the tunnel's opening (unrecorded means not opened), splices conn and up,
 // and records its close, whose bytes up are the CONNECT's head and what went through.
 func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
-	x.status, x.event = http.StatusOK, "open"
+	x.status, x.event = http.StatusOK, audit.EventOpen
 	if err := p.record(x); err != nil {
 		conn.Close()
 		up.Close()
@@ -234,7 +235,7 @@ func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 	defer p.tunnels.Add(-1)
 	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, tunnel: true, bearer: x.bearer, closer: conn})()
 	splice(x, conn, conn, up)
-	x.event = "close"
+	x.event = audit.EventClose
 	p.record(x)
 }
 

@@ -243,10 +243,10 @@ type exchange struct {
 	refusal  *Refusal
 	status   int
 	up, down int64
-	bearer   string // the task token a client outside the pool identified with
-	meter    *meter // what the sandbox sent upstream, against the lease's budget
-	event    string // a tunnel's record: "open" or "close"
-	dest     string // where the sandbox connected, when the network redirected it here
+	bearer   string      // the task token a client outside the pool identified with
+	meter    *meter      // what the sandbox sent upstream, against the lease's budget
+	event    audit.Event // a tunnel's record: open or close
+	dest     string      // where the sandbox connected, when the network redirected it here
 	mirror   *Mirror
 	note     string // what an allowed request did beyond its scope (a git push's refs), for its record
 }

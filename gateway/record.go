@@ -61,7 +61,7 @@ func (p *Proxy) record(x *exchange) error {
 		}
 	}
 	rec.Reason = x.redact(rec.Reason)
-	if x.event != "close" { // a tunnel's decision is counted once, when it opens
+	if x.event != audit.EventClose { // a tunnel's decision is counted once, when it opens
 		p.metrics.observe(&rec, time.Since(x.start))
 	}
 	err := p.cfg.Audit.Write(context.Background(), rec)
@@ -75,7 +75,7 @@ func (p *Proxy) record(x *exchange) error {
 // sandbox's own: a lookup that cannot be recorded refuses the request.
 func (p *Proxy) recordLookup(x *exchange) func(lookup) error {
 	return func(l lookup) error {
-		rec := audit.Record{Time: time.Now().Add(-l.took), Kind: audit.KindDNS, Event: "gateway-lookup", Node: p.cfg.Node,
+		rec := audit.Record{Time: time.Now().Add(-l.took), Kind: audit.KindDNS, Event: audit.EventGatewayLookup, Node: p.cfg.Node,
 			Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
 			QName: l.host, QType: "A+AAAA", Answers: len(l.addrs), Decision: audit.Allow, Rule: rule.Scope,
 			Reason:     "looked up by the gateway for " + x.scope.String(),

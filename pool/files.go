@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api/apitype"
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // ErrNoSuchFile and ErrFileExists are what file operations answer for a path that is not
@@ -151,7 +152,7 @@ airlock_entry() { airlock_full "$(dirname -- "$1")"; }
 
 // workspacePath is leaseFile for the operations above: the lease and p inside its workspace,
 // which p may name itself only when root is set; a refusal is recorded as event.
-func (op *sandboxOps) workspacePath(ctx context.Context, tenant, id, p, event string, root bool) (Lease, string, error) {
+func (op *sandboxOps) workspacePath(ctx context.Context, tenant, id, p string, event audit.Event, root bool) (Lease, string, error) {
 	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return Lease{}, "", err

@@ -64,7 +64,7 @@ func (tb *leaseTable) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 		return Lease{}, err
 	}
 	tb.bindLocal(b)
-	tb.grantEvent(ctx, l, "bind", string(l.Start), task)
+	tb.grantEvent(ctx, l, audit.EventBind, string(l.Start), task)
 	tb.metrics.observeLease(time.Since(now))
 	return l, nil
 }
@@ -131,7 +131,7 @@ func (tb *leaseTable) unbindLocal(l Lease) {
 
 // grantEvent records a lease event that grants the task's scopes (bind, token swap), with the
 // sandbox's template and runtime.
-func (tb *leaseTable) grantEvent(ctx context.Context, l Lease, event, reason string, task token.Task) {
+func (tb *leaseTable) grantEvent(ctx context.Context, l Lease, event audit.Event, reason string, task token.Task) {
 	rec := audit.Record{
 		Kind: audit.KindLease, Event: event, Node: tb.node, Tenant: l.Tenant, Lease: l.ID,
 		Task: l.Task, Sandbox: l.Sandbox.ID, Source: l.Sandbox.Addr.String(), Reason: reason,

@@ -35,10 +35,10 @@ const (
 
 // Workspace change events (KindFile records written at the end of a lease).
 const (
-	EventCreated   = "workspace-created"
-	EventModified  = "workspace-modified"
-	EventDeleted   = "workspace-deleted"
-	EventWorkspace = "workspace" // the summary: counts, and anything that stopped the reading
+	EventCreated   audit.Event = "workspace-created"
+	EventModified  audit.Event = "workspace-modified"
+	EventDeleted   audit.Event = "workspace-deleted"
+	EventWorkspace audit.Event = "workspace" // the summary: counts, and anything that stopped the reading
 )
 
 // taps measures the three streams of one command.
@@ -164,8 +164,8 @@ func (op *sandboxOps) recordWorkspace(ctx context.Context, l Lease) {
 		now[f.Path] = f
 	}
 	var changes []audit.Record
-	counts := map[string]int{}
-	change := func(event string, f FileInfo) {
+	counts := map[audit.Event]int{}
+	change := func(event audit.Event, f FileInfo) {
 		counts[event]++
 		changes = append(changes, audit.Record{Kind: audit.KindFile, Event: event, Path: f.Path, Size: f.Size, SHA256: f.SHA256, To: f.To})
 	}

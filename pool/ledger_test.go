@@ -142,7 +142,7 @@ func TestLedger(t *testing.T) {
 			summary = r
 		}
 	}
-	want := map[string]string{"/workspace/src/a.py": pool.EventModified, "/workspace/src/gone.py": pool.EventDeleted, "/workspace/out/new.bin": pool.EventCreated,
+	want := map[string]audit.Event{"/workspace/src/a.py": pool.EventModified, "/workspace/src/gone.py": pool.EventDeleted, "/workspace/out/new.bin": pool.EventCreated,
 		"/workspace/out/peek": pool.EventCreated}
 	if len(changes) != len(want) {
 		t.Fatalf("workspace changes %+v, want %v", changes, want)

@@ -27,7 +27,7 @@ func (tb *leaseTable) Renew(ctx context.Context, tenant, id string, ttl time.Dur
 	if err := tb.rebind(ctx, l, l.JTI, task); err != nil {
 		return Lease{}, err
 	}
-	tb.event(ctx, l, "renew", "expires "+l.Expires.UTC().Format(time.RFC3339))
+	tb.event(ctx, l, audit.EventRenew, "expires "+l.Expires.UTC().Format(time.RFC3339))
 	return l, nil
 }
 
@@ -57,7 +57,7 @@ func (tb *leaseTable) SwapToken(ctx context.Context, tenant, id, raw string) (Le
 	if r := tb.revocation(ctx, tb.revoke, l); r != "" {
 		reason += "; " + r
 	}
-	tb.grantEvent(ctx, l, "token-swap", reason, task)
+	tb.grantEvent(ctx, l, audit.EventTokenSwap, reason, task)
 	return l, nil
 }
 
@@ -83,7 +83,7 @@ func (tb *leaseTable) Release(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	return tb.end(ctx, l, "release")
+	return tb.end(ctx, l, audit.EventRelease)
 }
 
 // teardownTimeout bounds how long ending a lease may take: unbinding, revoking what was minted
@@ -95,7 +95,7 @@ const teardownTimeout = 2 * time.Minute
 // away (a client that hangs up right after DELETE) must not leave an unbound lease whose
 // credentials stay valid and whose sandbox lives on with nothing left to reap it. The outcome,
 // failures included, is the lease's audit record.
-func (tb *leaseTable) end(ctx context.Context, l Lease, event string) error {
+func (tb *leaseTable) end(ctx context.Context, l Lease, event audit.Event) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	tb.unbindLocal(l)
@@ -145,7 +145,7 @@ func (tb *leaseTable) reap(ctx context.Context) {
 	}
 	for _, l := range ls {
 		tb.metrics.reaped()
-		if err := tb.end(ctx, l, "expiry"); err != nil {
+		if err := tb.end(ctx, l, audit.EventExpiry); err != nil {
 			tb.log.Error("reaping expired lease", "lease", l.ID, "err", err)
 		}
 	}

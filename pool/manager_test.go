@@ -305,7 +305,7 @@ func TestFileRefusalsRecorded(t *testing.T) {
 		t.Fatalf("upload inside the workspace: %v", err)
 	}
 	cases := []struct {
-		event string
+		event audit.Event
 		do    func() error
 	}{
 		{"download", func() error { return e.Manager.StatFile(ctx, "acme", l.ID, "../../etc/passwd", false) }},

@@ -30,6 +30,13 @@ const (
 	ProcessOutputKept = 256 << 10
 )
 
+// Events of a background process's exec records: its start, a signal sent to it, its end.
+const (
+	EventProcessStart  audit.Event = "process-start"
+	EventProcessSignal audit.Event = "process-signal"
+	EventProcessExit   audit.Event = "process-exit"
+)
+
 // Signals are the signals a background process may be sent.
 var Signals = []string{"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"}
 
@@ -205,7 +212,7 @@ func (op *sandboxOps) StartProcess(ctx context.Context, tenant, id string, req E
 	op.forgetEnded(lp)
 	op.procMu.Unlock()
 
-	op.processEvent(ctx, l, p, "process-start", "")
+	op.processEvent(ctx, l, p, EventProcessStart, "")
 	go func() {
 		defer cancel()
 		start := time.Now()
@@ -237,7 +244,7 @@ func (op *sandboxOps) StartProcess(ctx context.Context, tenant, id string, req E
 		took := time.Since(start)
 		// The end is recorded before anyone learns of it: a release waiting for its processes
 		// (endProcesses) writes its own records after this one.
-		op.processRecord(context.WithoutCancel(ctx), l, p, "process-exit", reason, func(info ProcessInfo, rec *audit.Record) {
+		op.processRecord(context.WithoutCancel(ctx), l, p, EventProcessExit, reason, func(info ProcessInfo, rec *audit.Record) {
 			if err == nil {
 				rec.ExitCode = &code
 			}
@@ -403,7 +410,7 @@ func (op *sandboxOps) SignalProcess(ctx context.Context, tenant, id, pid, sig st
 		return fmt.Errorf("%w: process %s has ended", ErrBadRequest, pid)
 	}
 	err = op.runtime.Signal(ctx, l.Sandbox, p.marker, sig)
-	op.processEvent(ctx, l, p, "process-signal", sig)
+	op.processEvent(ctx, l, p, EventProcessSignal, sig)
 	return err
 }
 
@@ -525,12 +532,12 @@ func (op *sandboxOps) snapshotLocked(p *process) ProcessInfo {
 
 // processEvent records a background process starting, being signalled or ending, as an exec
 // record of the lease.
-func (op *sandboxOps) processEvent(ctx context.Context, l Lease, p *process, event, reason string) {
+func (op *sandboxOps) processEvent(ctx context.Context, l Lease, p *process, event audit.Event, reason string) {
 	op.processRecord(ctx, l, p, event, reason, nil)
 }
 
 // processRecord is processEvent with the record filled further by fill (nil: not).
-func (op *sandboxOps) processRecord(ctx context.Context, l Lease, p *process, event, reason string, fill func(info ProcessInfo, rec *audit.Record)) {
+func (op *sandboxOps) processRecord(ctx context.Context, l Lease, p *process, event audit.Event, reason string, fill func(info ProcessInfo, rec *audit.Record)) {
 	info := op.snapshot(p)
 	rec := audit.Record{
 		Kind: audit.KindExec, Event: event, Node: op.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,

@@ -169,7 +169,7 @@ func TestBackgroundProcesses(t *testing.T) {
 	if ps, err := e.Manager.Processes(ctx, "acme", l.ID); err == nil {
 		t.Errorf("the released lease still lists processes: %+v", ps)
 	}
-	events := map[string]int{}
+	events := map[audit.Event]int{}
 	for _, rec := range sink.kind(audit.KindExec) {
 		if rec.Lease == l.ID {
 			events[rec.Event]++

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // startFailed records why Run could not start, for the leases that wait for it.
@@ -64,7 +66,7 @@ func (tb *leaseTable) Reconcile(ctx context.Context) error {
 			keep[l.Sandbox.ID] = true
 		case ok:
 			keep[l.Sandbox.ID] = true // end destroys it
-			if err := tb.end(ctx, l, "expiry"); err != nil {
+			if err := tb.end(ctx, l, audit.EventExpiry); err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 		default:
@@ -72,7 +74,7 @@ func (tb *leaseTable) Reconcile(ctx context.Context) error {
 			if err := tb.leases.Unbind(ctx, l); err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
-			tb.event(ctx, l, "reap", "its sandbox was gone when the node restarted")
+			tb.event(ctx, l, audit.EventReap, "its sandbox was gone when the node restarted")
 		}
 	}
 	for id := range running {

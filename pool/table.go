@@ -115,7 +115,7 @@ func (tb *leaseTable) heartbeat(ctx context.Context) {
 	}
 }
 
-func (tb *leaseTable) event(ctx context.Context, l Lease, event, reason string) {
+func (tb *leaseTable) event(ctx context.Context, l Lease, event audit.Event, reason string) {
 	err := tb.audit.Write(ctx, audit.Record{
 		Kind: audit.KindLease, Event: event, Node: tb.node, Tenant: l.Tenant, Lease: l.ID,
 		Task: l.Task, Sandbox: l.Sandbox.ID, Source: l.Sandbox.Addr.String(), Reason: reason,

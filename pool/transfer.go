@@ -17,12 +17,12 @@ import (
 // leaseFile returns tenant's lease id and p resolved inside its template's workspace (or the
 // workspace itself, for an archive). A path outside it is refused, and the refusal recorded as
 // the file event it would have been.
-func (op *sandboxOps) leaseFile(ctx context.Context, tenant, id, p, event string, archive bool) (Lease, string, error) {
+func (op *sandboxOps) leaseFile(ctx context.Context, tenant, id, p string, event audit.Event, archive bool) (Lease, string, error) {
 	return op.workspacePath(ctx, tenant, id, p, event, archive)
 }
 
 // transferEvent names a transfer's audit event.
-func transferEvent(dir string, archive bool) string {
+func transferEvent(dir audit.Event, archive bool) audit.Event {
 	if archive {
 		return dir + "-tar"
 	}
@@ -130,7 +130,7 @@ func (op *sandboxOps) StatFile(ctx context.Context, tenant, id, p string, archiv
 // fileEvent records a transfer, or its refusal: a request the pool would not carry out (a path
 // outside the workspace, a file that is not there, an archive tar would not unpack) is denied
 // under rule bad-request.
-func (op *sandboxOps) fileEvent(ctx context.Context, l Lease, event string, info FileInfo, err error) {
+func (op *sandboxOps) fileEvent(ctx context.Context, l Lease, event audit.Event, info FileInfo, err error) {
 	rec := audit.Record{
 		Kind: audit.KindFile, Event: event, Node: op.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
 		Sandbox: l.Sandbox.ID, Path: info.Path, To: info.To, Size: info.Size, SHA256: info.SHA256, Decision: audit.Allow,

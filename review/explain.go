@@ -63,7 +63,7 @@ func what(r audit.Record) string {
 		return s
 	case audit.KindDNS:
 		s := r.QName + " " + r.QType
-		if r.Event == "gateway-lookup" {
+		if r.Event == audit.EventGatewayLookup {
 			s = "the gateway looked up " + s
 		}
 		if r.Answers > 0 {
@@ -80,13 +80,13 @@ func what(r audit.Record) string {
 		}
 		return s
 	case audit.KindFile:
-		s := r.Event + " " + r.Path
+		s := string(r.Event) + " " + r.Path
 		if r.To != "" {
 			s += " → " + r.To
 		}
 		return s
 	case audit.KindLease:
-		s := r.Event
+		s := string(r.Event)
 		if r.Template != "" {
 			s += fmt.Sprintf(" (template %s, runtime %s)", r.Template, r.Runtime)
 		}
@@ -96,7 +96,7 @@ func what(r audit.Record) string {
 			return markWhat(r)
 		}
 	}
-	return r.Event
+	return string(r.Event)
 }
 
 // markWhat says what a review mark's record is: a reviewer key's mark, or a mark the views do not

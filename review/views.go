@@ -208,7 +208,7 @@ func (s *Server) ledger(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case rec.Kind == audit.KindDNS && rec.Decision == audit.Allow && rec.Event == "":
 			lookups[normal(rec.QName)] = len(d.Rows)
-		case rec.Kind == audit.KindHTTP && rec.Event != "close":
+		case rec.Kind == audit.KindHTTP && rec.Event != audit.EventClose:
 			if i, ok := lookups[normal(rec.Host)]; ok {
 				look := &d.Rows[i]
 				x.Related = fmt.Sprintf("after the lookup at seq %d (%s before)", look.R.Seq, rec.Time.Sub(look.R.Time).Round(time.Millisecond))

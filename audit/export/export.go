@@ -79,7 +79,7 @@ func OCSF(r audit.Record) map[string]any {
 		}
 	case r.Kind == audit.KindFile:
 		class, category = ClassFileSystem, 1
-		activity = fileActivity[r.Event]
+		activity = fileActivity[string(r.Event)]
 		if activity == 0 {
 			activity = 99
 		}
@@ -194,7 +194,7 @@ func airlockFields(r audit.Record) map[string]any {
 	out := map[string]any{"kind": string(r.Kind), "seq": r.Seq}
 	for k, v := range map[string]string{"tenant": r.Tenant, "task": r.Task, "lease": r.Lease, "sandbox": r.Sandbox,
 		"node": r.Node, "rule": r.Rule.String(), "decision": string(r.Decision), "credential": r.Credential,
-		"upstream": r.Upstream, "dest": r.Dest, "mirror": r.Mirror, "event": r.Event, "process": r.Process,
+		"upstream": r.Upstream, "dest": r.Dest, "mirror": r.Mirror, "event": string(r.Event), "process": r.Process,
 		"to": r.To, "prev": r.Prev, "hash": r.Hash, "template": r.Template, "runtime": r.Runtime, "segment": r.Segment,
 		"head": r.Head, "note": r.Note, "reviewer": r.Reviewer} {
 		if v != "" {

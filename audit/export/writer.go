@@ -77,7 +77,7 @@ func (w *Writer) Write(r audit.Record) error {
 	}
 	t := inertCell
 	row := []string{strconv.FormatUint(r.Seq, 10), r.Time.UTC().Format(time.RFC3339Nano), t(r.Node), t(r.Tenant), t(r.Lease),
-		t(r.Task), string(r.Kind), t(r.Event), string(r.Decision), t(r.Rule.String()), t(r.Reason), t(r.Method), t(host),
+		t(r.Task), string(r.Kind), t(string(r.Event)), string(r.Decision), t(r.Rule.String()), t(r.Reason), t(r.Method), t(host),
 		num(int64(r.Port)), t(path), num(int64(r.Status)), t(r.Credential), num(r.BytesUp), num(r.BytesDown), t(r.QName),
 		t(r.QType), flagged, t(strings.Join(r.Command, " ")), exit, t(file), num(r.Size), t(r.SHA256), t(r.Reviewer), r.Hash}
 	return w.csv.Write(row)

@@ -164,7 +164,7 @@ func (b *Builder) Add(rec audit.Record) {
 		if rec.Event == "workspace" {
 			r.Workspace = rec.Reason
 		} else if b.room("files", len(r.Files)) {
-			r.Files = append(r.Files, File{Seq: rec.Seq, Event: rec.Event, Path: rec.Path, To: rec.To, Size: rec.Size, SHA256: rec.SHA256,
+			r.Files = append(r.Files, File{Seq: rec.Seq, Event: string(rec.Event), Path: rec.Path, To: rec.To, Size: rec.Size, SHA256: rec.SHA256,
 				Denied: rec.Decision == audit.Deny})
 		}
 	}
@@ -185,17 +185,17 @@ func (b *Builder) room(list string, n int) bool {
 func (b *Builder) lease(rec audit.Record) {
 	r := &b.r
 	switch rec.Event {
-	case "bind":
+	case audit.EventBind:
 		t := rec.Time
 		r.Started, r.Template, r.Runtime = &t, rec.Template, rec.Runtime
 		fallthrough
-	case "token-swap":
+	case audit.EventTokenSwap:
 		for _, s := range rec.Scopes {
 			b.granted[s] = true
 		}
-	case "release", "expiry", "reap":
+	case audit.EventRelease, audit.EventExpiry, audit.EventReap:
 		t := rec.Time
-		r.Ended, r.EndedBy = &t, rec.Event
+		r.Ended, r.EndedBy = &t, string(rec.Event)
 	}
 }
 
@@ -218,7 +218,7 @@ func (b *Builder) http(rec audit.Record) {
 	}
 	d.BytesUp += rec.BytesUp
 	d.BytesDown += rec.BytesDown
-	if rec.Event == "close" { // a tunnel's end: its bytes, its decision counted when it opened
+	if rec.Event == audit.EventClose { // a tunnel's end: its bytes, its decision counted when it opened
 		return
 	}
 	if rec.Decision == audit.Deny {
@@ -360,7 +360,7 @@ func Make(ctx context.Context, trail Trail, s note.Signer, tenant, lease string)
 	// The first checkpoint after the last record; a lease still running (or one that ended
 	// since the last) has one signed now.
 	var cp string
-	q := audit.Query{Kind: string(audit.KindAudit), Event: audit.EventCheckpoint, After: r.Records.Last, Limit: 1}
+	q := audit.Query{Kind: string(audit.KindAudit), Event: string(audit.EventCheckpoint), After: r.Records.Last, Limit: 1}
 	if _, err := trail.Query(ctx, q, func(rec audit.Record) error { cp = rec.Note; return nil }); err != nil {
 		return nil, err
 	}

@@ -63,8 +63,8 @@ func For(lease string, recs []audit.Record) (Suggestion, error) {
 		}
 		b.Add(r)
 		switch {
-		case r.Kind == audit.KindHTTP && r.Decision == audit.Allow && r.Event != "close":
-			k := key{host: strings.ToLower(r.Host), port: r.Port, credential: r.Credential, tunnel: r.Event == "open"}
+		case r.Kind == audit.KindHTTP && r.Decision == audit.Allow && r.Event != audit.EventClose:
+			k := key{host: strings.ToLower(r.Host), port: r.Port, credential: r.Credential, tunnel: r.Event == audit.EventOpen}
 			g := groups[k]
 			if g == nil {
 				g = &struct {

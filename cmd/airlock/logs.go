@@ -124,7 +124,7 @@ func printRecord(w io.Writer, r audit.Record) {
 	case audit.KindExec:
 		what = strings.Join(r.Command, " ")
 	case audit.KindLease:
-		what = r.Event
+		what = string(r.Event)
 	case audit.KindFile:
 		what = fmt.Sprintf("%s %s (%d bytes)", r.Event, r.Path, r.Size)
 	}

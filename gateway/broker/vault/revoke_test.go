@@ -131,7 +131,7 @@ func (s *recSink) events(lease string) []string {
 	var out []string
 	for _, r := range s.recs {
 		if r.Lease == lease {
-			out = append(out, r.Event+" "+r.Credential+": "+r.Reason)
+			out = append(out, string(r.Event)+" "+r.Credential+": "+r.Reason)
 		}
 	}
 	return out
