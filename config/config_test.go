@@ -218,6 +218,26 @@ func writeCert(t *testing.T, dir string) (cert, key string) {
 	return cert, key
 }
 
+// A built template may be tagged with the name of another repository that shares a shipped
+// image's name (node:20 is not airlock/node); one that would write over airlock's own is refused
+// (TestLoadNamesTheField).
+func TestBuiltTemplateTaggedLikeAShippedName(t *testing.T) {
+	for _, image := range []string{"node:20", "python", "library/default:1", "acme/airlock/node:1"} {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(path, []byte("templates:\n  - name: e\n    image: "+image+"\n    build: {dockerfile: D}\n"), 0o600)
+		if _, err := Load(path); err != nil && strings.Contains(err.Error(), "shipped image") {
+			t.Errorf("image %s: %v", image, err)
+		}
+	}
+	for _, image := range []string{"airlock/node:20", "airlock/python", "airlock/node"} {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(path, []byte("templates:\n  - name: e\n    image: "+image+"\n    build: {dockerfile: D}\n"), 0o600)
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "is a shipped image") {
+			t.Errorf("image %s: %v, want it refused as a shipped image", image, err)
+		}
+	}
+}
+
 func TestLoadTemplateStartsFromDefaults(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(path, []byte("templates:\n  - name: small\n    min_warm: 1\n"), 0o600)

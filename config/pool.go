@@ -87,9 +87,18 @@ func validateTemplates(ts []pool.Template, bad badFunc) []error {
 		for _, err := range t.Validate() {
 			errs = append(errs, fmt.Errorf("%s.%w", f, err))
 		}
-		if repo, _, _ := strings.Cut(t.Image, ":"); t.Built() && slices.Contains(inside.ShippedImages, strings.TrimPrefix(repo, "airlock/")) {
+		if t.Built() && shipped(t.Image) {
 			bad(f+".image", "%s is a shipped image; a template built from a Dockerfile or devcontainer.json writes its own (leave image out: %s)", t.Image, builtImage(t.Name))
 		}
 	}
 	return errs
+}
+
+// shipped reports whether image names one of the images airlock ships (airlock/NAME, any tag),
+// which a built template must not write over. Another repository of the same name (node:20,
+// library/python) is not airlock's.
+func shipped(image string) bool {
+	repo, _, _ := strings.Cut(image, ":")
+	name, ok := strings.CutPrefix(repo, "airlock/")
+	return ok && slices.Contains(inside.ShippedImages, name)
 }
