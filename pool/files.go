@@ -27,7 +27,7 @@ var (
 type Entry = apitype.Entry
 
 // MaxListEntries bounds one listing; a longer one is cut there and says so.
-const MaxListEntries = 10000
+const MaxListEntries = apitype.MaxListEntries
 
 // Exit codes of the scripts below that mean a path is missing, or present when it must not be.
 const (
