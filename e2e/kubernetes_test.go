@@ -433,11 +433,21 @@ func TestKubernetesNodeAdoptsItsPods(t *testing.T) {
 	if code != 0 || out != "kept\n" {
 		t.Fatalf("the lease's Pod after a restart: exit %d, %q %s", code, out, errs)
 	}
-	// A refill that wrongly replaced the adopted warm Pods would have begun by now: the node asks
-	// for a refill of every template each second. This sleep stays (#32, item 7) until the pool
-	// shows from outside that a refill pass has run since the start (its passes are counted only
-	// inside package pool).
-	time.Sleep(2 * time.Second)
+	// A refill that wrongly replaced the adopted warm Pods has done so once a pass of every
+	// pool has ended since the restart (each began after the node adopted what it found).
+	eventually(t, time.Minute, "a refill pass of every pool since the restart", func() bool {
+		out, _, code := n2.cli(t, "pools", "--json")
+		var ps []pool.PoolStatus
+		if code != 0 || json.Unmarshal([]byte(out), &ps) != nil || len(ps) == 0 {
+			return false
+		}
+		for _, p := range ps {
+			if p.Refills == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if got := k.pods(t, ns, n.spec.Name); len(got) != len(before) {
 		t.Fatalf("the restarted node did not adopt its Pods: %v before, %v after", before, got)
 	}

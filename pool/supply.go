@@ -118,6 +118,7 @@ func (s *supply) Pools(ctx context.Context) ([]PoolStatus, error) {
 		sz := s.sizers[t.Name]
 		ps.Target, ps.Waiting = sz.target, len(s.waiters[t.Name])
 		ps.LeaseRate, ps.CreateSeconds = sz.rate(s.now()), sz.create.Seconds()
+		ps.Refills = s.passes.fills[name].ended.Load()
 		s.queue.Unlock()
 		ps.Runtime, ps.Platform = t.RuntimePlatform()
 		s.imageMu.Lock()

@@ -68,8 +68,13 @@ type PoolStatus struct {
 	Waiting       int     `json:"waiting"`
 	LeaseRate     float64 `json:"lease_rate"`
 	CreateSeconds float64 `json:"create_seconds"`
-	Runtime       string  `json:"runtime"`            // the OCI runtime its sandboxes run under: runc, runsc
-	Platform      string  `json:"platform,omitempty"` // gVisor's platform under runsc: systrap, ptrace, kvm
+	// Refills counts the passes of this pool's refill that have ended since the node started
+	// (one each second, and at every lease and release): each compares the counts with the
+	// target and makes, or destroys, what it calls for. Passes run one at a time, so the second
+	// to end after a moment began after it.
+	Refills  uint64 `json:"refills"`
+	Runtime  string `json:"runtime"`            // the OCI runtime its sandboxes run under: runc, runsc
+	Platform string `json:"platform,omitempty"` // gVisor's platform under runsc: systrap, ptrace, kvm
 	// Image is the image id new sandboxes are made from; ImageError says why there is none
 	// (missing, or failing the hardening checks).
 	Image      string `json:"image,omitempty"`
