@@ -28,5 +28,8 @@ func Refilled(t testing.TB, m *Manager, template string) {
 	wait.For(t, 10*time.Second, "a refill pass of "+template+" begun after this point", func() bool { return pass.ended.Load() >= after })
 }
 
+// WaitingForStart is how many calls of m's wait for its Run to start the node.
+func WaitingForStart(m *Manager) int32 { return m.startWaiters.Load() }
+
 // HealthChecks is how many rounds of health checks m has ended.
 func HealthChecks(m *Manager) uint64 { return m.passes.checks.Load() }

@@ -19,13 +19,19 @@ func (tb *leaseTable) startFailed(err error) {
 func (tb *leaseTable) awaitStart(ctx context.Context) error {
 	select {
 	case <-tb.started:
-		if tb.startErr != nil {
-			return fmt.Errorf("%w: the node did not start: %v", ErrNoWarm, tb.startErr)
+	default:
+		tb.startWaiters.Add(1)
+		defer tb.startWaiters.Add(-1)
+		select {
+		case <-tb.started:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the node to start: %w", ctx.Err())
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the node to start: %w", ctx.Err())
 	}
+	if tb.startErr != nil {
+		return fmt.Errorf("%w: the node did not start: %v", ErrNoWarm, tb.startErr)
+	}
+	return nil
 }
 
 // Reconcile makes the runtime and the store agree after a restart: warm sandboxes that still run

@@ -183,11 +183,21 @@ func TestLeaseWaitsForStart(t *testing.T) {
 		got <- result{l, err}
 	}()
 	var r result
-	select {
-	case r = <-got: // served during the sweep: the fault this test is about
+	served := false // during the sweep: the fault this test is about
+	if err := wait.Until(10*time.Second, "the lease to wait for the node's start", func() bool {
+		select {
+		case r = <-got:
+			served = true
+			return true
+		default:
+			return pool.WaitingForStart(e.Manager) > 0
+		}
+	}); err != nil {
 		close(release)
-	case <-time.After(200 * time.Millisecond):
-		close(release)
+		t.Fatal(err)
+	}
+	close(release)
+	if !served {
 		select {
 		case r = <-got:
 		case <-time.After(10 * time.Second):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/token"
@@ -36,8 +37,10 @@ type leaseTable struct {
 	// would be dropped by the start's own sweep (its record unbound, its sandbox destroyed).
 	started  chan struct{}
 	startErr error
-	log      *slog.Logger
-	metrics  *Metrics // nil until NewMetrics
+	// startWaiters counts the calls waiting for started (a step a test can see).
+	startWaiters atomic.Int32
+	log          *slog.Logger
+	metrics      *Metrics // nil until NewMetrics
 }
 
 // Get returns tenant's lease id.
