@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 )
@@ -49,22 +48,26 @@ func NodeCommand(name string) (Command, bool) {
 	return Command{}, false
 }
 
-// ErrNoNodeBinary is returned when the node binary is neither beside this one nor on PATH.
+// ErrNoNodeBinary is returned when the node binary is not beside this one.
 var ErrNoNodeBinary = errors.New(NodeBinary + " not found")
 
-// FindNodeBinary returns the node binary: beside this executable (the one a build or an install
-// put there with it), else the first on PATH.
+// FindNodeBinary returns the node binary beside this executable (the one a build or an install
+// put there with it; a link to airlock is followed to where it points). It is not looked for
+// on PATH: airlock run by its full path (a script, a unit file) must not start whichever
+// airlock-node comes first there, with the caller's environment and its API token.
 func FindNodeBinary() (string, error) {
 	exe, err := os.Executable()
-	if err == nil {
-		if p := filepath.Join(filepath.Dir(exe), NodeBinary); isExecutable(p) {
-			return p, nil
-		}
+	if err != nil {
+		return "", fmt.Errorf("%w: cannot tell where this airlock is: %v", ErrNoNodeBinary, err)
 	}
-	if p, err := exec.LookPath(NodeBinary); err == nil {
-		return p, nil
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
 	}
-	return "", fmt.Errorf("%w beside %s or on PATH: airlock's node commands (up, audit, image, template) run there; install it beside airlock (make build puts it in bin/)", ErrNoNodeBinary, exe)
+	p := filepath.Join(filepath.Dir(exe), NodeBinary)
+	if !isExecutable(p) {
+		return "", fmt.Errorf("%w beside %s: airlock's node commands (up, audit, image, template) run there; install it beside airlock (make build puts it in bin/)", ErrNoNodeBinary, exe)
+	}
+	return p, nil
 }
 
 func isExecutable(p string) bool {
