@@ -13,9 +13,9 @@ import (
 // WithPolicy returns rt with the exec policy every backend shares, written here once over the
 // Runtime interface so that no backend writes it again:
 //
-//   - a command with a Timeout, or on a terminal (TTY), is given a fresh Marker when it has
-//     none (one it has is kept), so that its processes, and what they start, can be found from
-//     inside the sandbox: to kill them, and to resize the terminal (FollowResize);
+//   - every command is given a fresh Marker when it has none (one it has is kept), so that its
+//     processes, and what they start, can be found from inside the sandbox: to kill them, and
+//     to resize a terminal (FollowResize);
 //   - it runs for at most its Timeout;
 //   - when the Timeout passes, or ctx ends, before the command has ended, every process
 //     carrying its marker is sent KILL through rt.Signal (under a context the caller's end
@@ -44,8 +44,9 @@ var _ Runtime = policed{}
 func (p policed) Exec(ctx context.Context, sb Sandbox, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	// A command cut off is killed with what it started: the marker finds them from inside the
 	// sandbox, where the host cannot see (gVisor's processes are not in the host's /proc, and
-	// a Kubernetes node agent sees no container's). A terminal is resized by it too.
-	if req.Marker == "" && (req.Timeout > 0 || req.TTY) {
+	// a Kubernetes node agent sees no container's). Every command has one, since any may be cut
+	// off by its caller going away, not only by its timeout. A terminal is resized by it too.
+	if req.Marker == "" {
 		req.Marker = inside.NewMarker()
 	}
 	runCtx := ctx

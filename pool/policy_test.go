@@ -105,18 +105,18 @@ func TestPolicyTimeout(t *testing.T) {
 
 // TestPolicyCallerGivesUp: when the caller's context ends, the command is killed by its marker
 // (chosen, or the caller's own) and Exec returns the caller's error, not ErrTimedOut; a command
-// with neither timeout nor terminal nor marker has none, and no kill is sent for it.
+// with neither timeout nor terminal nor marker is given one too, and killed by it.
 func TestPolicyCallerGivesUp(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		req    pool.ExecRequest
-		marker string // "" none, "*" one the policy chose, else this one
+		marker string // "*" one the policy chose, else this one
 	}{
 		{"with a timeout", pool.ExecRequest{Cmd: []string{"sleep"}, Timeout: time.Minute}, "*"},
 		{"with a marker of its own", pool.ExecRequest{Cmd: []string{"sleep"}, Marker: "m1"}, "m1"},
 		{"with a marker of its own and a timeout", pool.ExecRequest{Cmd: []string{"sleep"}, Marker: "m2", Timeout: time.Minute}, "m2"},
 		{"on a terminal", pool.ExecRequest{Cmd: []string{"sleep"}, TTY: true}, "*"},
-		{"with none", pool.ExecRequest{Cmd: []string{"sleep"}}, ""},
+		{"with none", pool.ExecRequest{Cmd: []string{"sleep"}}, "*"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newPolicyRuntime(t)
@@ -141,11 +141,6 @@ func TestPolicyCallerGivesUp(t *testing.T) {
 			reqs, signals := f.seen()
 			got := reqs[0].Marker
 			switch tc.marker {
-			case "":
-				if got != "" || len(signals) != 0 {
-					t.Fatalf("marker %q and signals %q, want none", got, signals)
-				}
-				return
 			case "*":
 				if got == "" {
 					t.Fatal("no marker was chosen")

@@ -332,8 +332,7 @@ type ExecRequest struct {
 	Workdir string            `json:"workdir,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"`
 	// Marker, when set, marks the command's processes so Runtime.Signal reaches them and all
-	// they start (a background process's); otherwise WithPolicy picks one for a command with a
-	// Timeout or on a terminal.
+	// they start (a background process's); otherwise WithPolicy picks one.
 	Marker string `json:"-"`
 	// TTY runs the command on a pseudo-terminal of Size (stdout then carries everything it
 	// writes; stderr is unused), resized to each size sent on Resize.
