@@ -20,7 +20,8 @@ func TestMain(m *testing.M) {
 func airlock(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "AIRLOCK_TEST_MAIN=1", "AIRLOCK_STATE_DIR="+t.TempDir()), env...)
+	// Under -race a process waits a second as it exits unless told otherwise; these run many.
+	cmd.Env = append(append(os.Environ(), "AIRLOCK_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0", "AIRLOCK_STATE_DIR="+t.TempDir()), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
