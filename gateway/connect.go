@@ -74,7 +74,8 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 	// A protocol switched inside it is held on its own (switchProtocols), whichever it is: the
 	// session stops being served, and held, once the stream takes its connection over.
 	if granted && x.b.Lease != "" {
-		defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: host, port: port, bearer: x.bearer, closer: conn})()
+		p.held.take(x.held.connection(x, false, conn))
+		defer p.held.release(&x.held)
 	}
 	var sniErr error
 	tconn := tls.Server(conn, &tls.Config{
@@ -233,10 +234,11 @@ func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 	x.meter.commit()
 	p.tunnels.Add(1)
 	defer p.tunnels.Add(-1)
-	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, tunnel: true, bearer: x.bearer, closer: conn})()
+	p.held.take(x.held.connection(x, true, conn))
 	splice(x, conn, conn, up)
+	p.held.release(&x.held)
 	x.event = audit.EventClose
-	p.record(x)
+	p.record(x) // with why, when the recheck closed it
 }
 
 // hijack takes the client connection over and acknowledges the CONNECT. Bytes the client sent

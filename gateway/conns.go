@@ -2,89 +2,244 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/binding"
+	"github.com/airlock-dev/airlock/rule"
 )
 
-// openConn is a long-lived connection from a sandbox: a raw tunnel, an intercepted session, or
-// the stream of a request whose protocol was switched (a WebSocket), held while the lease allows
-// it (see Proxy.holds).
-type openConn struct {
+// hold is what the gateway keeps going of a sandbox's on a decision made once, held while the
+// lease allows it (see Proxy.refuses): a raw tunnel or an intercepted session, decided as a
+// connection to host:port; or a request, from its decision until its answer has been relayed
+// and its body read, and on as its stream once its protocol is switched (a WebSocket), decided
+// as that request. It is part of its exchange (exchange.held), so holding allocates nothing.
+//
+// The fields up to mu say what is held; they are set before it is taken (holds.take) and never
+// changed after, as the recheck reads them from its own goroutine. The rest is guarded by mu.
+type hold struct {
 	src    netip.Addr
 	lease  string
 	host   string
 	port   int
 	tunnel bool
-	// method and path are the request of a switched stream, which is held as that request is
-	// decided; empty for a tunnel or a session, held as a connection to host:port is.
+	// method and path are a request's (and its switched stream's), which is held as that request
+	// is decided; empty for a tunnel or a session, held as a connection to host:port is.
 	method string
 	path   string
 	bearer string // the token a client outside the pool identified with
-	closer io.Closer
+
+	mu sync.Mutex
+	// done: released, nothing is left to cut; the request's handler may have returned, and its
+	// writer must not be touched.
+	done bool
+	why  *Refusal // why the recheck cut it; nil while it has not
+	// conn is closed by a cut: a tunnel's, a session's or a switched stream's connection.
+	conn io.Closer
+	// w and cancel are a request's until its protocol is switched: a cut ends its stream to the
+	// sandbox (past deadlines: an HTTP/1 connection's, an HTTP/2 stream's alone) and cancels the
+	// context of what it sent upstream.
+	w      http.ResponseWriter
+	cancel context.CancelFunc
 }
 
-// conns tracks open connections so that a release, expiry or token swap closes the ones the
-// lease's current binding no longer allows, within recheckEvery.
-type conns struct {
+// connection sets what h holds to x's connection to its destination (a tunnel when tunnel),
+// closed by closing conn.
+func (h *hold) connection(x *exchange, tunnel bool, conn io.Closer) *hold {
+	h.src, h.lease, h.host, h.port, h.tunnel, h.bearer, h.conn = x.src, x.b.Lease, x.host, x.port, tunnel, x.bearer, conn
+	return h
+}
+
+// request sets what h holds to x's request, answered through w and sent upstream under a
+// context that cancel ends.
+func (h *hold) request(x *exchange, w http.ResponseWriter, cancel context.CancelFunc) *hold {
+	h.src, h.lease, h.host, h.port, h.method, h.path, h.bearer = x.src, x.b.Lease, x.host, x.port, x.method, x.path, x.bearer
+	h.w, h.cancel = w, cancel
+	return h
+}
+
+// pastDeadline is a deadline that has passed: set, it fails reads or writes under way at once.
+var pastDeadline = time.Unix(1, 0)
+
+// cut ends what h holds, once, recording why; it does nothing once h is released.
+func (h *hold) cut(why *Refusal) {
+	h.mu.Lock()
+	if h.done || h.why != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.why = why
+	if h.cancel != nil {
+		h.cancel()
+	}
+	if h.conn == nil && h.w != nil {
+		// Under mu: once released, the writer may belong to a finished handler. The handler,
+		// unblocked, sees the cut at its release and aborts (see Proxy.forward).
+		rc := http.NewResponseController(h.w)
+		rc.SetReadDeadline(pastDeadline)
+		rc.SetWriteDeadline(pastDeadline)
+	}
+	conn := h.conn
+	h.mu.Unlock()
+	if conn != nil {
+		conn.Close() // outside mu: closing TLS may wait for its alert to be written
+	}
+}
+
+// switched hands h over from its request to the stream its protocol was switched to: a cut
+// closes conn from now on. conn is closed at once if h was cut already.
+func (h *hold) switched(conn io.Closer) {
+	h.mu.Lock()
+	h.conn, h.w = conn, nil
+	cut := h.why != nil
+	h.mu.Unlock()
+	if cut {
+		conn.Close()
+	}
+}
+
+// cutBy is why the recheck cut h, or nil.
+func (h *hold) cutBy() *Refusal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.why
+}
+
+// holds is every hold of the gateway, so that a release, expiry or token swap ends the ones the
+// lease's current binding no longer allows, within recheckEvery. It is sharded by the client's
+// address: a request takes and releases its hold under its own sandbox's lock, never one all
+// requests share. The zero value is ready to use.
+type holds struct {
+	shards [holdShards]holdShard
+}
+
+const holdShards = 16
+
+type holdShard struct {
 	mu sync.Mutex
-	m  map[*openConn]struct{}
+	m  map[*hold]struct{}
+	_  [40]byte // a cache line of its own
 }
 
 const recheckEvery = 500 * time.Millisecond
 
-func (c *conns) add(oc *openConn) func() {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[*openConn]struct{}{}
-	}
-	c.m[oc] = struct{}{}
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		delete(c.m, oc)
-		c.mu.Unlock()
-	}
+func (hs *holds) shard(h *hold) *holdShard {
+	a := h.src.As16()
+	return &hs.shards[(a[14]^a[15])%holdShards]
 }
 
-func (c *conns) snapshot() []*openConn {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*openConn, 0, len(c.m))
-	for oc := range c.m {
-		out = append(out, oc)
+// take adds h, whose identifying fields are set.
+func (hs *holds) take(h *hold) {
+	s := hs.shard(h)
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[*hold]struct{}{}
+	}
+	s.m[h] = struct{}{}
+	s.mu.Unlock()
+}
+
+// release removes h: it is no longer cut, and a request's context is cancelled (its round
+// trip is over). It reports whether the recheck cut h before.
+func (hs *holds) release(h *hold) (cut bool) {
+	s := hs.shard(h)
+	s.mu.Lock()
+	delete(s.m, h)
+	s.mu.Unlock()
+	h.mu.Lock()
+	h.done = true
+	cut = h.why != nil
+	cancel := h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return cut
+}
+
+func (hs *holds) snapshot() []*hold {
+	var out []*hold
+	for i := range hs.shards {
+		s := &hs.shards[i]
+		s.mu.Lock()
+		for h := range s.m {
+			out = append(out, h)
+		}
+		s.mu.Unlock()
 	}
 	return out
 }
 
-// recheck closes every open connection whose lease is gone, replaced, or whose scopes no longer
-// allow it.
+// recheck cuts every hold whose lease is gone, replaced, or whose scopes no longer allow it.
+// Requests are cut before connections: a request inside a session closed in the same pass is
+// recorded with why it was cut, not as a connection that went away under it.
 func (p *Proxy) recheck(ctx context.Context) {
 	d := p.dyn.Load()
-	for _, oc := range p.open.snapshot() {
-		if !p.holds(ctx, d, oc) {
-			oc.closer.Close()
+	type client struct {
+		src    netip.Addr
+		bearer string
+	}
+	type identity struct {
+		b   binding.Binding
+		err error
+	}
+	known := map[client]identity{} // one lookup per client and pass, however much it holds
+	who := func(src netip.Addr, bearer string) (binding.Binding, error) {
+		k := client{src, bearer}
+		id, ok := known[k]
+		if !ok {
+			id.b, _, id.err = p.whoIs(ctx, src, bearer)
+			known[k] = id
+		}
+		return id.b, id.err
+	}
+	held := p.held.snapshot()
+	for _, requests := range []bool{true, false} {
+		for _, h := range held {
+			if (h.method != "") != requests {
+				continue
+			}
+			if why := p.refuses(d, h, who); why != nil {
+				h.cut(why)
+			}
 		}
 	}
 }
 
-// holds reports whether oc's lease still allows it, decided as it was opened: its client
-// identified as a request is (whoIs), its destination by allow. A tunnel needs a tunnel scope
-// and a session one without; a switched stream needs what its request would need now.
-func (p *Proxy) holds(ctx context.Context, d *dynamic, oc *openConn) bool {
-	b, _, err := p.whoIs(ctx, oc.src, oc.bearer)
-	if err != nil || b.Lease != oc.lease {
-		return false
+// refuses decides h again as it was decided when taken, and returns why its lease no longer
+// allows it (the refusal its record keeps), or nil. Its client is identified as a request is
+// (whoIs, through who), its destination decided by allow: a tunnel needs a tunnel scope and a
+// session one without; a request, and its switched stream, what the request would need now.
+func (p *Proxy) refuses(d *dynamic, h *hold, who func(netip.Addr, string) (binding.Binding, error)) *Refusal {
+	b, err := who(h.src, h.bearer)
+	if err == nil && b.Lease != h.lease {
+		err = fmt.Errorf("%w: lease %s has ended", binding.ErrUnknown, h.lease)
 	}
-	g, err := d.allow(b, oc.host, oc.port, oc.method, oc.path)
-	if err != nil {
-		return false
+	if err == nil {
+		var g grant
+		g, err = d.allow(b, h.host, h.port, h.method, h.path)
+		if err == nil && h.method == "" && g.scope.Tunnel != h.tunnel {
+			what := "an intercepted session"
+			if h.tunnel {
+				what = "a tunnel"
+			}
+			err = refuse(http.StatusForbidden, rule.ScopeMiss,
+				fmt.Sprintf("task %s's scope %s no longer allows %s to %s", b.Task, g.scope, what, hostPort(h.host, h.port)), "")
+		}
 	}
-	return oc.method != "" || g.scope.Tunnel == oc.tunnel
+	if err == nil {
+		return nil
+	}
+	ref := refusalFor(err)
+	return &Refusal{Status: ref.Status, Rule: ref.Rule, Reason: "cut by the recheck: " + ref.Reason, Detail: ref.Detail,
+		Flagged: ref.Flagged, Err: err}
 }
 
-// runRecheck rechecks open connections until ctx ends.
+// runRecheck rechecks holds until ctx ends.
 func (p *Proxy) runRecheck(ctx context.Context) {
 	t := time.NewTicker(recheckEvery)
 	defer t.Stop()
@@ -94,18 +249,24 @@ func (p *Proxy) runRecheck(ctx context.Context) {
 			return
 		case <-t.C:
 			p.recheck(ctx)
-			p.transports.prune(ctx, func(lease string) bool { return p.leaseLive(ctx, lease) })
+			p.transports.prune(ctx, func(lease string) bool { return p.held.has(lease) })
 		}
 	}
 }
 
-// leaseLive reports whether some open connection still belongs to lease: mTLS transports are
-// kept while their lease has connections, and rebuilt on demand after.
-func (p *Proxy) leaseLive(_ context.Context, lease string) bool {
-	for _, oc := range p.open.snapshot() {
-		if oc.lease == lease {
-			return true
+// has reports whether something held still belongs to lease: mTLS transports are kept while
+// their lease has connections or requests, and rebuilt on demand after.
+func (hs *holds) has(lease string) bool {
+	for i := range hs.shards {
+		s := &hs.shards[i]
+		s.mu.Lock()
+		for h := range s.m {
+			if h.lease == lease {
+				s.mu.Unlock()
+				return true
+			}
 		}
+		s.mu.Unlock()
 	}
 	return false
 }

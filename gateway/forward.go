@@ -35,12 +35,23 @@ import (
 //	         applied, the path checked to be the one decided on
 //	send     one round trip on the lease's transport (1xx answers relayed, scrubbed)
 //	relay    the answer, scrubbed: headers, a protocol switch, the body, trailers
+//
+// From its decision until its answer has been relayed and its body read (and on as its stream,
+// if its protocol is switched), the request is held as it was decided (see hold): when the
+// recheck finds that its lease would refuse it now, it cuts it, and it ends here in an abort
+// (an HTTP/1 connection closed, an HTTP/2 stream reset), its record saying why.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
-	ctx := r.Context()
 	if err := p.admit(r, x); err != nil {
 		p.deny(w, x, err)
 		return
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	p.held.take(x.held.request(x, w, cancel))
+	defer func() {
+		if p.held.release(&x.held) {
+			panic(http.ErrAbortHandler)
+		}
+	}()
 	if err := p.resolve(ctx, x); err != nil {
 		p.deny(w, x, err)
 		return
@@ -49,7 +60,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		p.deny(w, x, err)
 		return
 	}
-	out, err := p.prepare(r, x)
+	out, err := p.prepare(ctx, r, x)
 	if err != nil {
 		p.deny(w, x, err)
 		return
@@ -234,12 +245,12 @@ func removeHopHeaders(h http.Header) {
 	}
 }
 
-// prepare builds the request that goes upstream from r: to the decided destination, with the
+// prepare builds the request that goes upstream from r, under ctx: to the decided destination, with the
 // connection's own and the forwarding headers dropped, unparsable query parameters removed, the
 // credential applied (after every other header is final, since SigV4 signs them), and the path
 // exactly the one decided on.
-func (p *Proxy) prepare(r *http.Request, x *exchange) (*http.Request, error) {
-	out := r.Clone(r.Context())
+func (p *Proxy) prepare(ctx context.Context, r *http.Request, x *exchange) (*http.Request, error) {
+	out := r.Clone(ctx)
 	out.RequestURI, out.Close = "", false
 	if r.ContentLength == 0 {
 		out.Body = nil // no body to send: the transport may then retry a request on a stale connection
@@ -341,9 +352,13 @@ func (p *Proxy) send(out *http.Request, w http.ResponseWriter, x *exchange) (*ht
 	return t.RoundTrip(out.WithContext(httptrace.WithClientTrace(out.Context(), trace)))
 }
 
-// upstreamFailed is the refusal for a round trip that failed: the budget's when the body went
-// over it, the error's own when it is one, else the upstream's failure, named.
+// upstreamFailed is the refusal for a round trip that failed: the recheck's when it cut the
+// request, the budget's when the body went over it, the error's own when it is one, else the
+// upstream's failure, named.
 func (p *Proxy) upstreamFailed(x *exchange, err error) *Refusal {
+	if why := x.held.cutBy(); why != nil {
+		return why
+	}
 	if over := x.meter.over.Load(); over != nil {
 		return over
 	}
@@ -569,10 +584,9 @@ func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, resp *ht
 	hijacked(conn)
 	defer conn.Close()
 	defer backend.Close()
-	// The stream outlives the request: it is held, and closed, as the request would be decided now
-	// (a proxied or redirected plain connection is held by nothing else).
-	defer p.open.add(&openConn{src: x.src, lease: x.b.Lease, host: x.host, port: x.port, method: x.method, path: x.path,
-		bearer: x.bearer, closer: conn})()
+	// The stream is the request, on: still held as the request (forward), closed now by closing
+	// the connection it took over.
+	x.held.switched(conn)
 	resp.Body = nil // Write sends the head only
 	if err := resp.Write(brw); err != nil || brw.Flush() != nil {
 		return

@@ -95,7 +95,7 @@ type Proxy struct {
 	budgets *budgets
 	metrics *Metrics // nil until NewMetrics
 	dyn     atomic.Pointer[dynamic]
-	open    conns
+	held    holds // what the recheck decides again: tunnels, sessions, requests in flight
 
 	transports *transports
 	scrubbers  scrubbers
@@ -249,6 +249,7 @@ type exchange struct {
 	dest     string      // where the sandbox connected, when the network redirected it here
 	mirror   *Mirror
 	note     string // what an allowed request did beyond its scope (a git push's refs), for its record
+	held     hold   // while the exchange is held: its request in flight, or its tunnel or session
 }
 
 // sendTo is where x's request goes: its mirror, or the destination asked.

@@ -37,8 +37,13 @@ func (x *exchange) redact(text string) string {
 	return text
 }
 
-// record writes the exchange's audit record; an error means the trail did not take it.
+// record writes the exchange's audit record; an error means the trail did not take it. An
+// exchange the recheck cut (see hold) is recorded as refused, with why, whatever the step it was
+// cut in saw (a cancelled round trip, a closed connection).
 func (p *Proxy) record(x *exchange) error {
+	if why := x.held.cutBy(); why != nil {
+		x.refusal = why
+	}
 	rec := audit.Record{
 		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
 		Tenant: x.b.Tenant, Lease: x.b.Lease, Task: x.b.Task, Sandbox: x.b.Sandbox, Source: x.src.String(),
