@@ -62,6 +62,14 @@ const (
 	EventClose Event = "close"
 )
 
+// EventCut marks the KindHTTP record of a request (or its switched stream) that the gateway
+// cut, or of a request or tunnel it refused at its last decision before sending, because its lease no longer allowed it
+// (released, expired, a token swap took its scope away): a Deny under the rule that refuses it
+// now, never a request the task asked for anew. When it was sent upstream before the cut, its
+// Credential left the gateway and Scopes holds the one scope it was sent under (empty when it
+// was not sent). A tunnel cut the same way keeps its EventClose, its Reason saying why.
+const EventCut Event = "cut"
+
 // EventGatewayLookup marks a KindDNS record of a lookup the gateway made itself (to dial an
 // upstream), not a question the sandbox asked (whose Event is empty).
 const EventGatewayLookup Event = "gateway-lookup"

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,8 +13,9 @@ import (
 
 // approve holds a request its scope asks approval for until a reviewer answers (package
 // approval). It comes after every other local refusal, so no reviewer is asked about a request
-// that would be refused anyway.
-func (p *Proxy) approve(r *http.Request, x *exchange) error {
+// that would be refused anyway. It waits until ctx ends at most: the request's hold's context,
+// which a cut ends.
+func (p *Proxy) approve(ctx context.Context, r *http.Request, x *exchange) error {
 	if !x.scope.Approval.Holds(r.Method, x.path) {
 		return nil
 	}
@@ -21,7 +23,7 @@ func (p *Proxy) approve(r *http.Request, x *exchange) error {
 		return refuse(http.StatusForbidden, rule.ApprovalDenied,
 			fmt.Sprintf("scope %s asks approval for %s %s, and this gateway takes no approvals", x.scope, r.Method, x.path), "")
 	}
-	o := p.cfg.Approvals.Wait(r.Context(), approval.Request{Lease: x.b.Lease, Tenant: x.b.Tenant, Task: x.b.Task, Method: x.method,
+	o := p.cfg.Approvals.Wait(ctx, approval.Request{Lease: x.b.Lease, Tenant: x.b.Tenant, Task: x.b.Task, Method: x.method,
 		Host: x.host, Port: x.port, Path: x.path, Query: r.URL.RawQuery, Scope: x.scope.String(), LeaseEnd: x.b.Expires})
 	switch {
 	case o.Approved && o.ForLease:

@@ -190,6 +190,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	conn, err := hijack(w)
 	if err != nil {
+		p.held.release(&x.held)
 		up.Close()
 		return
 	}
@@ -219,14 +220,27 @@ func (p *Proxy) openTunnel(ctx context.Context, x *exchange, r *http.Request) (n
 		return nil, fmt.Errorf("dial %s: %w", ap, err)
 	}
 	x.upstream = ap.String()
+	// Held from here, its upstream connection closed by a cut (which ends the splice both
+	// ways), and decided once more: the lookup and the dial came between its decision and
+	// its hold, and no recheck saw what changed meanwhile. Nothing of the sandbox's has gone
+	// through yet. runTunnel releases it.
+	p.held.take(x.held.connection(x, true, up))
+	if why := p.redecide(ctx, x); why != nil {
+		p.held.release(&x.held)
+		up.Close()
+		x.event = audit.EventCut
+		return nil, why
+	}
 	return up, nil
 }
 
 // runTunnel records the tunnel's opening (unrecorded means not opened), splices conn and up,
-// and records its close, whose bytes up are the CONNECT's head and what went through.
+// and records its close, whose bytes up are the CONNECT's head and what went through. up is
+// held (openTunnel); runTunnel releases it.
 func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 	x.status, x.event = http.StatusOK, audit.EventOpen
 	if err := p.record(x); err != nil {
+		p.held.release(&x.held)
 		conn.Close()
 		up.Close()
 		return
@@ -234,7 +248,6 @@ func (p *Proxy) runTunnel(x *exchange, conn, up net.Conn) {
 	x.meter.commit()
 	p.tunnels.Add(1)
 	defer p.tunnels.Add(-1)
-	p.held.take(x.held.connection(x, true, conn))
 	splice(x, conn, conn, up)
 	p.held.release(&x.held)
 	x.event = audit.EventClose

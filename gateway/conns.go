@@ -31,7 +31,10 @@ type hold struct {
 	// is decided; empty for a tunnel or a session, held as a connection to host:port is.
 	method string
 	path   string
-	bearer string // the token a client outside the pool identified with
+	// credential is the one a request's scope injects ("" for none): a request is held to the
+	// credential it goes upstream with, not only to its path.
+	credential string
+	bearer     string // the token a client outside the pool identified with
 
 	mu sync.Mutex
 	// done: released, nothing is left to cut; the request's handler may have returned, and its
@@ -58,6 +61,7 @@ func (h *hold) connection(x *exchange, tunnel bool, conn io.Closer) *hold {
 // context that cancel ends.
 func (h *hold) request(x *exchange, w http.ResponseWriter, cancel context.CancelFunc) *hold {
 	h.src, h.lease, h.host, h.port, h.method, h.path, h.bearer = x.src, x.b.Lease, x.host, x.port, x.method, x.path, x.bearer
+	h.credential = x.scope.Credential
 	h.w, h.cancel = w, cancel
 	return h
 }
@@ -222,6 +226,11 @@ func (p *Proxy) refuses(d *dynamic, h *hold, who func(netip.Addr, string) (bindi
 	if err == nil {
 		var g grant
 		g, err = d.allow(b, h.host, h.port, h.method, h.path)
+		if err == nil && h.method != "" && g.scope.Credential != h.credential {
+			err = refuse(http.StatusForbidden, rule.ScopeMiss,
+				fmt.Sprintf("task %s's scope %s no longer injects credential %q, which %s %s%s carries", b.Task, g.scope,
+					h.credential, h.method, hostPort(h.host, h.port), h.path), "")
+		}
 		if err == nil && h.method == "" && g.scope.Tunnel != h.tunnel {
 			what := "an intercepted session"
 			if h.tunnel {
@@ -237,6 +246,18 @@ func (p *Proxy) refuses(d *dynamic, h *hold, who func(netip.Addr, string) (bindi
 	ref := refusalFor(err)
 	return &Refusal{Status: ref.Status, Rule: ref.Rule, Reason: "cut by the recheck: " + ref.Reason, Detail: ref.Detail,
 		Flagged: ref.Flagged, Err: err}
+}
+
+// redecide decides what x holds once more, as the recheck would decide it now (refuses, its
+// client identified by whoIs, its destination by allow): nil, or the refusal the recheck's cut
+// would record. x.held must be taken first. What its decision allowed may have been taken away
+// before the hold was (a request's body read, a reviewer's answer, a tunnel's dial came in
+// between), and no recheck saw it: redecide does; whatever changes after is the recheck's.
+func (p *Proxy) redecide(ctx context.Context, x *exchange) *Refusal {
+	return p.refuses(p.dyn.Load(), &x.held, func(src netip.Addr, bearer string) (binding.Binding, error) {
+		b, _, err := p.whoIs(ctx, src, bearer)
+		return b, err
+	})
 }
 
 // runRecheck rechecks holds until ctx ends.

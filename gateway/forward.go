@@ -27,8 +27,11 @@ import (
 // bottom; each step either hands the next what it needs or refuses, and what it refuses is
 // written and recorded by one function (deny):
 //
-//	admit    the refusals that need no I/O: path form, scopes and catalog, the name guard, a
-//	         protocol switch that could not be scrubbed, the trail, the budget, the signing cap
+//	admit    the decision, which needs no I/O: path form, scopes and catalog
+//	inspect  what the request must pass before it is sent, reading what it needs of it: a git
+//	         push's commands, an MCP message, the name guard, a protocol switch that could not be
+//	         scrubbed, the trail, the budget, the signing cap (the body it signs), a reviewer
+//	redecide the decision once more, as the recheck would make it now (see below)
 //	resolve  where it goes (a recorded lookup), never a private address unless pinned
 //	borrow   the credential, from the broker, only for a request that passed all of that
 //	prepare  the request to send: connection and forwarding headers dropped, the credential
@@ -39,7 +42,11 @@ import (
 // From its decision until its answer has been relayed and its body read (and on as its stream,
 // if its protocol is switched), the request is held as it was decided (see hold): when the
 // recheck finds that its lease would refuse it now, it cuts it, and it ends here in an abort
-// (an HTTP/1 connection closed, an HTTP/2 stream reset), its record saying why.
+// (an HTTP/1 connection closed, an HTTP/2 stream reset), its record saying why. The hold is
+// taken before inspect, whose reads and wait the sandbox can stretch, so a cut ends them too;
+// a change that came before the hold was taken (no recheck could see it) is seen by redecide,
+// after inspect and before anything goes upstream. The hold is released before the request is
+// recorded (record), so its record says whether it was cut.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if err := p.admit(r, x); err != nil {
 		p.deny(w, x, err)
@@ -48,10 +55,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	ctx, cancel := context.WithCancel(r.Context())
 	p.held.take(x.held.request(x, w, cancel))
 	defer func() {
-		if p.held.release(&x.held) {
+		if p.held.release(&x.held) { // released already when it was recorded: says again if it was cut
 			panic(http.ErrAbortHandler)
 		}
 	}()
+	if err := p.inspect(ctx, r, x); err != nil {
+		p.deny(w, x, err)
+		return
+	}
+	if why := p.redecide(ctx, x); why != nil {
+		x.event = audit.EventCut
+		p.deny(w, x, why)
+		return
+	}
 	if err := p.resolve(ctx, x); err != nil {
 		p.deny(w, x, err)
 		return
@@ -78,15 +94,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	p.relay(w, r, resp, x)
 }
 
-// admit applies every refusal that needs no I/O.
+// admit decides the request: the refusals that need no I/O.
 func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	// The path is decided on exactly as it will be sent (prepare checks that it is).
 	if err := scope.CheckPath(x.path); err != nil {
 		return pathRefusal(err)
 	}
-	if err := p.decide(x, r.Method, x.path); err != nil {
-		return err
-	}
+	return p.decide(x, r.Method, x.path)
+}
+
+// inspect applies the refusals of an admitted request that read it or wait: under its hold, so
+// that a cut ends a body read (the hold's deadlines) and a reviewer's wait (ctx, the hold's).
+func (p *Proxy) inspect(ctx context.Context, r *http.Request, x *exchange) error {
 	if x.scope.Git != nil {
 		if err := checkGit(r, x); err != nil {
 			return err
@@ -115,7 +134,7 @@ func (p *Proxy) admit(r *http.Request, x *exchange) error {
 	if err := boundSignedBody(r, x); err != nil {
 		return err
 	}
-	return p.approve(r, x)
+	return p.approve(ctx, r, x)
 }
 
 // auditOK refuses while the trail would refuse the record of what is about to pass. It asks
@@ -334,6 +353,7 @@ func (p *Proxy) send(out *http.Request, w http.ResponseWriter, x *exchange) (*ht
 		return nil, err
 	}
 	x.meter.commit() // the head goes upstream from here: it stays charged whatever happens next
+	x.sent = true
 	trace := &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { x.upstream = ci.Conn.RemoteAddr().String() },
 		Got1xxResponse: func(code int, header textproto.MIMEHeader) error {

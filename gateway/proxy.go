@@ -249,6 +249,7 @@ type exchange struct {
 	dest     string      // where the sandbox connected, when the network redirected it here
 	mirror   *Mirror
 	note     string // what an allowed request did beyond its scope (a git push's refs), for its record
+	sent     bool   // the request was handed to the transport: its credential, if any, left the gateway
 	held     hold   // while the exchange is held: its request in flight, or its tunnel or session
 }
 

@@ -15,9 +15,14 @@ import (
 
 // deny is the one way a refusal leaves the gateway: it is written to the sandbox (its reason
 // through the exchange's redaction) and recorded, with what went upstream before it (nothing,
-// unless the request was sent: see meter).
+// unless the request was sent: see meter). An exchange the recheck cut is refused for that,
+// whatever error the step it was cut in saw (a cancelled lookup, a failed body read): its
+// status and rule are the cut's, and if anything reaches the sandbox, it is that.
 func (p *Proxy) deny(w http.ResponseWriter, x *exchange, err error) {
 	ref := refusalFor(err)
+	if why := x.held.cutBy(); why != nil {
+		ref = why
+	}
 	ref.Reason = x.redact(ref.Reason)
 	x.refusal, x.status = ref, ref.Status
 	x.up = x.meter.n.Load()
@@ -37,12 +42,20 @@ func (x *exchange) redact(text string) string {
 	return text
 }
 
-// record writes the exchange's audit record; an error means the trail did not take it. An
-// exchange the recheck cut (see hold) is recorded as refused, with why, whatever the step it was
-// cut in saw (a cancelled round trip, a closed connection).
+// record writes the exchange's audit record; an error means the trail did not take it. A
+// request's hold (see hold) is released first, so that no cut lands after its record: an
+// exchange the recheck cut is recorded as refused (EventCut, a tunnel's close keeping its
+// event), with why, whatever the step it was cut in saw (a cancelled round trip, a closed
+// connection); its status stays what the sandbox was sent, if anything was (deny, relay).
 func (p *Proxy) record(x *exchange) error {
+	if x.held.method != "" {
+		p.held.release(&x.held) // forward's own release, after, only learns again whether it was cut
+	}
 	if why := x.held.cutBy(); why != nil {
 		x.refusal = why
+		if x.event == "" {
+			x.event = audit.EventCut
+		}
 	}
 	rec := audit.Record{
 		Time: x.start, Kind: audit.KindHTTP, Node: p.cfg.Node,
@@ -59,6 +72,9 @@ func (p *Proxy) record(x *exchange) error {
 	}
 	if x.refusal != nil {
 		rec.Decision, rec.Rule, rec.Reason, rec.Flagged = audit.Deny, x.refusal.Rule, x.refusal.recorded(), x.refusal.Flagged
+		if x.event == audit.EventCut && x.sent {
+			rec.Scopes = []string{x.scope.String()} // what its credential went upstream under
+		}
 	} else {
 		rec.Decision, rec.Rule, rec.Reason = audit.Allow, rule.Scope, "scope "+x.scope.String()
 		if x.note != "" {
