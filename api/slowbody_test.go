@@ -17,7 +17,9 @@ import (
 // tenant and a reviewer key are served; they are cut off after api.timeouts.body, with 408
 // naming it, every connection is closed, and the tenant is served again.
 func TestSlowBodiesBoundedPerTenant(t *testing.T) {
-	e := newBoundEnv(t, bounds{timeouts: slots.Timeouts{Header: 5 * time.Second, Body: 2 * time.Second, Stall: 5 * time.Second, Idle: 5 * time.Second}})
+	// The two slow bodies let in hold their slots until api.timeouts.body cuts them: long enough
+	// for the checks below to see them held on a loaded machine (2 s was not, under -race in CI).
+	e := newBoundEnv(t, bounds{timeouts: slots.Timeouts{Header: 5 * time.Second, Body: 8 * time.Second, Stall: 10 * time.Second, Idle: 10 * time.Second}})
 	stdin := "/v1/leases/" + e.leases["acme"] + "/processes/p-1/stdin"
 	var conns []net.Conn
 	for i := range 20 {
@@ -36,7 +38,7 @@ func TestSlowBodiesBoundedPerTenant(t *testing.T) {
 		case refusal(st, out, "too_many_calls", "(api.calls.per_identity)") == nil:
 			refused++
 		case st == http.StatusRequestTimeout && er["code"] == "body_timeout" &&
-			strings.Contains(fmt.Sprint(er["message"]), "the request body did not come whole within 2s (api.timeouts.body)"):
+			strings.Contains(fmt.Sprint(er["message"]), "the request body did not come whole within 8s (api.timeouts.body)"):
 			cut++
 		default:
 			t.Errorf("a slow body: %d %v; want 429 too_many_calls or 408 body_timeout", st, out)
@@ -53,7 +55,10 @@ func TestSlowBodiesBoundedPerTenant(t *testing.T) {
 // share a tenant is refused, naming api.calls.reviewers, and a reviewer key still answers
 // approvals.
 func TestCallsKeptForReviewerKeys(t *testing.T) {
-	e := newBoundEnv(t, bounds{calls: slots.Limits{Max: 6, PerIdentity: 2, Reserved: 2}})
+	// The slow bodies must hold their slots through the checks, however loaded the machine: the
+	// body timeout is far past them (5 s was not, once, under -race).
+	e := newBoundEnv(t, bounds{calls: slots.Limits{Max: 6, PerIdentity: 2, Reserved: 2},
+		timeouts: slots.Timeouts{Header: 5 * time.Second, Body: time.Minute, Stall: time.Minute, Idle: time.Minute}})
 	for _, tenant := range []string{"acme", "acme", "globex", "globex"} {
 		e.open("127.0.0.1", false, "key-"+tenant, "POST", "/v1/explain", 1000, "{")
 	}
