@@ -279,6 +279,9 @@ type bufferedConn struct {
 
 func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
+// NetConn is the connection c reads ahead of.
+func (c *bufferedConn) NetConn() net.Conn { return c.Conn }
+
 func isIP(h string) bool { return net.ParseIP(h) != nil }
 
 // connListener hands one connection to http.Server and then blocks until Close, so Serve returns

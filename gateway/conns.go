@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -90,7 +92,35 @@ func (h *hold) cut(why *Refusal) {
 	conn := h.conn
 	h.mu.Unlock()
 	if conn != nil {
-		conn.Close() // outside mu: closing TLS may wait for its alert to be written
+		// The connection under any TLS: closing a *tls.Conn writes its close alert first, for
+		// up to 5 s when the sandbox stops reading (a stream switched inside an intercepted
+		// session), and this is the recheck's goroutine, which cuts every hold of the node in
+		// turn; meanwhile the stream would go on both ways. Closed underneath, it ends at once,
+		// without an alert, and its owner's own Close after returns at once too.
+		rawConn(conn).Close()
+	}
+}
+
+// wrappedConn is a connection carried over another (TLS, the framing check, bytes read ahead).
+type wrappedConn interface {
+	NetConn() net.Conn
+}
+
+var (
+	_ wrappedConn = (*tls.Conn)(nil)
+	_ wrappedConn = (*framingConn)(nil)
+	_ wrappedConn = (*bufferedConn)(nil)
+)
+
+// rawConn is the connection at the bottom of c, what the network carries; c itself if it wraps
+// none.
+func rawConn(c io.Closer) io.Closer {
+	for {
+		w, ok := c.(wrappedConn)
+		if !ok {
+			return c
+		}
+		c = w.NetConn()
 	}
 }
 

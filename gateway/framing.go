@@ -58,6 +58,9 @@ func newFramingConn(c net.Conn, onRefuse func(string)) *framingConn {
 	return &framingConn{Conn: c, onRefuse: onRefuse}
 }
 
+// NetConn is the connection f checks the framing of.
+func (f *framingConn) NetConn() net.Conn { return f.Conn }
+
 func (f *framingConn) Read(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
