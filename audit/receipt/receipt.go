@@ -224,6 +224,13 @@ func (b *Builder) http(rec audit.Record) {
 	if rec.Decision == audit.Deny {
 		d.Denied++
 		b.deny(rec, host)
+		if sentBeforeCut(rec) {
+			// Refused in the end, yet it went upstream first, and its credential with it.
+			if len(rec.Scopes) > 0 {
+				b.used[rec.Scopes[0]] = true
+			}
+			b.credential(d, rec.Credential)
+		}
 		return
 	}
 	d.Allowed++
@@ -231,12 +238,28 @@ func (b *Builder) http(rec audit.Record) {
 		s, _, _ = strings.Cut(s, "; ") // what the request did beyond its scope follows (a git push's refs)
 		b.used[s] = true
 	}
-	if rec.Credential != "" {
-		b.creds[rec.Credential] = true
-		if !slices.Contains(d.Credentials, rec.Credential) {
-			d.Credentials = append(d.Credentials, rec.Credential)
-			slices.Sort(d.Credentials)
-		}
+	b.credential(d, rec.Credential)
+}
+
+// sentBeforeCut reports whether rec is the record of a request the gateway cut after sending it
+// upstream (audit.EventCut naming the scope it was sent under; for a record written before
+// EventCut, a cut request with an upstream connection, which may have been sent).
+func sentBeforeCut(rec audit.Record) bool {
+	if rec.Event == audit.EventCut {
+		return len(rec.Scopes) > 0
+	}
+	return rec.Event == "" && rec.Upstream != "" && strings.HasPrefix(rec.Reason, "cut by the recheck: ")
+}
+
+// credential lists name ("" for none) as injected into a request to d.
+func (b *Builder) credential(d *Destination, name string) {
+	if name == "" {
+		return
+	}
+	b.creds[name] = true
+	if !slices.Contains(d.Credentials, name) {
+		d.Credentials = append(d.Credentials, name)
+		slices.Sort(d.Credentials)
 	}
 }
 

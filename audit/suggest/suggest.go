@@ -41,6 +41,16 @@ type Denial struct {
 	Scope  scope.Scope `json:"scope"`
 }
 
+// cutPrefix begins the reason of every record of what the gateway's recheck cut; records written
+// before audit.EventCut carry only it.
+const cutPrefix = "cut by the recheck: "
+
+// wasCut reports whether r is the record of something the gateway cut, or refused at its last
+// decision, because its lease no longer allowed it.
+func wasCut(r audit.Record) bool {
+	return r.Event == audit.EventCut || r.Kind == audit.KindHTTP && strings.HasPrefix(r.Reason, cutPrefix)
+}
+
 // For builds the suggestion from a lease's records, oldest first.
 func For(lease string, recs []audit.Record) (Suggestion, error) {
 	b := receipt.NewBuilder()
@@ -78,7 +88,10 @@ func For(lease string, recs []audit.Record) (Suggestion, error) {
 				g.methods[r.Method] = true
 				g.paths[r.Path] = true
 			}
-		case r.Decision == audit.Deny && (r.Rule == rule.ScopeMiss || r.Rule == rule.QType):
+		case r.Decision == audit.Deny && (r.Rule == rule.ScopeMiss || r.Rule == rule.QType) &&
+			r.Event != audit.EventClose && !wasCut(r):
+			// A close record's decision is its tunnel's, counted when it opened; a cut is what the
+			// operator took away, never a destination the task asked for anew.
 			sc, ok := Narrowest(r)
 			if !ok {
 				continue
