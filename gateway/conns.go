@@ -300,24 +300,28 @@ func (p *Proxy) runRecheck(ctx context.Context) {
 			return
 		case <-t.C:
 			p.recheck(ctx)
-			p.transports.prune(ctx, func(lease string) bool { return p.held.has(lease) })
+			var held map[string]bool // walked once, when prune first asks: after it marked its transports
+			p.transports.prune(func(lease string) bool {
+				if held == nil {
+					held = p.held.leases()
+				}
+				return held[lease]
+			})
 		}
 	}
 }
 
-// has reports whether something held still belongs to lease: mTLS transports are kept while
-// their lease has connections or requests, and rebuilt on demand after.
-func (hs *holds) has(lease string) bool {
+// leases is the set of leases something held belongs to: mTLS transports are kept while their
+// lease has connections or requests, and rebuilt on demand after.
+func (hs *holds) leases() map[string]bool {
+	out := map[string]bool{}
 	for i := range hs.shards {
 		s := &hs.shards[i]
 		s.mu.Lock()
 		for h := range s.m {
-			if h.lease == lease {
-				s.mu.Unlock()
-				return true
-			}
+			out[h.lease] = true
 		}
 		s.mu.Unlock()
 	}
-	return false
+	return out
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"crypto/tls"
 	"net/http"
 	"sync"
@@ -44,6 +43,7 @@ func (ts *transports) protoBase(x *exchange) *http.Transport {
 type mtlsTransport struct {
 	t     *http.Transport
 	lease string
+	used  bool // handed out since prune last marked it; guarded by transports.mu
 }
 
 // of returns the transport x's request goes on.
@@ -66,6 +66,7 @@ func (ts *transports) forCert(base *http.Transport, lease string, s broker.Secre
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if m := ts.mtls[key]; m != nil {
+		m.used = true
 		return m.t, nil
 	}
 	cert, err := s.ClientCertificate()
@@ -79,16 +80,32 @@ func (ts *transports) forCert(base *http.Transport, lease string, s broker.Secre
 	if ts.mtls == nil {
 		ts.mtls = map[string]*mtlsTransport{}
 	}
-	ts.mtls[key] = &mtlsTransport{t: t, lease: lease}
+	ts.mtls[key] = &mtlsTransport{t: t, lease: lease, used: true}
 	return t, nil
 }
 
-// prune closes the transports of leases for which live reports false.
-func (ts *transports) prune(ctx context.Context, live func(lease string) bool) {
+// prune closes the transports of leases for which live reports false. live is asked outside
+// ts's lock (it may walk every hold of the gateway), at most once per lease, and only after
+// every transport has been marked unused: one handed out meanwhile (forCert) is kept, for the
+// next prune to decide.
+func (ts *transports) prune(live func(lease string) bool) {
+	ts.mu.Lock()
+	leases := make(map[string]bool, len(ts.mtls))
+	for _, m := range ts.mtls {
+		m.used = false
+		leases[m.lease] = true
+	}
+	ts.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	for lease := range leases {
+		leases[lease] = live(lease)
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	for k, m := range ts.mtls {
-		if !live(m.lease) {
+		if alive, asked := leases[m.lease]; asked && !alive && !m.used {
 			m.t.CloseIdleConnections()
 			delete(ts.mtls, k)
 		}

@@ -195,7 +195,7 @@ func TestRedecideTunnelAfterItsDial(t *testing.T) {
 	if !ok || rec.Decision != audit.Deny || rec.Event != audit.EventCut || !strings.HasPrefix(rec.Reason, "cut by the recheck: ") {
 		t.Fatalf("the tunnel's record: %+v", rec)
 	}
-	if p.held.has("l-1") {
+	if p.held.leases()["l-1"] {
 		t.Fatal("the refused tunnel is still held")
 	}
 }
