@@ -38,6 +38,9 @@ func (d *dynamic) allow(b binding.Binding, host string, port int, method, path s
 		return grant{}, scopeMiss(b.Task, host, port, method, path)
 	}
 	g := grant{scope: s}
+	if len(d.mirrors) == 0 {
+		return g, nil // most gateways map none: the key would cost three allocations a decision
+	}
 	if m, ok := d.mirrors[hostPort(host, port)]; ok {
 		g.mirror = &m
 	}
