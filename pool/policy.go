@@ -71,24 +71,54 @@ func (p policed) Exec(ctx context.Context, sb Sandbox, req ExecRequest, stdin io
 	return -1, ctx.Err()
 }
 
-// resizeTimeout bounds one resize of a terminal (FollowResize).
-const resizeTimeout = 10 * time.Second
+// resizeTimeout bounds one resize of a terminal (FollowResize); resizeWait how long a size sent
+// before the terminal exists is tried again, until it does.
+const (
+	resizeTimeout = 10 * time.Second
+	resizeWait    = 5 * time.Second
+)
 
 // FollowResize sets the terminal of the command marked marker in sb (inside.OnTerminal's,
 // made inside the sandbox) to each size sent on sizes, until sizes is closed: a backend's Exec
 // runs it beside a command on a terminal (ExecRequest.TTY and Resize). Each resize is a command
 // of its own (inside.ResizeCmd) run through rt.Exec as the sandbox user, within 10 seconds;
-// its failure is not reported (the terminal keeps its size). With no marker there is nothing
-// to find: sizes are read and dropped, so a sender never blocks.
+// its failure is not reported (the terminal keeps its size). A size sent before the command's
+// terminal exists (a client that resizes as it starts one) is tried again, ever less often, for
+// up to 5 seconds, or until a newer size replaces it. With no marker there is nothing to find:
+// sizes are read and dropped, so a sender never blocks.
 func FollowResize(ctx context.Context, rt Runtime, sb Sandbox, marker string, sizes <-chan TermSize) {
 	for sz := range sizes {
 		if marker == "" {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, resizeTimeout)
-		rt.Exec(rctx, sb, ExecRequest{Cmd: inside.ResizeCmd(marker, sz.Rows, sz.Cols)}, nil, io.Discard, io.Discard)
-		cancel()
+		deadline := time.Now().Add(resizeWait)
+		next := sizes // nil once sizes has ended: the size in hand is still tried
+		for pause := 10 * time.Millisecond; !resize(ctx, rt, sb, marker, sz) && time.Now().Before(deadline); pause = min(2*pause, 200*time.Millisecond) {
+			timer := time.NewTimer(pause)
+			select {
+			case newer, ok := <-next:
+				if ok {
+					sz = newer
+				} else {
+					next = nil
+				}
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		if next == nil {
+			return
+		}
 	}
+}
+
+// resize sets the terminal of the command marked marker in sb to sz, and reports false only
+// when it has no terminal yet (inside.ResizeNoTerminal): any other outcome is final.
+func resize(ctx context.Context, rt Runtime, sb Sandbox, marker string, sz TermSize) bool {
+	rctx, cancel := context.WithTimeout(ctx, resizeTimeout)
+	defer cancel()
+	code, err := rt.Exec(rctx, sb, ExecRequest{Cmd: inside.ResizeCmd(marker, sz.Rows, sz.Cols)}, nil, io.Discard, io.Discard)
+	return err != nil || code != inside.ResizeNoTerminal
 }
 
 // ProbeTimeout bounds a health probe (Probe).

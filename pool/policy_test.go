@@ -202,6 +202,52 @@ func TestFollowResize(t *testing.T) {
 	}
 }
 
+// TestFollowResizeBeforeTheTerminal: a size sent before the command's terminal exists is tried
+// again until it does, and a newer size sent meanwhile replaces it.
+func TestFollowResizeBeforeTheTerminal(t *testing.T) {
+	var mu sync.Mutex
+	var ran [][]string
+	missing := 2 // the terminal appears at the third look
+	rt := &pooltest.Runtime{ExecFunc: func(_ context.Context, _ pool.Sandbox, req pool.ExecRequest, _ io.Reader, _, _ io.Writer) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, req.Cmd)
+		if missing > 0 {
+			missing--
+			return inside.ResizeNoTerminal, nil
+		}
+		return 0, nil
+	}}
+	sizes := make(chan pool.TermSize, 1)
+	sizes <- pool.TermSize{Rows: 40, Cols: 120}
+	close(sizes)
+	pool.FollowResize(context.Background(), rt, pool.Sandbox{}, "m1", sizes)
+	want := inside.ResizeCmd("m1", 40, 120)
+	if len(ran) != 3 || !slices.Equal(ran[2], want) {
+		t.Fatalf("ran %q, want the resize three times, until the terminal was there", ran)
+	}
+
+	// A newer size sent while the first waits for the terminal is the one applied.
+	ran, missing = nil, 1<<30
+	sizes = make(chan pool.TermSize)
+	done := make(chan struct{})
+	go func() { pool.FollowResize(context.Background(), rt, pool.Sandbox{}, "m1", sizes); close(done) }()
+	sizes <- pool.TermSize{Rows: 1, Cols: 1}
+	mu.Lock()
+	missing = 0 // the terminal is there for the next look
+	mu.Unlock()
+	sizes <- pool.TermSize{Rows: 50, Cols: 160}
+	close(sizes)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("FollowResize did not end within 10s of its sizes ending")
+	}
+	if last := ran[len(ran)-1]; !slices.Equal(last, inside.ResizeCmd("m1", 50, 160)) {
+		t.Fatalf("last resize %q, want the newer size", last)
+	}
+}
+
 // TestProbe: the health probe runs under the policy within ProbeTimeout, and its error says
 // whether the probe could not run or the sandbox failed it, with what it wrote.
 func TestProbe(t *testing.T) {

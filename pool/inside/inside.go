@@ -141,11 +141,16 @@ func Quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// ResizeNoTerminal is ResizeCmd's exit code when it found no terminal of the exec to resize.
+const ResizeNoTerminal = 3
+
 // ResizeCmd sets the size of the terminal that the exec with marker runs on (OnTerminal's): the
-// one its processes have as their input.
+// one its processes have as their input. It exits ResizeNoTerminal when no process of the exec
+// has a terminal yet (a resize sent as the command starts), for the caller to try again.
 func ResizeCmd(marker string, rows, cols uint16) []string {
 	sweep := `for p in /proc/[0-9]*; do grep -qxz "` + Marker + `=$0" "$p/environ" 2>/dev/null || continue; ` +
-		`t=$(readlink "$p/fd/0") || continue; case $t in /dev/pts/*) stty -F "$t" rows "$1" cols "$2"; exit;; esac; done; exit 0`
+		`t=$(readlink "$p/fd/0") || continue; case $t in /dev/pts/*) stty -F "$t" rows "$1" cols "$2"; exit;; esac; done; ` +
+		`exit ` + strconv.Itoa(ResizeNoTerminal)
 	return []string{"sh", "-c", sweep, marker, strconv.Itoa(int(rows)), strconv.Itoa(int(cols))}
 }
 
