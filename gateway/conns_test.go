@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -18,25 +17,9 @@ import (
 // TestSwapAndReleaseCloseConnections: when the binding changes, tunnels and intercepted sessions
 // the new binding refuses are closed within a second.
 func TestSwapAndReleaseCloseConnections(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
 	h := newHarness(t)
 	h.scopes = []scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}, {Host: "api.example.test"}}
-	p := h.proxyHandler()
-	p.dyn.Load().pins["git.example.test:22"] = netip.MustParseAddrPort(echo.Addr().String())
-	h.dialer.allowed[echo.Addr().String()] = true
+	h.pinEcho(t, "git.example.test:22")
 	addr := serveHarness(t, h)
 
 	open := func(target string) (net.Conn, *bufio.Reader) {

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -48,27 +46,7 @@ func echoUpgrade(w http.ResponseWriter, r *http.Request) {
 func streamHarness(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t)
-	plain := httptest.NewServer(http.HandlerFunc(echoUpgrade))
-	t.Cleanup(plain.Close)
-	leaf, err := h.ca.Leaf("wss.example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secure := httptest.NewUnstartedServer(http.HandlerFunc(echoUpgrade))
-	secure.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	secure.StartTLS()
-	t.Cleanup(secure.Close)
-	p := h.proxyHandler()
-	d := p.dyn.Load()
-	pins := map[string]netip.AddrPort{
-		"ws.example.test:80":   netip.MustParseAddrPort(plain.Listener.Addr().String()),
-		"wss.example.test:443": netip.MustParseAddrPort(secure.Listener.Addr().String()),
-	}
-	p.Reload(d.catalog, pins, nil, d.budget)
-	h.dialer.mu.Lock()
-	h.dialer.allowed[plain.Listener.Addr().String()] = true
-	h.dialer.allowed[secure.Listener.Addr().String()] = true
-	h.dialer.mu.Unlock()
+	h.pinUpstreams(t, http.HandlerFunc(echoUpgrade), "ws.example.test", "wss.example.test")
 	h.setScopes(streamScopes("/ws"))
 	return h
 }
@@ -221,27 +199,12 @@ func TestSwitchedStreamHeldAsItsRequest(t *testing.T) {
 // Before, the recheck fell back to the token on any error of the store, so a token's tunnel or
 // session outlived the store's grace while every new connection of the same client was refused.
 func TestHeldTokenConnectionsCloseWhenTheStoreIsDown(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
 	for _, kind := range []string{"tunnel", "intercepted session"} {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t)
 			h.bindErr = binding.ErrUnknown // the client's address holds no lease
+			h.pinEcho(t, "git.example.test:22")
 			p := h.proxyHandler()
-			p.dyn.Load().pins["git.example.test:22"] = netip.MustParseAddrPort(echo.Addr().String())
-			h.dialer.allowed[echo.Addr().String()] = true
 			dev, _ := token.NewDevIssuer("dev", "aud")
 			v := &token.Verifier{Audience: "aud", Issuers: map[string]token.Issuer{"dev": dev.Issuer(time.Hour)}}
 			p.tokens.admit = func(_ context.Context, raw string) (token.Task, error) { return v.VerifyFor(raw, "") }

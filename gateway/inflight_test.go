@@ -3,14 +3,11 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -48,26 +45,7 @@ func inflightHarness(t *testing.T) (*harness, <-chan string) {
 		}
 		io.WriteString(w, "done\n")
 	})
-	plain := httptest.NewServer(read)
-	t.Cleanup(plain.Close)
-	leaf, err := h.ca.Leaf("ups.example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secure := httptest.NewUnstartedServer(read)
-	secure.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	secure.StartTLS()
-	t.Cleanup(secure.Close)
-	p := h.proxyHandler()
-	d := p.dyn.Load()
-	p.Reload(d.catalog, map[string]netip.AddrPort{
-		"up.example.test:80":   netip.MustParseAddrPort(plain.Listener.Addr().String()),
-		"ups.example.test:443": netip.MustParseAddrPort(secure.Listener.Addr().String()),
-	}, nil, d.budget)
-	h.dialer.mu.Lock()
-	h.dialer.allowed[plain.Listener.Addr().String()] = true
-	h.dialer.allowed[secure.Listener.Addr().String()] = true
-	h.dialer.mu.Unlock()
+	h.pinUpstreams(t, read, "up.example.test", "ups.example.test")
 	h.setScopes(inflightScopes("/up"))
 	return h, got
 }

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -73,26 +71,7 @@ func cutHarness(t *testing.T, paths ...string) (*harness, *cutUpstream) {
 		}
 		io.WriteString(w, "done\n")
 	})
-	plain := httptest.NewServer(handler)
-	t.Cleanup(plain.Close)
-	leaf, err := h.ca.Leaf("ups.example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secure := httptest.NewUnstartedServer(handler)
-	secure.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	secure.StartTLS()
-	t.Cleanup(secure.Close)
-	p := h.proxyHandler()
-	d := p.dyn.Load()
-	p.Reload(d.catalog, map[string]netip.AddrPort{
-		"up.example.test:80":   netip.MustParseAddrPort(plain.Listener.Addr().String()),
-		"ups.example.test:443": netip.MustParseAddrPort(secure.Listener.Addr().String()),
-	}, nil, d.budget)
-	h.dialer.mu.Lock()
-	h.dialer.allowed[plain.Listener.Addr().String()] = true
-	h.dialer.allowed[secure.Listener.Addr().String()] = true
-	h.dialer.mu.Unlock()
+	h.pinUpstreams(t, handler, "up.example.test", "ups.example.test")
 	h.setScopes(cutScopes(paths...))
 	return h, u
 }
@@ -364,27 +343,10 @@ func TestInFlightCutOnASessionItsHostKeeps(t *testing.T) {
 // is: its close record (the stream's record) is a refusal under the rule that refused it now.
 func TestRecheckClosesAreRecordedWithWhy(t *testing.T) {
 	t.Run("tunnel", func(t *testing.T) {
-		echo, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { echo.Close() })
-		go func() {
-			for {
-				c, err := echo.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); io.Copy(c, c) }()
-			}
-		}()
 		h := newHarness(t)
 		h.setScopes([]scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}})
+		h.pinEcho(t, "git.example.test:22")
 		p := h.proxyHandler()
-		p.dyn.Load().pins["git.example.test:22"] = netip.MustParseAddrPort(echo.Addr().String())
-		h.dialer.mu.Lock()
-		h.dialer.allowed[echo.Addr().String()] = true
-		h.dialer.mu.Unlock()
 		c := dialTimed(t, h.proxy.Listener.Addr().String())
 		io.WriteString(c, "CONNECT git.example.test:22 HTTP/1.1\r\nHost: git.example.test:22\r\n\r\n")
 		br := bufio.NewReader(c)

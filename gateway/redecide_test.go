@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -160,27 +159,10 @@ var _ ContextDialer = dialFunc(nil)
 // A tunnel is decided again once held, after its lookup and dial: a swap that lands during the
 // dial refuses the CONNECT, as the recheck would, before a byte of the sandbox's goes through.
 func TestRedecideTunnelAfterItsDial(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
 	h := newHarness(t)
 	h.setScopes([]scope.Scope{{Host: "git.example.test", Ports: []int{22}, Tunnel: true}})
+	h.pinEcho(t, "git.example.test:22")
 	p := h.proxyHandler()
-	p.dyn.Load().pins["git.example.test:22"] = netip.MustParseAddrPort(echo.Addr().String())
-	h.dialer.mu.Lock()
-	h.dialer.allowed[echo.Addr().String()] = true
-	h.dialer.mu.Unlock()
 	p.cfg.Dialer = dialFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
 		h.setScopes([]scope.Scope{{Host: "git.example.test", Ports: []int{2222}, Tunnel: true}}) // lands during the dial
 		return h.dialer.DialContext(ctx, network, addr)
