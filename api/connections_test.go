@@ -41,7 +41,8 @@ func TestIdleConnectionsBoundedPerAddress(t *testing.T) {
 // api.connections.per_address, and other addresses are served.
 func TestUnauthenticatedConnectionsBoundedPerAddress(t *testing.T) {
 	e := newBoundEnv(t, bounds{conns: slots.Conns{Max: 8, PerAddress: 3},
-		timeouts: slots.Timeouts{Header: 2 * time.Second, Body: 2 * time.Second, Stall: 5 * time.Second, Idle: 5 * time.Second}})
+		// Long enough for the checks below to see the slots held on a loaded machine.
+		timeouts: slots.Timeouts{Header: 8 * time.Second, Body: 8 * time.Second, Stall: 10 * time.Second, Idle: 10 * time.Second}})
 	silent := e.dial("127.0.0.1")
 	headers := e.dial("127.0.0.1")
 	io.WriteString(headers, "GET /v1/leases HTTP/1.1\r\nHost: api\r\n")

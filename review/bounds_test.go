@@ -146,7 +146,8 @@ func (f *fixture) refusedPage(c *http.Client, path, want string) {
 // naming it, their connections closed, and the tenant is served again.
 func TestSlowFormsBoundedPerIdentity(t *testing.T) {
 	f := newFixture(t, withCalls(slots.Limits{Max: 8, PerIdentity: 2, Reserved: 2}))
-	f.serveBounded(slots.Conns{Max: 64, PerAddress: 32}, slots.Timeouts{Header: 5 * time.Second, Body: 2 * time.Second, Stall: 5 * time.Second, Idle: 5 * time.Second}, false)
+	// The body timeout outlasts the checks below on a loaded machine (2 s did not, under -race).
+	f.serveBounded(slots.Conns{Max: 64, PerAddress: 32}, slots.Timeouts{Header: 5 * time.Second, Body: 8 * time.Second, Stall: 10 * time.Second, Idle: 10 * time.Second}, false)
 	acme, globex, secops := f.browserFrom("127.0.0.2"), f.browserFrom("127.0.0.3"), f.browserFrom("127.0.0.4")
 	f.signIn(acme, keyAcme)
 	f.signIn(globex, keyGlobex)
@@ -167,7 +168,7 @@ func TestSlowFormsBoundedPerIdentity(t *testing.T) {
 		switch st, body := f.answer(conn); {
 		case st == http.StatusTooManyRequests && strings.Contains(body, "(review.calls.per_identity)"):
 			refused++
-		case st == http.StatusRequestTimeout && strings.Contains(body, "the request body did not come whole within 2s (review.timeouts.body)"):
+		case st == http.StatusRequestTimeout && strings.Contains(body, "the request body did not come whole within 8s (review.timeouts.body)"):
 			cut++
 		default:
 			t.Errorf("a slow form: %d %s", st, body)
@@ -194,7 +195,8 @@ func TestSlowReadersBoundedPerIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.serveBounded(slots.Conns{Max: 64, PerAddress: 32}, slots.Timeouts{Header: 5 * time.Second, Body: 5 * time.Second, Stall: 2 * time.Second, Idle: 5 * time.Second}, true)
+	// The stall timeout outlasts the checks below on a loaded machine (2 s did not, under -race).
+	f.serveBounded(slots.Conns{Max: 64, PerAddress: 32}, slots.Timeouts{Header: 5 * time.Second, Body: 5 * time.Second, Stall: 8 * time.Second, Idle: 10 * time.Second}, true)
 	acme, secops := f.browserFrom("127.0.0.2"), f.browserFrom("127.0.0.3")
 	f.signIn(acme, keyAcme)
 	f.signIn(secops, keyAll)
@@ -209,7 +211,7 @@ func TestSlowReadersBoundedPerIdentity(t *testing.T) {
 	}
 	// Nothing reads the unread pages until the server has given them up: a read would let
 	// them move again.
-	wait.For(t, 10*time.Second, "acme's unread pages to be cut off after review.timeouts.stall, giving its slots back", func() bool {
+	wait.For(t, 30*time.Second, "acme's unread pages to be cut off after review.timeouts.stall, giving its slots back", func() bool {
 		return f.status(acme, "/denials") == http.StatusOK
 	})
 	for _, conn := range unread {
@@ -224,7 +226,8 @@ func TestSlowReadersBoundedPerIdentity(t *testing.T) {
 // the live tail.
 func TestConnectionsBoundedPerAddress(t *testing.T) {
 	f := newFixture(t)
-	f.serveBounded(slots.Conns{Max: 8, PerAddress: 3}, slots.Timeouts{Header: 2 * time.Second, Body: 2 * time.Second, Stall: 5 * time.Second, Idle: 2 * time.Second}, false)
+	// Long enough for the checks below to see the slots held on a loaded machine.
+	f.serveBounded(slots.Conns{Max: 8, PerAddress: 3}, slots.Timeouts{Header: 8 * time.Second, Body: 8 * time.Second, Stall: 10 * time.Second, Idle: 8 * time.Second}, false)
 	idle := f.open("127.0.0.1", false, nil, "GET", "/signin", 0, "")
 	if st, _ := f.answer(idle); st != http.StatusOK {
 		t.Fatalf("the sign-in page: %d", st)
