@@ -16,10 +16,8 @@ import (
 // api.calls.per_identity. Another tenant is served meanwhile; after api.timeouts.stall the
 // unread answers are cut off, their connections closed, and the tenant is served again.
 func TestSlowReadersBoundedPerTenant(t *testing.T) {
-	// The unread answers hold their slots until api.timeouts.stall cuts them: long enough for the
-	// checks below to see them held on a loaded machine (2 s was not, under -race).
 	e := newBoundEnv(t, bounds{smallBuffers: true,
-		timeouts: slots.Timeouts{Header: 5 * time.Second, Body: 5 * time.Second, Stall: 8 * time.Second, Idle: 10 * time.Second}})
+		timeouts: slots.Timeouts{Header: 5 * time.Second, Body: 5 * time.Second, Stall: 2 * time.Second, Idle: 5 * time.Second}})
 	acme, globex := "/v1/leases/"+e.leases["acme"], "/v1/leases/"+e.leases["globex"]
 	var unread []net.Conn
 	for range 2 {
@@ -35,7 +33,7 @@ func TestSlowReadersBoundedPerTenant(t *testing.T) {
 	e.served("127.0.0.3", "key-globex", "GET", "/v1/leases", "", http.StatusOK)
 	// Nothing reads the unread answers until the server has given them up: a read would
 	// let them move again.
-	wait.For(t, 30*time.Second, "acme's unread answers to be cut off after api.timeouts.stall, giving its slots back", func() bool {
+	wait.For(t, 10*time.Second, "acme's unread answers to be cut off after api.timeouts.stall, giving its slots back", func() bool {
 		st, _ := e.call("127.0.0.2", "key-acme", "GET", acme+"/processes/p-1/wait", "")
 		st2, _ := e.call("127.0.0.2", "key-acme", "GET", "/v1/leases", "")
 		return st == http.StatusNotFound && st2 == http.StatusOK
