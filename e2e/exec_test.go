@@ -113,22 +113,7 @@ func TestExec(t *testing.T) {
 
 		t.Run("a command whose caller goes away is killed with everything it started", func(t *testing.T) {
 			a := n.lease(t, "api.example.test")
-			cl := n.goClient()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var out syncBuffer
-			done := make(chan error, 1)
-			go func() {
-				_, err := cl.Exec(ctx, a.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 301 & echo started; sleep 301"}}, &out, io.Discard)
-				done <- err
-			}()
-			eventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "started") })
-			cancel() // no timeout: only the caller's going away ends it
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("gave up after 30s waiting for the cancelled exec to return")
-			}
+			n.abandonExec(t, a.ID, "sleep 301 & echo started; sleep 301")
 			var ps string
 			if err := waitUntil(10*time.Second, "the abandoned command's processes to be gone and reaped", func() bool {
 				ps, _, _ = n.exec(t, a.ID, "ps", "-eo", "stat,args")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
 
 	"github.com/airlock-dev/airlock/pool"
@@ -139,4 +140,25 @@ func (n *nodeProc) settled(t *testing.T, template string) (pool.PoolStatus, bool
 		}
 	}
 	return pool.PoolStatus{}, false, out
+}
+
+// abandonExec runs script in lease through the Go client, with no timeout, until it has printed
+// "started", and then goes away (its context cancelled), as a caller that hangs up does.
+func (n *nodeProc) abandonExec(t *testing.T, lease, script string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.goClient().Exec(ctx, lease, api.ExecRequest{Cmd: []string{"sh", "-c", script}}, &out, io.Discard)
+		done <- err
+	}()
+	eventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "started") })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("gave up after 30s waiting for the cancelled exec to return")
+	}
 }

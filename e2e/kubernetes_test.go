@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/internal/devstack"
@@ -190,21 +188,7 @@ func kubeInvariants(t *testing.T, k kubeEnv, s *shared, ns, runtime string) {
 
 	t.Run("a command whose caller goes away is killed with everything it started", func(t *testing.T) {
 		l := n.lease(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var out syncBuffer
-		done := make(chan error, 1)
-		go func() {
-			_, err := n.goClient().Exec(ctx, l.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 301 & echo started; sleep 301"}}, &out, io.Discard)
-			done <- err
-		}()
-		eventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "started") })
-		cancel() // no timeout: only the caller's going away ends it
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("gave up after 30s waiting for the cancelled exec to return")
-		}
+		n.abandonExec(t, l.ID, "sleep 301 & echo started; sleep 301")
 		// Killed, not reaped: the Pod's first process is the sandbox's idle sleep, which reaps no
 		// orphan, so what was killed stays a zombie (counted under the Pod's pids limit) until the
 		// Pod goes. Docker's sandboxes run under its init, which reaps them (exec_test.go).
