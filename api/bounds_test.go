@@ -46,6 +46,7 @@ type bounds struct {
 type boundEnv struct {
 	t      *testing.T
 	srv    *slots.Server
+	api    *api.Server
 	addr   string
 	b      bounds
 	leases map[string]string // tenant -> a lease of its
@@ -79,7 +80,7 @@ func newBoundEnv(t *testing.T, b bounds) *boundEnv {
 	if b.smallBuffers {
 		ln = smallBuffers{ln}
 	}
-	env := &boundEnv{t: t, addr: ln.Addr().String(), b: b, leases: map[string]string{}}
+	env := &boundEnv{t: t, api: h, addr: ln.Addr().String(), b: b, leases: map[string]string{}}
 	env.srv = slots.NewServer(ln, slots.ServerConfig{Handler: h, Conns: b.conns, Timeouts: b.timeouts, Setting: "api", Refuse: h.Refuse})
 	go env.srv.Serve()
 	t.Cleanup(func() { env.srv.Close() })
@@ -254,12 +255,17 @@ func (e *boundEnv) closed(c net.Conn, what string) {
 	}
 }
 
-// waitRefused waits until a call is refused with code (the slots it needs are held).
-func (e *boundEnv) waitRefused(what, from, key, method, path, code string) {
+// waitHeld waits until identity ("tenant:acme") holds n call slots (streams false) or stream
+// slots: it looks at the server's bounds rather than calling, since a call made to see them held
+// would take a slot of the very bound it waits on, and could make one of the calls it waits for
+// be refused.
+func (e *boundEnv) waitHeld(what string, streams bool, identity string, n int) {
 	e.t.Helper()
-	wait.For(e.t, 10*time.Second, what, func() bool {
-		st, out := e.call(from, key, method, path, "")
-		er, _ := out["error"].(map[string]any)
-		return st == http.StatusTooManyRequests && er["code"] == code
-	})
+	e.waitHeldFor(10*time.Second, what, streams, identity, n)
+}
+
+// waitHeldFor is waitHeld giving up after timeout.
+func (e *boundEnv) waitHeldFor(timeout time.Duration, what string, streams bool, identity string, n int) {
+	e.t.Helper()
+	wait.For(e.t, timeout, what, func() bool { return api.Held(e.api, streams, identity) == n })
 }

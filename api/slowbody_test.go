@@ -25,7 +25,7 @@ func TestSlowBodiesBoundedPerTenant(t *testing.T) {
 	for i := range 20 {
 		conns = append(conns, e.open("127.0.0.1", false, "key-acme", "POST", []string{stdin, "/v1/explain"}[i%2], 1000, "{"))
 	}
-	e.waitRefused("acme's slow bodies to hold its two call slots", "127.0.0.2", "key-acme", "GET", "/v1/leases", "too_many_calls")
+	e.waitHeld("acme's slow bodies to hold its two call slots", false, "tenant:acme", 2)
 	e.refused("127.0.0.2", "key-acme", "GET", "/v1/leases", "", "too_many_calls",
 		"tenant acme already holds 2 calls in progress on this node, the most one tenant may, all its keys together (api.calls.per_identity)")
 	e.served("127.0.0.3", "key-globex", "GET", "/v1/leases", "", http.StatusOK)
@@ -62,7 +62,8 @@ func TestCallsKeptForReviewerKeys(t *testing.T) {
 	for _, tenant := range []string{"acme", "acme", "globex", "globex"} {
 		e.open("127.0.0.1", false, "key-"+tenant, "POST", "/v1/explain", 1000, "{")
 	}
-	e.waitRefused("acme's and globex's slow bodies to hold the tenants' call slots", "127.0.0.2", "key-initech", "GET", "/v1/leases", "too_many_calls")
+	e.waitHeld("acme's slow bodies to hold its two call slots", false, "tenant:acme", 2)
+	e.waitHeld("globex's slow bodies to hold its two call slots", false, "tenant:globex", 2)
 	e.refused("127.0.0.2", "key-initech", "GET", "/v1/leases", "", "too_many_calls",
 		"the 4 calls in progress this node serves to tenants' keys are all taken; the other 2 of api.calls.max (6) are kept for reviewer keys (api.calls.reviewers)")
 	e.served("127.0.0.3", "key-secops", "GET", "/v1/approvals", "", http.StatusOK)
