@@ -50,6 +50,11 @@ const (
 	EventRelease   Event = "release"    // its tenant ended it
 	EventExpiry    Event = "expiry"     // the reaper ended it at its expiry
 	EventReap      Event = "reap"       // its sandbox was gone when the node restarted
+	// A pause keeps the lease's state as a snapshot and ends its sandbox and binding, revoking
+	// what was minted; the lease goes on, holding nothing, until a resume binds a new sandbox
+	// under a new token (recorded with the scopes it grants), or its pause expires (EventExpiry).
+	EventPause  Event = "pause"
+	EventResume Event = "resume"
 )
 
 // EventEnded reports whether e is a lease event that ends the lease.

@@ -40,6 +40,7 @@ type Config struct {
 	Tokens     Tokens          `yaml:"tokens"`
 	Dev        Dev             `yaml:"dev"`
 	Pool       Pool            `yaml:"pool"`
+	Snapshots  Snapshots       `yaml:"snapshots"`
 	Creds      []broker.Entry  `yaml:"credentials"`
 	Templates  []pool.Template `yaml:"templates"`
 	// Profiles are named bundles of scopes a token asks for by name ("profiles": ["pypi"]),
@@ -64,7 +65,8 @@ func Default() Config {
 			Tunnel: Tunnel{MaxLabel: 40, MaxName: 120, EntropyBits: 3.8, MaxDistinct: 200, Window: 5 * time.Minute}},
 		Audit: Audit{FlushEvery: 20 * time.Millisecond, SegmentBytes: 64 << 20, SegmentAge: time.Hour, KeepBytes: 10 << 30,
 			CheckpointEvery: 10 * time.Second, OutputHead: 1024},
-		E2B: E2B{Connections: DefaultAPIConnections, Timeouts: DefaultTimeouts},
+		E2B:       E2B{Connections: DefaultAPIConnections, Timeouts: DefaultTimeouts},
+		Snapshots: Snapshots{Retention: DefaultRetention},
 		Review: Review{SessionTTL: 8 * time.Hour, Streams: DefaultReviewStreams, Calls: DefaultReviewCalls,
 			Connections: DefaultReviewConnections, Timeouts: DefaultTimeouts},
 		Creds: []broker.Entry{{
@@ -185,6 +187,7 @@ func (c *Config) Validate() error {
 	c.Tokens.validate(bad)
 	c.Dev.validate(bad)
 	c.Pool.validate(bad)
+	c.Snapshots.validate(bad)
 	if _, err := broker.NewCatalog(c.Creds); err != nil {
 		errs = append(errs, err)
 	}

@@ -12,6 +12,11 @@ type LeaseRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Metadata is the tenant's labels, shown with the lease and never given to the sandbox.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// From is a snapshot of the tenant's ("sha256:..." or its name) whose workspace the lease
+	// starts with, restored before the lease is returned.
+	From string `json:"from,omitempty"`
+	// NoCaches starts the lease with the template's caches empty.
+	NoCaches bool `json:"no_caches,omitempty"`
 }
 
 // LeaseView is a lease as the API shows it; the task token is never returned.
@@ -27,6 +32,10 @@ type LeaseView struct {
 	Expires  time.Time         `json:"expires"`
 	Start    Start             `json:"start,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// State is "running" or "paused" (a paused lease holds no sandbox and no binding).
+	State string `json:"state,omitempty"`
+	// Restored is set on the answer of a lease from a snapshot, and of a resume.
+	Restored *Restored `json:"restored,omitempty"`
 }
 
 // Start is how a lease's sandbox was had.

@@ -189,7 +189,7 @@ func (b *Builder) lease(rec audit.Record) {
 		t := rec.Time
 		r.Started, r.Template, r.Runtime = &t, rec.Template, rec.Runtime
 		fallthrough
-	case audit.EventTokenSwap:
+	case audit.EventTokenSwap, audit.EventResume:
 		for _, s := range rec.Scopes {
 			b.granted[s] = true
 		}
