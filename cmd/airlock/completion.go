@@ -22,7 +22,9 @@ func flagsOf(c command) []string {
 }
 
 // cmdCompletion prints a completion script for bash or zsh: command names, their subcommands,
-// their flags, and lease ids where a command takes one (from `airlock leases`).
+// their flags, lease ids where a command takes one (from `airlock leases`), and snapshot names
+// after --from and in `airlock snapshots` (from its listing: named ones whose name is one word;
+// ids hold a ':', which bash splits words at).
 func cmdCompletion(args []string) int {
 	if len(args) != 1 || (args[0] != "bash" && args[0] != "zsh") {
 		fmt.Fprint(os.Stderr, commandUsage(find("completion")))
@@ -43,21 +45,32 @@ func cmdCompletion(args []string) int {
 	echo "$words"
 }
 _airlock_leases() { airlock leases 2>/dev/null | awk '{print $1}'; }
+_airlock_snapshots() { airlock snapshots 2>/dev/null | awk '$2 != "-" && $2 !~ /^"/ {print $2}'; }
+# $1: the command; prints the ids or names it takes.
+_airlock_refs() {
+	case "$1" in
+	snapshots) _airlock_snapshots ;;
+	*) _airlock_leases ;;
+	esac
+}
 `, cases.String())
 	if args[0] == "bash" {
 		fmt.Printf(`# bash completion for airlock: source <(airlock completion bash)
 %s_airlock() {
-	local cur=${COMP_WORDS[COMP_CWORD]}
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
 	if [ "$COMP_CWORD" -eq 1 ]; then
 		COMPREPLY=($(compgen -W %q -- "$cur"))
+		return
+	fi
+	if [ "$prev" = "--from" ]; then
+		COMPREPLY=($(compgen -W "$(_airlock_snapshots)" -- "$cur"))
 		return
 	fi
 	local words
 	words=$(_airlock_words "${COMP_WORDS[1]}")
 	case "$cur" in
 	-*) COMPREPLY=($(compgen -W "$words" -- "$cur")) ;;
-	l-*) COMPREPLY=($(compgen -W "$(_airlock_leases)" -- "$cur")) ;;
-	*) COMPREPLY=($(compgen -W "$words $(_airlock_leases)" -- "$cur")) ;;
+	*) COMPREPLY=($(compgen -W "$words $(_airlock_refs "${COMP_WORDS[1]}")" -- "$cur")) ;;
 	esac
 }
 complete -F _airlock airlock
@@ -71,9 +84,13 @@ complete -F _airlock airlock
 		compadd -- %s
 		return
 	fi
+	if [[ ${words[CURRENT-1]} == --from ]]; then
+		compadd -- $(_airlock_snapshots)
+		return
+	fi
 	local -a next
 	next=(${=$(_airlock_words "${words[2]}")})
-	compadd -- $next $(_airlock_leases)
+	compadd -- $next $(_airlock_refs "${words[2]}")
 }
 compdef _airlock airlock
 `, body, strings.Join(names, " "))

@@ -18,8 +18,10 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func cmdLease(args []string) int {
 	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
-	template := fs.String("template", "default", "sandbox template")
-	tok := fs.String("token", "", "the task's JWT")
+	template := fs.String("template", "", "sandbox template (default: default, or with --from the snapshot's)")
+	from := fs.String("from", "", "a snapshot (its id or name) whose workspace the lease starts with")
+	noCaches := fs.Bool("no-caches", false, "start with the template's caches empty")
+	tok := fs.String("token", "", "the task's JWT ('-': read it from stdin)")
 	ttl := fs.Duration("ttl", 0, "lease lifetime (default: the template's)")
 	asJSON := fs.Bool("json", false, "print the lease as JSON")
 	var allow multiFlag
@@ -27,11 +29,16 @@ func cmdLease(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	raw, err := taskToken(*tok)
+	if err != nil {
+		return fail(err)
+	}
 	c, err := newClient()
 	if err != nil {
 		return fail(err)
 	}
-	req := apitype.LeaseRequest{Template: *template, Token: *tok, Allow: allow}
+	// An empty template is the node's default, or the snapshot's with --from.
+	req := apitype.LeaseRequest{Template: *template, Token: raw, Allow: allow, From: *from, NoCaches: *noCaches}
 	if *ttl > 0 {
 		req.TTL = ttl.String()
 	}
@@ -47,6 +54,9 @@ func cmdLease(args []string) int {
 	}
 	fmt.Println(l.ID)
 	fmt.Fprintf(os.Stderr, "lease %s: sandbox %.12s at %s, task %s, expires %s\n", l.ID, l.Sandbox, l.Address, l.Task, l.Expires.Local().Format("15:04:05"))
+	if l.Restored != nil {
+		fmt.Fprintln(os.Stderr, restoredLine(*l.Restored))
+	}
 	return 0
 }
 
@@ -67,6 +77,11 @@ func cmdLeases(args []string) int {
 	}
 	return emit(*asJSON, ls, func() {
 		for _, l := range ls {
+			if l.State == "paused" {
+				// A paused lease holds no sandbox; it is released at Expires unless resumed.
+				fmt.Printf("%-28s %-14s %-20s paused        until %s\n", l.ID, l.Template, l.Task, when(l.Expires))
+				continue
+			}
 			fmt.Printf("%-28s %-14s %-20s node %-8s expires %s\n", l.ID, l.Template, l.Task, l.Node, l.Expires.Local().Format("15:04:05"))
 		}
 	})

@@ -19,7 +19,14 @@ func TestMain(m *testing.M) {
 
 func airlock(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return airlockIn(t, "", env, args...)
+}
+
+// airlockIn is airlock with stdin.
+func airlockIn(t *testing.T, stdin string, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	// Under -race a process waits a second as it exits unless told otherwise; these run many.
 	cmd.Env = append(append(os.Environ(), "AIRLOCK_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0", "AIRLOCK_STATE_DIR="+t.TempDir()), env...)
 	var out, errb bytes.Buffer
