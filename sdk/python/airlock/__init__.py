@@ -13,11 +13,14 @@ from .client import (
     Explanation,
     Files,
     NotFound,
+    Paused,
     Process,
     Processes,
     Refused,
+    Restored,
     RunResult,
     Sandbox,
+    Snapshot,
     TimedOut,
 )
 
@@ -28,11 +31,14 @@ __all__ = [
     "Explanation",
     "Files",
     "NotFound",
+    "Paused",
     "Process",
     "Processes",
     "Refused",
+    "Restored",
     "RunResult",
     "Sandbox",
+    "Snapshot",
     "TimedOut",
 ]
 __version__ = "0.1.0"

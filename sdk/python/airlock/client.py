@@ -26,6 +26,9 @@ __all__ = [
     "Process",
     "Processes",
     "Explanation",
+    "Snapshot",
+    "Paused",
+    "Restored",
 ]
 
 STREAM_STDOUT, STREAM_STDERR, STREAM_EXIT = 1, 2, 3
@@ -59,7 +62,7 @@ def _error(status: int, body: bytes) -> AirlockError:
         code, message = e.get("code", ""), e.get("message", message)
     except (ValueError, KeyError, TypeError):
         pass
-    cls = NotFound if status == 404 else Refused if status in (400, 403, 409, 429) else AirlockError
+    cls = NotFound if status == 404 else Refused if status in (400, 403, 409, 413, 429) else AirlockError
     return cls(status, code, message)
 
 
@@ -138,14 +141,24 @@ class Client:
 
     # -- the API ----------------------------------------------------------------------------
 
-    def sandbox(self, template: str = "default", allow: Sequence[str] = (), profiles: Sequence[str] = (),
+    def sandbox(self, template: Optional[str] = None, allow: Sequence[str] = (), profiles: Sequence[str] = (),
                 token: Optional[str] = None, ttl: Optional[str] = None,
-                env: Optional[dict[str, str]] = None, metadata: Optional[dict[str, str]] = None) -> "Sandbox":
+                env: Optional[dict[str, str]] = None, metadata: Optional[dict[str, str]] = None,
+                from_snapshot: Optional[str] = None, no_caches: bool = False) -> "Sandbox":
         """Leases a sandbox: allow names hosts (HOST[:PORT][=CREDENTIAL]) the dev issuer puts in a
         minted token, profiles names scope bundles (pypi, npm, ...); or token is a task JWT. env is
         set for every command of the lease (never a secret: such names and values are refused);
-        metadata labels it."""
-        req: dict[str, Any] = {"template": template}
+        metadata labels it. from_snapshot (a snapshot's id or name) restores its workspace before
+        the sandbox is returned (sb.restored says what, and how long it took); template then
+        defaults to the snapshot's, else to "default". no_caches starts with the template's caches
+        empty."""
+        req: dict[str, Any] = {}
+        if template:
+            req["template"] = template
+        if from_snapshot:
+            req["from"] = from_snapshot
+        if no_caches:
+            req["no_caches"] = True
         if env:
             req["env"] = env
         if metadata:
@@ -163,7 +176,24 @@ class Client:
         return Sandbox(self, self._call("GET", f"/v1/leases/{_q(lease)}"))
 
     def sandboxes(self) -> list["Sandbox"]:
+        """Your sandboxes, running and paused (sb.state)."""
         return [Sandbox(self, v) for v in self._call("GET", "/v1/leases")]
+
+    def resume(self, lease: str, token: str, ttl: Optional[str] = None) -> "Sandbox":
+        """Resumes a paused lease of yours (Sandbox.resume, for one you hold no Sandbox of)."""
+        return Sandbox(self, self._call("POST", f"/v1/leases/{_q(lease)}/resume", _resume_request(token, ttl)))
+
+    def snapshots(self) -> list["Snapshot"]:
+        """Your snapshots, newest first."""
+        return [Snapshot.of(v) for v in self._call("GET", "/v1/snapshots")]
+
+    def snapshot(self, ref: str) -> "Snapshot":
+        """One of your snapshots, by id ("sha256:...") or name."""
+        return Snapshot.of(self._call("GET", f"/v1/snapshots/{_q(ref)}"))
+
+    def delete_snapshot(self, ref: str) -> None:
+        """Deletes one of your snapshots; sandboxes started from it keep what they restored."""
+        self._call("DELETE", f"/v1/snapshots/{_q(ref)}")
 
     def pools(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/pools")
@@ -171,6 +201,15 @@ class Client:
 
 def _q(s: str) -> str:
     return urllib.parse.quote(s, safe="")
+
+
+def _resume_request(token: str, ttl: Optional[str]) -> dict[str, Any]:
+    if not token:
+        raise Refused(0, "token_required", "a task token for the paused lease's task is required: a paused lease keeps none")
+    req = {"token": token}
+    if ttl:
+        req["ttl"] = ttl
+    return req
 
 
 @dataclass
@@ -215,25 +254,94 @@ class Explanation:
         return self.decision == "allow"
 
 
+@dataclass
+class Restored:
+    """What a sandbox from a snapshot, or a resumed one, started with, and how long that took."""
+    snapshot: str
+    files: int
+    size: int
+    took_ms: int
+
+    @classmethod
+    def of(cls, v: Optional[dict[str, Any]]) -> Optional["Restored"]:
+        if not v:
+            return None
+        return cls(snapshot=v["snapshot"], files=v.get("files", 0), size=v.get("size", 0), took_ms=v.get("took_ms", 0))
+
+
+@dataclass
+class Snapshot:
+    """A snapshot of a workspace: content-addressed (id is "sha256:" and the archive's digest),
+    your tenant's, holding no credential. size is the archive's, stored what the store holds
+    (encrypted); took_ms is set on the answer of Sandbox.snapshot."""
+    id: str
+    name: str
+    template: str
+    image: str
+    lease: str
+    created: Optional[datetime]
+    size: int
+    stored: int
+    files: int
+    paths: list[str] = field(default_factory=list)
+    took_ms: int = 0
+
+    @classmethod
+    def of(cls, v: dict[str, Any]) -> "Snapshot":
+        return cls(id=v["id"], name=v.get("name", ""), template=v.get("template", ""), image=v.get("image", ""),
+                   lease=v.get("lease", ""), created=_time(v.get("created")), size=v.get("size", 0),
+                   stored=v.get("stored", 0), files=v.get("files", 0), paths=v.get("paths") or [],
+                   took_ms=v.get("took_ms", 0))
+
+
+@dataclass
+class Paused:
+    """The answer of a pause: kept is "files" or "memory+files"; why says why memory was not kept
+    when it was asked for; until is when the paused lease is released unless resumed."""
+    lease: str
+    task: str
+    template: str
+    kept: str
+    snapshot: str
+    paused: Optional[datetime]
+    until: Optional[datetime]
+    took_ms: int = 0
+    why: str = ""
+
+    @classmethod
+    def of(cls, v: dict[str, Any]) -> "Paused":
+        return cls(lease=v["lease"], task=v.get("task", ""), template=v.get("template", ""), kept=v.get("kept", ""),
+                   snapshot=v.get("snapshot", ""), paused=_time(v.get("paused")), until=_time(v.get("until")),
+                   took_ms=v.get("took_ms", 0), why=v.get("why", ""))
+
+
 class Sandbox:
-    """A leased sandbox. As a context manager it is released on exit."""
+    """A leased sandbox. As a context manager it is released on exit, unless it is paused then
+    (its release would delete what the pause kept)."""
 
     def __init__(self, client: Client, view: dict[str, Any]) -> None:
         self._c = client
         self.id: str = view["id"]
+        self.files = Files(self)
+        self.processes = Processes(self)
+        self._view(view)
+
+    def _view(self, view: dict[str, Any]) -> None:
         self.template: str = view.get("template", "")
         self.task: str = view.get("task", "")
         self.address: str = view.get("address", "")
         self.expires: Optional[datetime] = _time(view.get("expires"))
         self.metadata: dict[str, str] = view.get("metadata") or {}
-        self.files = Files(self)
-        self.processes = Processes(self)
+        # "running" or "paused" (a paused lease has no address; expires is when it is released).
+        self.state: str = view.get("state") or "running"
+        self.restored: Optional[Restored] = Restored.of(view.get("restored"))
 
     def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        if self.state != "paused":
+            self.release()
 
     def __repr__(self) -> str:
         return f"Sandbox({self.id!r}, template={self.template!r})"
@@ -303,8 +411,35 @@ class Sandbox:
         v = self._c._call("POST", self._base + "/renew", {"ttl": ttl} if ttl else {})
         self.expires = _time(v.get("expires"))
 
+    def snapshot(self, name: Optional[str] = None, paths: Sequence[str] = ()) -> Snapshot:
+        """Snapshots the workspace while the sandbox runs, and each path in paths (writable paths
+        besides the workspace that the template declares for snapshots). Client.sandbox's
+        from_snapshot takes its id or name."""
+        req: dict[str, Any] = {}
+        if name:
+            req["name"] = name
+        if paths:
+            req["paths"] = list(paths)
+        return Snapshot.of(self._c._call("POST", self._base + "/snapshots", req))
+
+    def pause(self, memory: bool = False) -> Paused:
+        """Releases the sandbox's compute and network access and keeps its files (with memory,
+        its running processes too, where the node's runtime can: the answer's kept and why say).
+        Every credential minted for it is revoked; resume needs a task token for its task."""
+        p = Paused.of(self._c._call("POST", self._base + "/pause", {"memory": True} if memory else {}))
+        self.state, self.address, self.expires = "paused", "", p.until
+        return p
+
+    def resume(self, token: str, ttl: Optional[str] = None) -> "Sandbox":
+        """Brings the paused sandbox back in a new container, bound to token: a task token for its
+        task (a paused lease keeps none). self.restored says what was restored and how long it
+        took. Returns self."""
+        self._view(self._c._call("POST", self._base + "/resume", _resume_request(token, ttl)))
+        return self
+
     def release(self) -> None:
-        """Destroys the sandbox and everything in it; releasing one already gone is not an error."""
+        """Destroys the sandbox and everything in it (of a paused one, what its pause kept);
+        releasing one already gone is not an error."""
         try:
             self._c._call("DELETE", self._base)
         except NotFound:
