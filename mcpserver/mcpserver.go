@@ -1,7 +1,8 @@
 // Package mcpserver is airlock's MCP server (`airlock mcp`): the tools an agent uses to create
 // sandboxes, run and build in them, move files, keep processes running, show a port, learn why
-// a request was refused, and release them, over the node's HTTP API. A session holds the
-// sandboxes it created and releases them when it ends, unless told to keep one.
+// a request was refused, snapshot, pause and resume them, and release them, over the node's
+// HTTP API. A session holds the sandboxes it created and releases them when it ends, unless told
+// to keep one (or paused it).
 package mcpserver
 
 import (
@@ -71,7 +72,9 @@ sandbox_create (allow the hosts you need, or profiles such as pypi or npm), then
 write and read files in its workspace (/workspace), start long-running processes and read their
 output later, and expose a port for review. When a request is refused, explain tells you why and
 which scope would allow it. Release sandboxes you no longer need; those this session created are
-released when it ends.`
+released when it ends. To keep work: sandbox_snapshot saves a workspace (never a credential), and
+sandbox_create with from starts any number of sandboxes from it; sandbox_pause frees a sandbox
+and keeps its files until sandbox_resume, which needs a task token for the same task.`
 
 // MCP is the underlying server, for in-process transports.
 func (s *Server) MCP() *mcp.Server { return s.mcp }

@@ -23,7 +23,9 @@ const OutputLimit = 64 << 10
 
 // CreateIn is sandbox_create's input.
 type CreateIn struct {
-	Template string   `json:"template,omitempty" jsonschema:"the sandbox template (default: default); see the node's pools"`
+	Template string   `json:"template,omitempty" jsonschema:"the sandbox template (default: default, or with from the snapshot's); see the node's pools"`
+	From     string   `json:"from,omitempty" jsonschema:"a snapshot (its id or name, from sandbox_snapshot or snapshot_list) whose workspace the sandbox starts with"`
+	NoCaches bool     `json:"no_caches,omitempty" jsonschema:"start with the template's caches empty"`
 	Allow    []string `json:"allow,omitempty" jsonschema:"hosts the sandbox may reach: HOST[:PORT][=CREDENTIAL] (a credential the gateway adds to requests to that host)"`
 	Profiles []string `json:"profiles,omitempty" jsonschema:"named scope bundles, for example pypi, npm, crates, maven, rubygems, github-read"`
 	Token    string   `json:"token,omitempty" jsonschema:"a task token (JWT) from your issuer, instead of allow and profiles"`
@@ -36,8 +38,16 @@ type SandboxOut struct {
 	Lease     string    `json:"lease" jsonschema:"the id every other tool takes"`
 	Template  string    `json:"template"`
 	Task      string    `json:"task"`
-	Expires   time.Time `json:"expires"`
+	Expires   time.Time `json:"expires" jsonschema:"when it ends; for a paused sandbox, when it is released unless resumed"`
 	Workspace string    `json:"workspace" jsonschema:"the sandbox's writable working folder"`
+	State     string    `json:"state,omitempty" jsonschema:"running or paused"`
+	// Restored is what a sandbox from a snapshot, or a resumed one, started with.
+	Restored *apitype.Restored `json:"restored,omitempty" jsonschema:"what was restored from a snapshot or a pause, and how long it took"`
+}
+
+// sandboxOut describes lease l.
+func sandboxOut(l apitype.LeaseView) SandboxOut {
+	return SandboxOut{Lease: l.ID, Template: l.Template, Task: l.Task, Expires: l.Expires, Workspace: "/workspace", State: l.State, Restored: l.Restored}
 }
 
 // LeaseIn names a sandbox.
@@ -145,9 +155,9 @@ type Done struct {
 
 func (s *Server) addTools() {
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true}
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_create", Description: "Create a sandbox (lease a warm one) that may reach the hosts allowed, and only those."}, s.create)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_list", Description: "List your sandboxes.", Annotations: ro}, s.list)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_release", Description: "Release a sandbox: it and everything in it are destroyed."}, s.release)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_create", Description: "Create a sandbox (lease a warm one) that may reach the hosts allowed, and only those; with from, its workspace is first restored from a snapshot."}, s.create)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_list", Description: "List your sandboxes, running and paused.", Annotations: ro}, s.list)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "sandbox_release", Description: "Release a sandbox: it and everything in it are destroyed (of a paused one, what its pause kept)."}, s.release)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run", Description: "Run a command in a sandbox and wait for it: its exit code and output (streamed as progress while it runs)."}, s.run)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "write_file", Description: "Write a file in a sandbox's workspace."}, s.writeFile)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "read_file", Description: "Read a file from a sandbox's workspace.", Annotations: ro}, s.readFile)
@@ -158,6 +168,7 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "kill_process", Description: "Send a signal to a background process and everything it started."}, s.killProcess)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "expose_port", Description: "Make a port a server in the sandbox listens on reachable at a URL, for a person to review."}, s.exposePort)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "explain", Description: "Explain the gateway's decision for a request from a sandbox: allowed or refused, by which rule, and which scope would allow it.", Annotations: ro}, s.explain)
+	s.addStateTools()
 }
 
 // agentError turns an API error into one an agent can act on: what went wrong, and what to do.
@@ -177,6 +188,13 @@ func agentError(err error) error {
 		"too_many_ports":   "this sandbox exposes as many ports as it may",
 		"rate_limited":     "slow down and try again",
 		"unauthorized":     "the API key is not accepted by the node",
+		"no_such_snapshot": "list your snapshots with snapshot_list",
+		"too_large":        "remove what need not be kept (build output, caches) and snapshot again",
+		"image_gone":       "the image the snapshot ran is gone from the node: start a sandbox of the template, restore what you need, and snapshot it again",
+		"snapshot_corrupt": "the snapshot does not verify and cannot be used: delete it with snapshot_delete",
+		"store_down":       "the snapshot store is down; the sandbox runs on unchanged: try again later",
+		"no_snapshots":     "this node keeps no snapshots, so nothing can be snapshotted, paused or resumed here",
+		"token_required":   "give a task token for the sandbox's task",
 	}[ae.Code]
 	if hint == "" {
 		return fmt.Errorf("%s", ae.Message)
@@ -186,10 +204,9 @@ func agentError(err error) error {
 
 func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in CreateIn) (*mcp.CallToolResult, SandboxOut, error) {
 	st := s.sessionOf(req)
-	lr := apitype.LeaseRequest{Template: in.Template, Token: in.Token, TTL: in.TTL, Allow: append([]string{}, in.Allow...)}
-	if lr.Template == "" {
-		lr.Template = "default"
-	}
+	// An empty template is the node's default, or with From the snapshot's.
+	lr := apitype.LeaseRequest{Template: in.Template, Token: in.Token, TTL: in.TTL, Allow: append([]string{}, in.Allow...),
+		From: in.From, NoCaches: in.NoCaches}
 	for _, p := range in.Profiles {
 		lr.Allow = append(lr.Allow, "@"+strings.TrimPrefix(p, "@"))
 	}
@@ -206,7 +223,7 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 	st.mu.Lock()
 	st.leases[l.ID] = in.Keep
 	st.mu.Unlock()
-	return nil, SandboxOut{Lease: l.ID, Template: l.Template, Task: l.Task, Expires: l.Expires, Workspace: "/workspace"}, nil
+	return nil, sandboxOut(l), nil
 }
 
 // ListOut is sandbox_list's result.
@@ -221,7 +238,7 @@ func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, _ struct{})
 	}
 	out := ListOut{Sandboxes: []SandboxOut{}}
 	for _, l := range ls {
-		out.Sandboxes = append(out.Sandboxes, SandboxOut{Lease: l.ID, Template: l.Template, Task: l.Task, Expires: l.Expires, Workspace: "/workspace"})
+		out.Sandboxes = append(out.Sandboxes, sandboxOut(l))
 	}
 	return nil, out, nil
 }
