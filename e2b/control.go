@@ -23,8 +23,17 @@ import (
 
 // TokenHeader carries a task token to Sandbox.create (the SDK's `headers` option): the lease is
 // bound to it, as POST /v1/leases's token is. Without one, the node mints one from allowOut
-// when it can (the dev issuer of `airlock up`).
+// when it can (the dev issuer of `airlock up`). Sandbox.connect of a paused sandbox needs one
+// for the paused lease's task: a paused lease keeps none, and the node mints none to resume.
 const TokenHeader = "X-Airlock-Token"
+
+// KeptHeader and WhyHeader are on the answer of a pause: what it kept ("files" or
+// "memory+files"), and why memory was not kept when it was asked for. The SDK's pause returns
+// only true or false; these say what a resume will find.
+const (
+	KeptHeader = "X-Airlock-Kept"
+	WhyHeader  = "X-Airlock-Why"
+)
 
 func (s *Server) controlRoutes() {
 	s.control.HandleFunc("POST /v2/sandboxes", s.keyed(s.create))
@@ -50,7 +59,7 @@ func (s *Server) unserved(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(r.URL.Path, "/network"):
 		msg += ": a sandbox's network is its task token's scopes, changed by swapping the token (PUT /v1/leases/{id}/token)"
 	case strings.Contains(r.URL.Path, "snapshots"), strings.HasSuffix(r.URL.Path, "/fork"):
-		msg += ": airlock sandboxes are ephemeral and never snapshotted, forked or paused"
+		msg += ": snapshots and forks are airlock's own API's (POST /v1/leases/{id}/snapshots, then POST /v1/leases with from, as often as you like); pause and connect are served here"
 	case strings.HasPrefix(r.URL.Path, "/templates"):
 		msg += ": templates are the operator's, in the node's configuration"
 	}
@@ -150,7 +159,7 @@ func (n newSandbox) leaseRequest() (api.LeaseRequest, error) {
 	case n.Secure != nil && !*n.Secure:
 		return req, fmt.Errorf("secure: false cannot be granted: every airlock sandbox's API takes its access token")
 	case (n.AutoPause != nil && *n.AutoPause) || (n.AutoPauseMemory != nil && *n.AutoPauseMemory) || (n.AutoResume != nil && n.AutoResume.Enabled):
-		return req, fmt.Errorf("airlock does not pause sandboxes: a lease ends at its timeout, and its sandbox is destroyed")
+		return req, fmt.Errorf("airlock does not pause sandboxes on its own: a lease ends at its timeout, and its sandbox is destroyed; pause one with pause() and resume it with Sandbox.connect (with a task token in %s)", TokenHeader)
 	case present(n.MCP):
 		return req, fmt.Errorf("mcp: airlock does not start an MCP gateway in the sandbox; its own MCP server (airlock mcp) drives leases from outside")
 	case present(n.IAM):
@@ -225,8 +234,10 @@ func (s *Server) view(l api.LeaseView, detail bool) sandboxView {
 		v.Domain = &s.cfg.Domain
 	}
 	if detail {
+		// A paused lease's Created is when it paused, and its Expires when it is released
+		// unless resumed.
 		started, end := l.Created, l.Expires
-		v.StartedAt, v.EndAt, v.State, v.Metadata = &started, &end, "running", l.Metadata
+		v.StartedAt, v.EndAt, v.State, v.Metadata = &started, &end, stateOf(l), l.Metadata
 		if v.Metadata == nil {
 			v.Metadata = map[string]string{}
 		}
@@ -266,6 +277,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c *client.Client
 	writeJSON(w, http.StatusCreated, v)
 }
 
+// stateOf is a lease's state as E2B names it: "running" or "paused".
+func stateOf(l api.LeaseView) string {
+	if l.State == "paused" {
+		return "paused"
+	}
+	return "running"
+}
+
+// connect answers Sandbox.connect: a running sandbox as it is (its timeout set when given), a
+// paused one resumed, bound to the task token in TokenHeader (201, as E2B answers a resume).
+// What the pause kept is what comes back; the body's memory (false: reboot) changes nothing,
+// since no runtime of airlock's keeps memory it could drop.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *client.Client) {
 	var body struct {
 		Timeout *int64 `json:"timeout"`
@@ -277,7 +300,12 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *client.Clien
 	}
 	id := r.PathValue("id")
 	l, err := c.Get(r.Context(), id)
-	if err == nil && body.Timeout != nil {
+	status := http.StatusOK
+	switch {
+	case err == nil && l.State == "paused":
+		l, err = s.resume(r, c, l, body.Timeout)
+		status = http.StatusCreated
+	case err == nil && body.Timeout != nil:
 		l, err = s.renew(r, c, id, *body.Timeout)
 	}
 	if err != nil {
@@ -286,7 +314,25 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *client.Clien
 	}
 	v := s.view(l, false)
 	v.EnvdAccessToken = s.tokens.seal(l.ID, c.Token)
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, status, v)
+}
+
+// resume brings paused lease l back with the task token the request carries, for seconds (nil:
+// the template's default).
+func (s *Server) resume(r *http.Request, c *client.Client, l api.LeaseView, seconds *int64) (api.LeaseView, error) {
+	tok := strings.TrimSpace(r.Header.Get(TokenHeader))
+	if tok == "" {
+		return api.LeaseView{}, &client.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("sandbox %s is paused: resuming it needs a task token "+
+			"for its task %s in the %s header (the SDK's headers option): a paused sandbox keeps none, and airlock mints none to resume", l.ID, l.Task, TokenHeader)}
+	}
+	var ttl time.Duration
+	if seconds != nil {
+		if *seconds <= 0 || *seconds > math.MaxInt32 {
+			return api.LeaseView{}, &client.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("timeout %d is not a number of seconds above 0", *seconds)}
+		}
+		ttl = time.Duration(*seconds) * time.Second
+	}
+	return c.Resume(r.Context(), l.ID, tok, ttl)
 }
 
 // renew sets the lease's end to seconds from now, as E2B's timeouts do.
@@ -329,12 +375,37 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, c *client.Cl
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// pause answers Sandbox.pause: 204 once paused, 409 when it is paused already (the SDK's
+// false). E2B keeps memory unless the body's memory is false; airlock keeps it where the node's
+// runtime can, and otherwise the files alone: KeptHeader and WhyHeader say which, and why.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *client.Client) {
-	if _, err := c.Get(r.Context(), r.PathValue("id")); err != nil {
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil && err.Error() != "EOF" {
+		writeError(w, http.StatusBadRequest, "the pause request: "+err.Error())
+		return
+	}
+	id := r.PathValue("id")
+	l, err := c.Get(r.Context(), id)
+	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	writeError(w, http.StatusNotImplemented, "airlock does not pause sandboxes: a lease ends at its timeout (setTimeout extends it, up to the template's max_ttl), and its sandbox is destroyed")
+	if l.State == "paused" {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused already", id))
+		return
+	}
+	p, err := c.Pause(r.Context(), id, body.Memory == nil || *body.Memory)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.Header().Set(KeptHeader, string(p.Kept))
+	if p.Why != "" {
+		w.Header().Set(WhyHeader, p.Why)
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // list answers GET /v2/sandboxes: the caller's leases, filtered by metadata, state, template and
@@ -382,7 +453,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *client.Client) 
 	}
 	out := []sandboxView{}
 	for _, l := range ls {
-		match := (q.Get("state") == "" || slices.Contains(states, "running")) &&
+		match := (q.Get("state") == "" || slices.Contains(states, stateOf(l))) &&
 			(q.Get("template") == "" || q.Get("template") == l.Template) && !l.Created.Before(after)
 		for k := range want {
 			match = match && l.Metadata[k] == want.Get(k)

@@ -201,16 +201,21 @@ func (c *capped) Read(p []byte) (int, error) {
 }
 
 // health answers 204 while the sandbox's lease is held, and 502 (what the SDK reads as not
-// running) once it is not.
+// running) once it is not, or while it is paused.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	id, api, e := s.authorize(r)
 	if e != nil {
 		envdError(w, rpcStatus(e.code), e.msg)
 		return
 	}
-	if _, err := api.Get(r.Context(), id); err != nil {
+	l, err := api.Get(r.Context(), id)
+	if err != nil {
 		_, msg := apiStatus(err)
 		envdError(w, http.StatusBadGateway, msg)
+		return
+	}
+	if l.State == "paused" {
+		envdError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is paused: Sandbox.connect resumes it", id))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
