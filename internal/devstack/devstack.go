@@ -124,7 +124,8 @@ type Vault struct {
 }
 
 // StartVault runs `vault server -dev` from binary on a free loopback port with a random root
-// token, and waits until it is unsealed.
+// token, waits until it is unsealed, and mounts the transit engine at TransitMount (snapshots
+// wrap their data keys with it).
 func StartVault(ctx context.Context, binary, dir string) (*Vault, error) {
 	port, err := freePort()
 	if err != nil {
@@ -159,7 +160,29 @@ func StartVaultAt(ctx context.Context, binary, dir, addr, tok string) (*Vault, e
 		p.Stop()
 		return nil, fmt.Errorf("vault dev server did not start: %v\n%s", err, p.tail())
 	}
-	return &Vault{Process: p, Addr: url, Token: tok}, nil
+	v := &Vault{Process: p, Addr: url, Token: tok}
+	if err := v.mountTransit(ctx); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return v, nil
+}
+
+// TransitMount is where the dev server mounts the transit engine: the default mount of
+// snapshot.Transit, which keeps one key per tenant there.
+const TransitMount = "transit"
+
+// mountTransit mounts the transit engine at TransitMount. A dev server starts with only KV
+// ("secret/"); production Vaults are set up by their operators (snapshot/README.md says how).
+func (v *Vault) mountTransit(ctx context.Context) error {
+	c, err := v.Client()
+	if err != nil {
+		return err
+	}
+	if err := c.Sys().MountWithContext(ctx, TransitMount, &vaultapi.MountInput{Type: "transit"}); err != nil {
+		return fmt.Errorf("seeding the dev vault: mounting the transit engine at %s/: %w", TransitMount, err)
+	}
+	return nil
 }
 
 // Client returns a client of the dev server with its root token.
