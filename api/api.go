@@ -18,17 +18,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/ratelimit"
 	"github.com/airlock-dev/airlock/rule"
 	"github.com/airlock-dev/airlock/slots"
+	"github.com/airlock-dev/airlock/snapshot"
 	"github.com/airlock-dev/airlock/token"
 )
 
 // Minter mints a task token from "HOST[:PORT][=CREDENTIAL]" specs; only the dev node has one.
 type Minter interface {
-	Mint(tenant string, allow []string, ttl time.Duration) (string, error)
+	// Mint mints a token of tenant for task ("" for a new task) allowing allow.
+	Mint(tenant, task string, allow []string, ttl time.Duration) (string, error)
 }
 
 // Config is what a Server needs.
@@ -138,6 +141,12 @@ func New(cfg Config) *Server {
 	s.route("POST /v1/leases/{id}/processes/{pid}/stdin", call, s.owned(s.processInput))
 	s.route("DELETE /v1/leases/{id}/processes/{pid}/stdin", call, s.owned(s.closeProcessInput))
 	s.route("POST /v1/leases/{id}/processes/{pid}/resize", call, s.owned(s.resizeProcess))
+	s.route("POST /v1/leases/{id}/snapshots", stream, s.owned(s.takeSnapshot))
+	s.route("POST /v1/leases/{id}/pause", stream, s.owned(s.pauseLease))
+	s.route("POST /v1/leases/{id}/resume", stream, s.resumeLease)
+	s.route("GET /v1/snapshots", call, s.listSnapshots)
+	s.route("GET /v1/snapshots/{ref}", call, s.getSnapshot)
+	s.route("DELETE /v1/snapshots/{ref}", call, s.deleteSnapshot)
 	s.route("GET /v1/audit", stream, s.audit)
 	s.route("GET /v1/leases/{id}/receipt", call, s.receipt)
 	s.route("GET /v1/pools", call, s.pools)
@@ -297,9 +306,19 @@ func (s *Server) owned(h tenantHandler) tenantHandler {
 }
 
 func view(l pool.Lease) LeaseView {
-	return LeaseView{ID: l.ID, Template: l.Template, Task: l.Task, Tenant: l.Tenant, Node: l.Node,
+	v := LeaseView{ID: l.ID, Template: l.Template, Task: l.Task, Tenant: l.Tenant, Node: l.Node,
 		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires, Start: l.Start,
-		Metadata: l.Metadata}
+		Metadata: l.Metadata, State: "running"}
+	if r := l.Restored; r != nil {
+		v.Restored = &apitype.Restored{Snapshot: r.Snapshot, Files: r.Files, Size: r.Size, TookMS: r.Took.Milliseconds()}
+	}
+	return v
+}
+
+// pausedView is a paused lease in a listing: no sandbox, no address.
+func pausedView(p pool.Paused) LeaseView {
+	pv := pauseView(p)
+	return LeaseView{ID: p.Lease, Template: p.Template, Task: p.Task, Tenant: p.Tenant, Created: p.Paused, Expires: p.Until, State: "paused", Pause: &pv}
 }
 
 func (s *Server) createLease(w http.ResponseWriter, r *http.Request, tenant string) {
@@ -311,7 +330,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, tenant stri
 	if !ok {
 		return
 	}
-	if req.Template == "" {
+	if req.Template == "" && req.From == "" {
 		req.Template = "default"
 	}
 	raw := req.Token
@@ -327,17 +346,21 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, tenant stri
 		// renewed up to that (a lease never outlives its token); it is bound to this lease alone
 		// and never leaves the node.
 		mintTTL := ttl
-		if t, ok := s.cfg.Pool.Template(req.Template); ok {
+		template := req.Template
+		if m, err := s.cfg.Pool.SnapshotInfo(r.Context(), tenant, req.From); template == "" && err == nil {
+			template = m.Template
+		}
+		if t, ok := s.cfg.Pool.Template(template); ok {
 			mintTTL = max(mintTTL, t.DefaultTTL, t.MaxTTL)
 		}
 		var err error
-		if raw, err = s.cfg.Minter.Mint(tenant, req.Allow, mintTTL); err != nil {
+		if raw, err = s.cfg.Minter.Mint(tenant, "", req.Allow, mintTTL); err != nil {
 			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
 	}
 	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl, Key: keyHashOf(r),
-		Env: req.Env, Metadata: req.Metadata})
+		Env: req.Env, Metadata: req.Metadata, From: req.From})
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -355,11 +378,25 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, tenant strin
 	for _, l := range ls {
 		out = append(out, view(l))
 	}
+	paused, err := s.cfg.Pool.PausedLeases(r.Context(), tenant)
+	if err != nil {
+		writePoolError(w, err)
+		return
+	}
+	for _, p := range paused {
+		out = append(out, pausedView(p))
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request, tenant string) {
 	l, err := s.cfg.Pool.Get(r.Context(), tenant, r.PathValue("id"))
+	if errors.Is(err, pool.ErrLeaseNotFound) {
+		if p, perr := s.cfg.Pool.PausedLease(r.Context(), tenant, r.PathValue("id")); perr == nil {
+			writeJSON(w, http.StatusOK, pausedView(p))
+			return
+		}
+	}
 	if err != nil {
 		writePoolError(w, err)
 		return
@@ -368,7 +405,14 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request, tenant string)
 }
 
 func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, tenant string) {
-	if err := s.cfg.Pool.Release(r.Context(), tenant, r.PathValue("id")); err != nil {
+	err := s.cfg.Pool.Release(r.Context(), tenant, r.PathValue("id"))
+	if errors.Is(err, pool.ErrLeaseNotFound) {
+		// A paused lease holds no sandbox: its release deletes what its pause kept.
+		if perr := s.cfg.Pool.ReleasePaused(r.Context(), tenant, r.PathValue("id")); perr == nil {
+			err = nil
+		}
+	}
+	if err != nil {
 		writePoolError(w, err)
 		return
 	}
@@ -745,6 +789,20 @@ func poolError(err error) (int, string) {
 		return http.StatusBadRequest, "bad_request"
 	case errors.Is(err, pool.ErrNotOwner):
 		return http.StatusConflict, "not_owner"
+	case errors.Is(err, pool.ErrLeaseState):
+		return http.StatusConflict, "lease_state"
+	case errors.Is(err, pool.ErrNoSuchSnapshot):
+		return http.StatusNotFound, "no_such_snapshot"
+	case errors.Is(err, pool.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, "too_large"
+	case errors.Is(err, pool.ErrImageGone):
+		return http.StatusConflict, "image_gone"
+	case errors.Is(err, pool.ErrNoSnapshots):
+		return http.StatusNotImplemented, "no_snapshots"
+	case errors.Is(err, snapshot.ErrCorrupt):
+		return http.StatusUnprocessableEntity, "snapshot_corrupt"
+	case errors.Is(err, snapshot.ErrStoreDown), errors.Is(err, snapshot.ErrKeysDown):
+		return http.StatusServiceUnavailable, "store_down"
 	case errors.Is(err, errTooManyPorts):
 		return http.StatusTooManyRequests, "too_many_ports"
 	case errors.Is(err, slots.ErrSlowBody):

@@ -34,7 +34,7 @@ import (
 // API does.
 type minter struct{ e *pooltest.Env }
 
-func (m minter) Mint(tenant string, allow []string, ttl time.Duration) (string, error) {
+func (m minter) Mint(tenant, task string, allow []string, ttl time.Duration) (string, error) {
 	var scopes []scope.Scope
 	for _, a := range allow {
 		s, err := scope.ParseAllow(a)
@@ -43,7 +43,10 @@ func (m minter) Mint(tenant string, allow []string, ttl time.Duration) (string, 
 		}
 		scopes = append(scopes, s)
 	}
-	return m.e.Issuer.Mint(fmt.Sprintf("task-%d", time.Now().UnixNano()), tenant, scopes, ttl)
+	if task == "" {
+		task = fmt.Sprintf("task-%d", time.Now().UnixNano())
+	}
+	return m.e.Issuer.Mint(task, tenant, scopes, ttl)
 }
 
 // fakeShell stands in for the sandbox: the last argument is the command, and a few are known.

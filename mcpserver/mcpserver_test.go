@@ -28,7 +28,7 @@ import (
 // devMinter mints a token with the allowed hosts, as the dev node's issuer does.
 type devMinter struct{ iss *token.DevIssuer }
 
-func (d devMinter) Mint(tenant string, allow []string, ttl time.Duration) (string, error) {
+func (d devMinter) Mint(tenant, task string, allow []string, ttl time.Duration) (string, error) {
 	var ss []scope.Scope
 	for _, a := range allow {
 		s, err := scope.ParseAllow(a)
@@ -37,7 +37,10 @@ func (d devMinter) Mint(tenant string, allow []string, ttl time.Duration) (strin
 		}
 		ss = append(ss, s)
 	}
-	return d.iss.Mint(fmt.Sprintf("task-%d", time.Now().UnixNano()), tenant, ss, ttl)
+	if task == "" {
+		task = fmt.Sprintf("task-%d", time.Now().UnixNano())
+	}
+	return d.iss.Mint(task, tenant, ss, ttl)
 }
 
 // node is an API over a pool whose runtime runs nothing but answers exec with what it was

@@ -23,11 +23,51 @@ type LeaseRequest struct {
 	Key string
 	// Env and Metadata are the lease's (see Lease), checked by CheckEnv and CheckMetadata.
 	Env, Metadata map[string]string
+	// From is a snapshot of the tenant's (an ID or a name) to restore the workspace from before
+	// the lease is returned; Template may then be empty (the snapshot's is taken).
+	From string
 }
 
 // Lease verifies the task token, claims a warm sandbox and binds it. The lease is returned only
-// once this node's gateway and resolver recognise the sandbox. It makes no Docker or Vault call.
+// once this node's gateway and resolver recognise the sandbox. It makes no Docker or Vault call,
+// unless it starts from a snapshot: then the snapshot is unpacked in the sandbox (and its data
+// key unwrapped) before the sandbox is bound.
 func (tb *leaseTable) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	var opts grantOptions
+	if req.From != "" {
+		if tb.from == nil {
+			return Lease{}, ErrNoSnapshots
+		}
+		m, restore, err := tb.from(ctx, req.Tenant, req.From)
+		if err != nil {
+			return Lease{}, err
+		}
+		if req.Template == "" {
+			req.Template = m.Template
+		}
+		if req.Template != m.Template {
+			return Lease{}, fmt.Errorf("%w: snapshot %s is of template %s, not %s", ErrBadRequest, m.ID, m.Template, req.Template)
+		}
+		req.From, opts.restore = m.ID, restore
+	}
+	return tb.grant(ctx, req, opts)
+}
+
+// grantOptions are what a lease from a snapshot and a resume add to a lease.
+type grantOptions struct {
+	// id is the lease's id (a resumed lease keeps its own); empty: a new one.
+	id string
+	// task is the task the token must be for (a resumed lease's); empty: any.
+	task string
+	// event is the lease's first record: EventBind unless set (EventResume).
+	event audit.Event
+	// restore fills the claimed sandbox before it is bound; its failure destroys the sandbox
+	// and refuses the lease.
+	restore func(ctx context.Context, t Template, sb Sandbox) (Restored, error)
+}
+
+// grant is Lease with opts.
+func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOptions) (Lease, error) {
 	t, ok := tb.templates[req.Template]
 	if !ok {
 		return Lease{}, fmt.Errorf("%w %q", ErrUnknownTemplate, req.Template)
@@ -42,6 +82,9 @@ func (tb *leaseTable) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 	if err != nil {
 		return Lease{}, err
 	}
+	if opts.task != "" && task.ID != opts.task {
+		return Lease{}, fmt.Errorf("%w: the token is for task %q, the paused lease for %q", ErrTokenRefused, task.ID, opts.task)
+	}
 	if err := tb.awaitStart(ctx); err != nil {
 		return Lease{}, err
 	}
@@ -52,10 +95,26 @@ func (tb *leaseTable) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 		return Lease{}, err
 	}
 	defer tb.supply.unclaim(ctx, t, nil) // bound, or destroyed: either way no longer pending
+	id := opts.id
+	if id == "" {
+		id = "l-" + randomID()
+	}
 	l := Lease{
-		ID: "l-" + randomID(), Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
+		ID: id, Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
 		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start, Key: req.Key,
 		Env: req.Env, Metadata: req.Metadata,
+	}
+	reason := string(l.Start)
+	if opts.restore != nil {
+		r, err := opts.restore(ctx, t, sb)
+		if err != nil {
+			// Nothing reached the sandbox but the snapshot's files: it is destroyed, never
+			// reused.
+			tb.runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			return Lease{}, fmt.Errorf("restoring snapshot %s: %w", req.From, err)
+		}
+		l.Restored = &r
+		reason += fmt.Sprintf("; restored snapshot %s (%d files, %d bytes) in %s", r.Snapshot, r.Files, r.Size, r.Took.Round(time.Millisecond))
 	}
 	b := bindingOf(l, task)
 	if b.Version, err = tb.leases.Bind(ctx, l, b); err != nil {
@@ -64,7 +123,11 @@ func (tb *leaseTable) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 		return Lease{}, err
 	}
 	tb.bindLocal(b)
-	tb.grantEvent(ctx, l, audit.EventBind, string(l.Start), task)
+	event := audit.EventBind
+	if opts.event != "" {
+		event = opts.event
+	}
+	tb.grantEvent(ctx, l, event, reason, task)
 	tb.metrics.observeLease(time.Since(now))
 	return l, nil
 }

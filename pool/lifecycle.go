@@ -96,6 +96,19 @@ const teardownTimeout = 2 * time.Minute
 // credentials stay valid and whose sandbox lives on with nothing left to reap it. The outcome,
 // failures included, is the lease's audit record.
 func (tb *leaseTable) end(ctx context.Context, l Lease, event audit.Event) error {
+	return tb.endAs(ctx, l, event, tb.release, "")
+}
+
+// pauseEnd ends l's sandbox as end does, for a pause: what was minted for it is revoked, but
+// the broker may mint for the lease again once it is resumed under a new binding. note says
+// what the pause kept.
+func (tb *leaseTable) pauseEnd(ctx context.Context, l Lease, note string) error {
+	return tb.endAs(ctx, l, audit.EventPause, tb.revoke, note)
+}
+
+// endAs is end with the revocation revoke (Config.Release or Revoke) and a note for the
+// record.
+func (tb *leaseTable) endAs(ctx context.Context, l Lease, event audit.Event, revoke func(context.Context, string) error, note string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	tb.unbindLocal(l)
@@ -104,7 +117,10 @@ func (tb *leaseTable) end(ctx context.Context, l Lease, event audit.Event) error
 	}
 	tb.ended(ctx, l)
 	var problems []string
-	if r := tb.revocation(ctx, tb.release, l); r != "" {
+	if note != "" {
+		problems = append(problems, note)
+	}
+	if r := tb.revocation(ctx, revoke, l); r != "" {
 		problems = append(problems, r)
 	}
 	err := tb.runtime.Destroy(ctx, l.Sandbox.ID)

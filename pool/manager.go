@@ -63,7 +63,12 @@ type Config struct {
 	// lease is replaced.
 	OutputHead int
 	Redact     func(lease, text string) string
-	Logger     *slog.Logger
+	// Snapshots keeps snapshots and paused leases (package snapshot's Catalog); nil: this node
+	// keeps none, and snapshots, leases from them and pauses are refused saying so.
+	Snapshots Snapshots
+	// Tenants lists the tenants whose paused leases this node expires (those of its API keys).
+	Tenants func() []string
+	Logger  *slog.Logger
 }
 
 // DefaultRefillParallel is how many sandboxes the refill makes at once unless told: the most
@@ -87,6 +92,7 @@ type Manager struct {
 	*supply
 	*leaseTable
 	*sandboxOps
+	*keeper
 	cfg Config
 }
 
@@ -136,7 +142,16 @@ func New(cfg Config) (*Manager, error) {
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{},
 	}
 	tb.ended = op.ended
-	return &Manager{supply: s, leaseTable: tb, sandboxOps: op, cfg: cfg}, nil
+	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, audit: cfg.Audit, table: tb, supply: s,
+		catalog: cfg.Snapshots, log: cfg.Logger,
+		claim: func(ctx context.Context, name, holder string, until time.Time) error {
+			return cfg.Store.ClaimJTI(ctx, name, holder, until)
+		},
+		unclaim: func(ctx context.Context, name, holder string) error { return cfg.Store.Unclaim(ctx, name, holder) }}
+	if cfg.Snapshots != nil {
+		tb.from = k.from
+	}
+	return &Manager{supply: s, leaseTable: tb, sandboxOps: op, keeper: k, cfg: cfg}, nil
 }
 
 // Run settles what an earlier run of this node left behind (Reconcile with KeepOnStop, else
@@ -172,6 +187,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer health.Stop()
 	beat := time.NewTicker(heartbeatEvery)
 	defer beat.Stop()
+	paused := time.NewTicker(pausedEvery)
+	defer paused.Stop()
 	m.heartbeat(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -186,6 +203,16 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		case <-beat.C:
 			m.heartbeat(ctx)
+		case <-paused.C:
+			// Off the loop: it lists the store of snapshots, which may be remote.
+			if m.cfg.Tenants != nil && m.reapingPaused.CompareAndSwap(false, true) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer m.reapingPaused.Store(false)
+					m.reapPaused(ctx, m.cfg.Tenants())
+				}()
+			}
 		case <-health.C:
 			wg.Add(1)
 			go func() { defer wg.Done(); m.checkWarm(ctx) }()
@@ -213,3 +240,6 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 const heartbeatEvery = 5 * time.Second
+
+// pausedEvery is how often paused leases past their template's max_paused are released.
+const pausedEvery = 30 * time.Second

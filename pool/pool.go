@@ -85,6 +85,8 @@ type Template struct {
 	// reach the host's networks or the internet from the builder), or "default", the builder's
 	// bridge, for builds that install from a package index.
 	BuildNetwork string `yaml:"build_network"`
+	// Snapshot is what snapshots of its leases may hold, and how long one may stay paused.
+	Snapshot SnapshotPolicy `yaml:"snapshot"`
 }
 
 // Start is how a lease's sandbox was had: StartWarm, StartWaited or StartCold.
@@ -253,7 +255,7 @@ func (t Template) Validate() []error {
 			bad("env."+k, "%s", why)
 		}
 	}
-	return errs
+	return append(errs, t.validateSnapshot()...)
 }
 
 // ParseUser reads a template's user, "UID:GID" in decimal, and refuses root in any spelling: a
@@ -320,6 +322,9 @@ type Lease struct {
 	// the tenant's own labels, shown with the lease and never given to the sandbox.
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Restored says how the workspace was restored, on the answer of a lease from a snapshot
+	// or a resume; it is not stored.
+	Restored *Restored `json:"-"`
 }
 
 // ownedBy reports whether tenant may see and act on l: the one tenant check of the pool.
@@ -427,6 +432,8 @@ type Leases interface {
 	// ErrJTIInUse when the id binds a lease or another holder has it. Claiming an id one
 	// already holds succeeds.
 	ClaimJTI(ctx context.Context, jti, holder string, until time.Time) error
+	// Unclaim gives up holder's claim of jti (a claim another holds is left as it is).
+	Unclaim(ctx context.Context, jti, holder string) error
 	GetLease(ctx context.Context, id string) (Lease, error)
 	ListLeases(ctx context.Context, node string) ([]Lease, error)
 	// Expired returns node's leases that expired at or before now; it is cheap, since the

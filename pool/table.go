@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/snapshot"
 	"github.com/airlock-dev/airlock/token"
 )
 
@@ -32,6 +33,9 @@ type leaseTable struct {
 	// ended is what a lease's end does inside its sandbox, after unbinding and before revoking
 	// and destroying: its processes stop and its workspace is recorded (sandboxOps.ended).
 	ended func(ctx context.Context, l Lease)
+	// from finds tenant's snapshot ref for a lease from it, with what restores it in a claimed
+	// sandbox (keeper.from); nil when the node keeps no snapshots.
+	from func(ctx context.Context, tenant, ref string) (snapshot.Manifest, func(context.Context, Template, Sandbox) (Restored, error), error)
 	// started is closed once Run has made the store and the runtime agree (Cleanup or
 	// Reconcile); startErr says why that failed. A lease waits for it: a lease granted before
 	// would be dropped by the start's own sweep (its record unbound, its sandbox destroyed).

@@ -36,6 +36,8 @@ type LeaseView struct {
 	State string `json:"state,omitempty"`
 	// Restored is set on the answer of a lease from a snapshot, and of a resume.
 	Restored *Restored `json:"restored,omitempty"`
+	// Pause is what a paused lease's pause kept, and until when (state "paused").
+	Pause *PauseView `json:"pause,omitempty"`
 }
 
 // Start is how a lease's sandbox was had.

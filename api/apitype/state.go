@@ -68,8 +68,10 @@ type PauseView struct {
 }
 
 // ResumeRequest is the body of POST /v1/leases/{id}/resume: a task token for the lease's task
-// (of the same tenant and task id; its scopes may differ), since a paused lease holds none.
+// (of the same tenant and task id; its scopes may differ), since a paused lease holds none; or,
+// on a node that mints tokens, an allow list as a lease takes, minted for the lease's task.
 type ResumeRequest struct {
-	Token string `json:"token"`
-	TTL   string `json:"ttl,omitempty"`
+	Token string   `json:"token,omitempty"`
+	Allow []string `json:"allow,omitempty"`
+	TTL   string   `json:"ttl,omitempty"`
 }

@@ -133,7 +133,7 @@ func (s *Stack) Stop() {
 // profile.
 type minter struct{ iss *token.DevIssuer }
 
-func (d minter) Mint(tenant string, allow []string, ttl time.Duration) (string, error) {
+func (d minter) Mint(tenant, task string, allow []string, ttl time.Duration) (string, error) {
 	scopes := make([]scope.Scope, 0, len(allow))
 	var profiles []string
 	for _, a := range allow {
@@ -147,7 +147,10 @@ func (d minter) Mint(tenant string, allow []string, ttl time.Duration) (string, 
 		}
 		scopes = append(scopes, s)
 	}
-	return d.iss.MintWith("task-"+strconv.FormatInt(time.Now().UnixNano(), 36), tenant, scopes, profiles, ttl)
+	if task == "" {
+		task = "task-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	return d.iss.MintWith(task, tenant, scopes, profiles, ttl)
 }
 
 func firstOf(vs ...string) string {

@@ -234,6 +234,19 @@ func (s *Store) ClaimJTI(ctx context.Context, jti, holder string, until time.Tim
 	return wrap(err)
 }
 
+// unclaimScript deletes a claim its holder holds, and nothing else.
+var unclaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// Unclaim implements pool.Store: holder gives up its claim of jti.
+func (s *Store) Unclaim(ctx context.Context, jti, holder string) error {
+	return wrap(unclaimScript.Run(ctx, s.rdb, []string{s.key("jti", jti)}, holder).Err())
+}
+
 // Bind records l and b and announces b, returning the version the binding was given.
 func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) (int64, error) {
 	lb, bb, ev, err := encode(l, b)

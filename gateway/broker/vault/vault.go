@@ -72,6 +72,10 @@ type kvEntry struct {
 
 var _ broker.Broker = (*Broker)(nil)
 
+// Client is the broker's Vault client, logged in and kept so for as long as Run runs: what
+// else of the node speaks to Vault (the snapshots' transit keys) shares its login.
+func (b *Broker) Client() *vaultapi.Client { return b.client }
+
 // New returns a broker talking to Vault at cfg.Address with cfg.Token.
 func New(cfg Config) (*Broker, error) {
 	vc := vaultapi.DefaultConfig()

@@ -1,0 +1,248 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/api/apitype"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/snapshot"
+)
+
+// Paused is a paused lease: no sandbox, no binding, no credential; its state is a snapshot of
+// kind pause, which is the record of the pause itself (so any node of the store can list and
+// resume it).
+type Paused struct {
+	Lease    string
+	Tenant   string
+	Task     string
+	Template string
+	Kept     apitype.Kept
+	Snapshot string
+	Paused   time.Time
+	Until    time.Time
+	Took     time.Duration
+	// Why says why memory was not kept when it was asked for.
+	Why string
+}
+
+// ErrLeaseState is what a pause of a paused lease, or a resume of a running one, is refused
+// with.
+var ErrLeaseState = errors.New("the lease is not in the state this asks for")
+
+// The labels a pause's manifest carries.
+const (
+	labelTask  = "task"
+	labelUntil = "until"
+	labelKept  = "kept"
+)
+
+// pausedOf reads a pause's manifest.
+func pausedOf(m snapshot.Manifest) Paused {
+	until, _ := time.Parse(time.RFC3339Nano, m.Labels[labelUntil])
+	return Paused{Lease: m.Lease, Tenant: m.Tenant, Task: m.Labels[labelTask], Template: m.Template,
+		Kept: apitype.Kept(m.Labels[labelKept]), Snapshot: m.ID, Paused: m.Created, Until: until}
+}
+
+// Pause keeps tenant's lease id's workspace and declared paths as a snapshot, then ends its
+// sandbox as a release does, except that the lease goes on, paused: its binding goes first
+// (connections through the gateway are closed and their end recorded), everything minted for
+// it is revoked, its sandbox is destroyed. memory asks to keep running processes too; no
+// runtime of this node can yet, so the pause keeps the files and says why. If the snapshot
+// cannot be taken the lease runs on untouched.
+func (k *keeper) Pause(ctx context.Context, tenant, id string, memory bool) (Paused, error) {
+	if k.catalog == nil {
+		return Paused{}, ErrNoSnapshots
+	}
+	start := time.Now()
+	l, err := k.table.Held(ctx, tenant, id)
+	if errors.Is(err, ErrLeaseNotFound) {
+		if _, perr := k.pauseOf(ctx, tenant, id); perr == nil {
+			return Paused{}, fmt.Errorf("%w: lease %s is paused already", ErrLeaseState, id)
+		}
+	}
+	if err != nil {
+		return Paused{}, err
+	}
+	t := k.templates[l.Template]
+	now := time.Now()
+	p := Paused{Lease: l.ID, Tenant: l.Tenant, Task: l.Task, Template: l.Template, Kept: apitype.KeptFiles,
+		Paused: now, Until: now.Add(t.maxPaused())}
+	if memory {
+		p.Why = "no runtime of this node keeps memory across a pause: " + t.EngineRuntime() + " keeps the files only"
+	}
+	m, err := k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: map[string]string{
+		labelTask: l.Task, labelUntil: p.Until.Format(time.RFC3339Nano), labelKept: string(p.Kept)}}, t.Snapshot.Paths)
+	k.record(ctx, l, EventSnapshot, m, err)
+	if err != nil {
+		return Paused{}, fmt.Errorf("the lease runs on, not paused: %w", err)
+	}
+	p.Snapshot = m.ID
+	// From here the lease is paused: a failure to end the sandbox is the table's to record
+	// and retry (as at a release), not a reason to leave the lease running.
+	if err := k.table.pauseEnd(ctx, l, fmt.Sprintf("paused until %s; kept %s in snapshot %s", p.Until.UTC().Format(time.RFC3339), p.Kept, m.ID)); err != nil {
+		return Paused{}, err
+	}
+	p.Took = time.Since(start)
+	return p, nil
+}
+
+// PausedLeases lists tenant's paused leases.
+func (k *keeper) PausedLeases(ctx context.Context, tenant string) ([]Paused, error) {
+	if k.catalog == nil {
+		return nil, nil
+	}
+	all, err := k.catalog.List(ctx, tenant)
+	if err != nil {
+		return nil, k.mapErr(err)
+	}
+	var out []Paused
+	for _, m := range all {
+		if m.Kind == snapshot.KindPause {
+			out = append(out, pausedOf(m))
+		}
+	}
+	return out, nil
+}
+
+// pauseOf finds tenant's paused lease id.
+func (k *keeper) pauseOf(ctx context.Context, tenant, id string) (snapshot.Manifest, error) {
+	if k.catalog == nil {
+		return snapshot.Manifest{}, ErrNoSnapshots
+	}
+	if !leaseID(id) {
+		return snapshot.Manifest{}, fmt.Errorf("%w: %q is not a lease id", ErrLeaseNotFound, id)
+	}
+	m, err := k.catalog.Get(ctx, tenant, pauseRef(id))
+	if errors.Is(err, snapshot.ErrNoSnapshot) || errors.Is(err, snapshot.ErrNotFound) {
+		return snapshot.Manifest{}, fmt.Errorf("%w: %s is not a paused lease of tenant %s", ErrLeaseNotFound, id, tenant)
+	}
+	if err != nil {
+		return snapshot.Manifest{}, k.mapErr(err)
+	}
+	if m.Kind != snapshot.KindPause || m.Lease != id {
+		return snapshot.Manifest{}, fmt.Errorf("%w: %s is not a paused lease of tenant %s", ErrLeaseNotFound, id, tenant)
+	}
+	return m, nil
+}
+
+// pauseRef names lease id's pause in the catalog.
+func pauseRef(id string) string { return "pause:" + id }
+
+// ResumeRequest brings a paused lease back.
+type ResumeRequest struct {
+	Tenant string
+	Lease  string
+	// Token is a task token for the lease's task (the paused lease holds none): its scopes are
+	// the resumed lease's, minted afresh.
+	Token string
+	TTL   time.Duration
+	Key   string
+}
+
+// Resume brings tenant's paused lease back in a warm sandbox of its template with its state
+// restored, under a new binding for the token's scopes; nothing minted before the pause is
+// valid (it was revoked when the lease paused). The lease keeps its id.
+func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
+	if _, err := k.table.Get(ctx, req.Tenant, req.Lease); err == nil {
+		return Lease{}, fmt.Errorf("%w: lease %s is running, not paused", ErrLeaseState, req.Lease)
+	}
+	m, err := k.pauseOf(ctx, req.Tenant, req.Lease)
+	if err != nil {
+		return Lease{}, err
+	}
+	p := pausedOf(m)
+	if !time.Now().Before(p.Until) {
+		return Lease{}, fmt.Errorf("%w: lease %s stayed paused past %s (snapshot.max_paused) and is released", ErrLeaseNotFound, p.Lease, p.Until.UTC().Format(time.RFC3339))
+	}
+	// One resume wins: the claim lasts as long as a resume may take, and a resume that fails
+	// gives it up, so a refused token does not hold back the right one.
+	claim, holder := "resume:"+p.Lease, k.node+" "+strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := k.claim(ctx, claim, holder, time.Now().Add(teardownTimeout)); err != nil {
+		if errors.Is(err, ErrJTIInUse) {
+			return Lease{}, fmt.Errorf("%w: lease %s is being resumed already", ErrLeaseState, p.Lease)
+		}
+		return Lease{}, err
+	}
+	l, err := k.table.grant(ctx, LeaseRequest{Tenant: req.Tenant, Template: p.Template, Token: req.Token, TTL: req.TTL, Key: req.Key, From: m.ID},
+		grantOptions{id: p.Lease, task: p.Task, event: audit.EventResume, restore: k.restorer(m)})
+	if err != nil {
+		if uerr := k.unclaim(context.WithoutCancel(ctx), claim, holder); uerr != nil {
+			k.log.Error("giving up the claim of a failed resume", "lease", p.Lease, "err", uerr)
+		}
+		return Lease{}, err
+	}
+	if err := k.catalog.Delete(ctx, req.Tenant, m.Ref()); err != nil {
+		k.log.Error("deleting a resumed lease's pause", "lease", l.ID, "snapshot", m.ID, "err", err)
+	}
+	return l, nil
+}
+
+// reapPaused releases the paused leases of tenants whose max_paused has passed: their pause
+// snapshot is deleted and the end recorded. It applies retention to the tenants' snapshots too
+// (age passes without a save; the catalog records what it prunes).
+func (k *keeper) reapPaused(ctx context.Context, tenants []string) {
+	if k.catalog == nil {
+		return
+	}
+	for _, tenant := range tenants {
+		if _, err := k.catalog.Prune(ctx, tenant); err != nil {
+			k.log.Error("applying snapshots.retention", "tenant", tenant, "err", err)
+		}
+		all, err := k.catalog.List(ctx, tenant)
+		if err != nil {
+			k.log.Error("listing paused leases", "tenant", tenant, "err", err)
+			continue
+		}
+		for _, m := range all {
+			if m.Kind != snapshot.KindPause {
+				continue
+			}
+			p := pausedOf(m)
+			if time.Now().Before(p.Until) {
+				continue
+			}
+			if err := k.catalog.Delete(ctx, tenant, m.Ref()); err != nil {
+				k.log.Error("releasing a paused lease", "lease", p.Lease, "err", err)
+				continue
+			}
+			k.write(ctx, audit.Record{Kind: audit.KindLease, Event: audit.EventExpiry, Node: k.node, Tenant: tenant, Lease: p.Lease, Task: p.Task,
+				Reason: fmt.Sprintf("paused past %s (snapshot.max_paused of template %s); its snapshot %s is deleted", p.Until.UTC().Format(time.RFC3339), p.Template, m.ID)})
+		}
+	}
+}
+
+// PausedLease returns tenant's paused lease id.
+func (k *keeper) PausedLease(ctx context.Context, tenant, id string) (Paused, error) {
+	m, err := k.pauseOf(ctx, tenant, id)
+	if err != nil {
+		return Paused{}, err
+	}
+	return pausedOf(m), nil
+}
+
+// ReleasePaused ends tenant's paused lease id: what its pause kept is deleted, and the end
+// recorded as a release.
+func (k *keeper) ReleasePaused(ctx context.Context, tenant, id string) error {
+	m, err := k.pauseOf(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if err := k.catalog.Delete(ctx, tenant, m.Ref()); err != nil {
+		return k.mapErr(err)
+	}
+	p := pausedOf(m)
+	k.write(ctx, audit.Record{Kind: audit.KindLease, Event: audit.EventRelease, Node: k.node, Tenant: tenant, Lease: p.Lease, Task: p.Task,
+		Reason: fmt.Sprintf("released while paused; its snapshot %s is deleted", m.ID)})
+	return nil
+}
+
+// leaseID reports whether id has the form randomID gives lease ids ("l-" and hex).
+func leaseID(id string) bool {
+	hex, ok := strings.CutPrefix(id, "l-")
+	return ok && len(hex) > 0 && len(hex) <= 64 && strings.Trim(hex, "0123456789abcdef") == ""
+}

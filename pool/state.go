@@ -1,0 +1,392 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/snapshot"
+)
+
+// Snapshots is where a node keeps the state that travels (package snapshot's Catalog): the
+// archives of workspaces, encrypted under their tenant's key, content-addressed.
+type Snapshots interface {
+	Save(ctx context.Context, meta snapshot.Meta, archive io.Reader) (snapshot.Manifest, error)
+	Open(ctx context.Context, tenant, ref string) (snapshot.Manifest, io.ReadCloser, error)
+	Get(ctx context.Context, tenant, ref string) (snapshot.Manifest, error)
+	List(ctx context.Context, tenant string) ([]snapshot.Manifest, error)
+	Delete(ctx context.Context, tenant, ref string) error
+	// Prune applies retention to tenant's snapshots, returning what it removed.
+	Prune(ctx context.Context, tenant string) ([]snapshot.Manifest, error)
+}
+
+// Events of the file records a snapshot makes: taken (of a running lease, or at its pause), and
+// deleted; a lease from a snapshot says what it restored in its bind record.
+const (
+	EventSnapshot       audit.Event = "snapshot"
+	EventSnapshotDelete audit.Event = "snapshot-delete"
+)
+
+// ErrNoSnapshots is what a snapshot, a lease from one or a pause gets on a node that keeps none.
+var ErrNoSnapshots = errors.New("this node keeps no snapshots (snapshots.store is not set)")
+
+// SnapshotPolicy is what a template's snapshots may hold, and how long its leases may stay
+// paused.
+type SnapshotPolicy struct {
+	// Paths are writable paths besides the workspace a snapshot may hold when asked (each under
+	// the workspace or /tmp, never /tmp itself); a pause keeps them all.
+	Paths []string `yaml:"paths"`
+	// MaxMB caps an archive's file content; zero means workspace_mb + tmp_mb (all there is).
+	MaxMB int64 `yaml:"max_mb"`
+	// MaxPaused is how long a lease may stay paused before it is released; zero means 24h.
+	MaxPaused time.Duration `yaml:"max_paused"`
+}
+
+// DefaultMaxPaused is how long a lease may stay paused unless its template says.
+const DefaultMaxPaused = 24 * time.Hour
+
+// maxEntries bounds an archive's entries, whatever its size: the receipt and the filter hold
+// each one's name for a moment.
+const maxEntries = 200_000
+
+// maxBytes is the most file content a snapshot of t may hold.
+func (t Template) maxBytes() int64 {
+	if t.Snapshot.MaxMB > 0 {
+		return t.Snapshot.MaxMB << 20
+	}
+	return (t.WorkspaceMB + t.TmpMB) << 20
+}
+
+// maxPaused is how long a lease of t may stay paused.
+func (t Template) maxPaused() time.Duration {
+	if t.Snapshot.MaxPaused > 0 {
+		return t.Snapshot.MaxPaused
+	}
+	return DefaultMaxPaused
+}
+
+// validateSnapshot checks the template's snapshot policy.
+func (t Template) validateSnapshot() []error {
+	var errs []error
+	for _, p := range t.Snapshot.Paths {
+		clean := path.Clean(p)
+		switch {
+		case !path.IsAbs(p) || clean != p:
+			errs = append(errs, fmt.Errorf("snapshot.paths: %q must be a clean absolute path", p))
+		case clean == t.Workdir || clean == "/tmp":
+			errs = append(errs, fmt.Errorf("snapshot.paths: %q is kept already or cannot be restored (the workspace is always kept; /tmp itself is root's: name a folder under it)", p))
+		case !strings.HasPrefix(clean, t.Workdir+"/") && !strings.HasPrefix(clean, "/tmp/"):
+			errs = append(errs, fmt.Errorf("snapshot.paths: %q is not under the workspace %s or /tmp, the sandbox's only writable places", p, t.Workdir))
+		}
+	}
+	if t.Snapshot.MaxMB < 0 {
+		errs = append(errs, fmt.Errorf("snapshot.max_mb: must be >= 0"))
+	}
+	if t.Snapshot.MaxPaused < 0 {
+		errs = append(errs, fmt.Errorf("snapshot.max_paused: must be >= 0"))
+	}
+	return errs
+}
+
+// keeper keeps the state that travels between leases: snapshots of a lease's workspace, leases
+// started from one, and pause and resume (pause.go). It acts through the lease table (which
+// lease, and its end at a pause) and the runtime (the archive is made and unpacked inside the
+// sandbox, as its user); it holds no lock of its own.
+type keeper struct {
+	node      string
+	templates map[string]Template
+	runtime   Runtime
+	audit     audit.Sink
+	table     *leaseTable
+	supply    *supply
+	catalog   Snapshots // nil: this node keeps no snapshots
+	// claim takes a name for this node for a while, or fails when another holds it (the
+	// store's ClaimJTI): two resumes of one paused lease cannot both win.
+	claim   func(ctx context.Context, name, holder string, until time.Time) error
+	unclaim func(ctx context.Context, name, holder string) error
+	log     *slog.Logger
+	// reapingPaused is set while a pass over paused leases runs (one at a time).
+	reapingPaused atomic.Bool
+}
+
+// SnapshotRequest asks for a snapshot of a lease.
+type SnapshotRequest struct {
+	Name string
+	// Paths are the template's declared paths to keep besides the workspace.
+	Paths []string
+}
+
+// Snapshot archives tenant's lease id's workspace (and the declared paths asked for) while the
+// sandbox runs, and keeps it, encrypted, under the tenant. The snapshot is recorded in the
+// lease's trail with its digest.
+func (k *keeper) Snapshot(ctx context.Context, tenant, id string, req SnapshotRequest) (snapshot.Manifest, error) {
+	if k.catalog == nil {
+		return snapshot.Manifest{}, ErrNoSnapshots
+	}
+	l, err := k.table.Held(ctx, tenant, id)
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	t := k.templates[l.Template]
+	for _, p := range req.Paths {
+		if !slices.Contains(t.Snapshot.Paths, path.Clean(p)) {
+			err := fmt.Errorf("%w: %q is not a path template %s declares for snapshots (snapshot.paths: %s)", ErrBadRequest, p, t.Name, strings.Join(t.Snapshot.Paths, ", "))
+			k.record(ctx, l, EventSnapshot, snapshot.Manifest{}, err)
+			return snapshot.Manifest{}, err
+		}
+	}
+	if err := snapshot.CheckName(req.Name); err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	m, err := k.save(ctx, l, snapshot.Meta{Name: req.Name, Kind: snapshot.KindSnapshot}, req.Paths)
+	k.record(ctx, l, EventSnapshot, m, err)
+	return m, err
+}
+
+// save archives l's workspace and paths into the catalog with meta, filling in what l says.
+func (k *keeper) save(ctx context.Context, l Lease, meta snapshot.Meta, paths []string) (snapshot.Manifest, error) {
+	t := k.templates[l.Template]
+	roots := k.roots(t, paths)
+	meta.Tenant, meta.Template, meta.Image, meta.Lease = l.Tenant, t.Name, l.Sandbox.Image, l.ID
+	meta.Paths = append([]string{t.Workdir}, paths...)
+	// The filter caps the files' content, naming the template's setting; the catalog's cap on
+	// the archive (headers too) is only a backstop past it.
+	meta.MaxSize, meta.Cap = t.maxBytes()+t.maxBytes()/4+64<<20, fmt.Sprintf("the archive cap of template %s (snapshot.max_mb, with room for tar's headers)", t.Name)
+	uid, gid, _ := ParseUser(t.User)
+	// The sandbox's tar makes the archive; the filter checks and normalizes it on its way to
+	// the catalog, and counts its entries for the manifest.
+	raw, rawW := io.Pipe()
+	made := make(chan error, 1)
+	go func() {
+		var stderr strings.Builder
+		// Files, folders and links only: a FIFO or a socket the workspace holds is left out
+		// (they restore as nothing anyway), rather than failing the snapshot at the filter.
+		script := `cd / && find "$@" \( -type f -o -type d -o -type l \) -print0 2>/dev/null | ` +
+			`LC_ALL=C tar -c --null --no-recursion --numeric-owner --format=pax --warning=no-file-changed --warning=no-file-removed -T -`
+		args := append([]string{"sh", "-c", script, "snapshot"}, roots...)
+		code, err := k.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: args}, nil, rawW, &stderr)
+		// tar exits 1 when a file changed while it read it: the sandbox runs on, and the
+		// snapshot holds what was read.
+		if err == nil && code != 0 && code != 1 {
+			err = fmt.Errorf("archiving the workspace in the sandbox failed (tar exited %d): %s", code, strings.TrimSpace(stderr.String()))
+		}
+		rawW.CloseWithError(err)
+		made <- err
+	}()
+	filtered, filteredW := io.Pipe()
+	sums := make(chan snapshot.Summary, 1)
+	go func() {
+		sum, err := snapshot.Filter(raw, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: t.maxBytes(), MaxEntries: maxEntries})
+		raw.CloseWithError(err)
+		sums <- sum
+		filteredW.CloseWithError(err)
+	}()
+	// Called once the catalog has read the archive to its end, so once the filter is done.
+	meta.Files = func() int { return (<-sums).Entries }
+	m, err := k.catalog.Save(ctx, meta, filtered)
+	filtered.CloseWithError(errors.New("the snapshot was not taken"))
+	if merr := <-made; err == nil && merr != nil {
+		err = merr
+	}
+	return m, k.mapErr(err)
+}
+
+// roots are the archive's members for t with paths: the workspace and each path, relative to /.
+func (k *keeper) roots(t Template, paths []string) []string {
+	roots := []string{strings.TrimPrefix(t.Workdir, "/")}
+	for _, p := range paths {
+		roots = append(roots, strings.TrimPrefix(path.Clean(p), "/"))
+	}
+	return roots
+}
+
+// mapErr gives a catalog's error the pool's meaning, so the API answers with the right status.
+func (k *keeper) mapErr(err error) error {
+	var big *snapshot.TooBig
+	var refused *snapshot.Refused
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &big):
+		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+	case errors.As(err, &refused):
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	case errors.Is(err, snapshot.ErrNoSnapshot), errors.Is(err, snapshot.ErrOtherTenant), errors.Is(err, snapshot.ErrNotFound):
+		return fmt.Errorf("%w: %v", ErrNoSuchSnapshot, err)
+	}
+	return err
+}
+
+// ErrTooLarge is what a snapshot over its template's cap fails with.
+var ErrTooLarge = errors.New("too large")
+
+// ErrNoSuchSnapshot is what a snapshot the tenant does not hold is refused with (another
+// tenant's is not told apart from none).
+var ErrNoSuchSnapshot = errors.New("no such snapshot")
+
+// Snapshots lists tenant's snapshots, newest first.
+func (k *keeper) Snapshots(ctx context.Context, tenant string) ([]snapshot.Manifest, error) {
+	if k.catalog == nil {
+		return nil, ErrNoSnapshots
+	}
+	all, err := k.catalog.List(ctx, tenant)
+	return all, k.mapErr(err)
+}
+
+// SnapshotInfo returns tenant's snapshot ref (an ID or a name).
+func (k *keeper) SnapshotInfo(ctx context.Context, tenant, ref string) (snapshot.Manifest, error) {
+	if k.catalog == nil {
+		return snapshot.Manifest{}, ErrNoSnapshots
+	}
+	m, err := k.catalog.Get(ctx, tenant, ref)
+	return m, k.mapErr(err)
+}
+
+// DeleteSnapshot deletes tenant's snapshot ref; a paused lease's is deleted only by resuming
+// or releasing that lease.
+func (k *keeper) DeleteSnapshot(ctx context.Context, tenant, ref string) error {
+	m, err := k.SnapshotInfo(ctx, tenant, ref)
+	if err != nil {
+		return err
+	}
+	if m.Kind != snapshot.KindSnapshot {
+		return fmt.Errorf("%w: %s is a %s, not a snapshot: a paused lease's is deleted by resuming or releasing it, a cache's by its template", ErrBadRequest, ref, m.Kind)
+	}
+	if err := k.mapErr(k.catalog.Delete(ctx, tenant, m.Ref())); err != nil {
+		return err
+	}
+	k.write(ctx, audit.Record{Kind: audit.KindFile, Event: EventSnapshotDelete, Node: k.node, Tenant: tenant, Lease: m.Lease,
+		Path: strings.Join(m.Paths, " "), Size: m.Size, SHA256: m.ID, Decision: audit.Allow, Reason: "snapshot " + describe(m)})
+	return nil
+}
+
+// restore unpacks tenant's snapshot ref into sb, a fresh sandbox of t no one else can reach yet,
+// checking every entry on its way and the archive's digest at its end.
+func (k *keeper) restore(ctx context.Context, tenant string, t Template, sb Sandbox, m snapshot.Manifest, body io.Reader) (Restored, error) {
+	start := time.Now()
+	// The manifest is not signed: its paths are taken only where the template declares them.
+	var paths []string
+	for _, p := range m.Paths {
+		if slices.Contains(t.Snapshot.Paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	roots := k.roots(t, paths)
+	uid, gid, _ := ParseUser(t.User)
+	filtered, filteredW := io.Pipe()
+	var sum snapshot.Summary
+	filterDone := make(chan error, 1)
+	go func() {
+		var err error
+		sum, err = snapshot.Filter(body, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: t.maxBytes(), MaxEntries: maxEntries})
+		filteredW.CloseWithError(err)
+		filterDone <- err
+	}()
+	// As the sandbox user: nothing in the archive goes through a link it makes (the filter),
+	// and a link the image left in a root that leads out of it refuses the restore (as an
+	// archive upload does).
+	script := `for r; do d=/$r; mkdir -p "$d" || exit 45; find "$d" -type l -exec sh -c 'for l; do t=$(realpath -m -- "$l"); case "$t" in "$0"|"$0"/*) ;; *) ` +
+		`echo "$l leads to $t through a symbolic link, outside $0: a snapshot is not restored where it could follow it" >&2; exit 46;; esac; done' "$d" {} + || exit 46; done; ` +
+		`LC_ALL=C exec tar -x --no-same-owner -p --delay-directory-restore -C /`
+	var stderr strings.Builder
+	code, err := k.runtime.Exec(ctx, sb, ExecRequest{Cmd: append([]string{"sh", "-c", script, "restore"}, roots...)}, filtered, io.Discard, &stderr)
+	filtered.CloseWithError(errors.New("the restore ended"))
+	ferr := <-filterDone
+	var refused *snapshot.Refused
+	switch {
+	case errors.As(ferr, &refused):
+		// Every archive passed the same check when it was saved: one refused on its way back
+		// was altered in the store.
+		err = fmt.Errorf("%w: %v (it passed this check when it was taken, so it was altered since)", snapshot.ErrCorrupt, ferr)
+	case ferr != nil:
+		err = ferr
+	case err == nil && code != 0:
+		err = fmt.Errorf("unpacking the snapshot in the sandbox failed (exit %d): %s", code, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		return Restored{}, k.mapErr(err)
+	}
+	return Restored{Snapshot: m.ID, Files: sum.Entries, Size: sum.Bytes, Took: time.Since(start)}, nil
+}
+
+// Restored is how a lease's workspace was restored.
+type Restored struct {
+	Snapshot string
+	Files    int
+	Size     int64
+	Took     time.Duration
+}
+
+// record writes a snapshot's audit record (a file event: its digest, size and paths).
+func (k *keeper) record(ctx context.Context, l Lease, event audit.Event, m snapshot.Manifest, err error) {
+	rec := audit.Record{Kind: audit.KindFile, Event: event, Node: k.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+		Sandbox: l.Sandbox.ID, Path: strings.Join(m.Paths, " "), Size: m.Size, SHA256: m.ID, Decision: audit.Allow}
+	if m.ID != "" {
+		rec.Reason = "snapshot " + describe(m)
+	}
+	if err != nil {
+		rec.Decision, rec.Reason = audit.Deny, err.Error()
+	}
+	k.write(ctx, rec)
+}
+
+func (k *keeper) write(ctx context.Context, rec audit.Record) {
+	if err := k.audit.Write(ctx, rec); err != nil {
+		k.log.Error("audit write failed", "err", err)
+	}
+}
+
+// describe names a snapshot in a record: its name (if any), kind and sizes.
+func describe(m snapshot.Manifest) string {
+	name := ""
+	if m.Name != "" {
+		name = fmt.Sprintf("%q ", m.Name)
+	}
+	return fmt.Sprintf("%s(%s): %d files, %d bytes, %d stored encrypted", name, m.Kind, m.Files, m.Size, m.Stored)
+}
+
+// from finds tenant's snapshot ref for a lease from it (leaseTable.from), and returns what
+// restores it in the sandbox the lease claims.
+func (k *keeper) from(ctx context.Context, tenant, ref string) (snapshot.Manifest, func(context.Context, Template, Sandbox) (Restored, error), error) {
+	m, err := k.SnapshotInfo(ctx, tenant, ref)
+	if err != nil {
+		return snapshot.Manifest{}, nil, err
+	}
+	if m.Kind != snapshot.KindSnapshot {
+		return snapshot.Manifest{}, nil, fmt.Errorf("%w: %s is a %s, not a snapshot: a paused lease is resumed, a cache is mounted by its template", ErrBadRequest, ref, m.Kind)
+	}
+	if _, ok := k.templates[m.Template]; !ok {
+		return snapshot.Manifest{}, nil, fmt.Errorf("%w %q: snapshot %s was taken of a lease of it, and this node serves no such template", ErrUnknownTemplate, m.Template, m.ID)
+	}
+	return m, k.restorer(m), nil
+}
+
+// restorer restores m in a claimed sandbox of its template. A sandbox of another image than the
+// snapshot's (the template's image was rebuilt since) is not used: a sandbox of the snapshot's
+// image is made for the lease while that image is still on the node, and the lease is refused
+// once it is gone.
+func (k *keeper) restorer(m snapshot.Manifest) func(context.Context, Template, Sandbox) (Restored, error) {
+	return func(ctx context.Context, t Template, sb Sandbox) (Restored, error) {
+		if m.Image != "" && sb.Image != "" && sb.Image != m.Image {
+			return Restored{}, fmt.Errorf("%w: snapshot %s was taken on image %s of template %s, which its sandboxes no longer run (they run %s); lease afresh and copy what you need",
+				ErrImageGone, m.ID, m.Image, t.Name, sb.Image)
+		}
+		got, body, err := k.catalog.Open(ctx, m.Tenant, m.Ref())
+		if err != nil {
+			return Restored{}, k.mapErr(err)
+		}
+		defer body.Close()
+		return k.restore(ctx, m.Tenant, t, sb, got, body)
+	}
+}
+
+// ErrImageGone is what a lease from a snapshot whose image the template no longer runs gets.
+var ErrImageGone = errors.New("the snapshot's image is gone")
