@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault runsc image kube kube-down clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault seaweedfs runsc image kube kube-down clean
 
 all: build
 
@@ -24,6 +24,11 @@ deps:
 
 vault:
 	@scripts/vault.sh
+
+# SeaweedFS's weed, an S3-compatible object store for the S3 snapshot store's tests, built from
+# tools/seaweedfs and linked to bin/weed.
+seaweedfs:
+	@scripts/seaweedfs.sh
 
 # gVisor's runsc, built from tools/runsc and registered with the engine as the runtime "runsc".
 runsc: deps
@@ -41,10 +46,10 @@ kube: deps image
 kube-down:
 	@scripts/kube.sh down
 
-up: deps vault runsc image build
+up: deps vault seaweedfs runsc image build
 	bin/airlock up $(if $(CONFIG),--config $(CONFIG))
 
-test: deps vault runsc image build kube
+test: deps vault seaweedfs runsc image build kube
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 	cd tools/runsc && $(GO) test -count=1 ./register
 	AIRLOCK_KUBE_ENV=$(KUBE_ENV) $(GO) test -count=1 -timeout 25m -v ./e2e/
@@ -52,7 +57,7 @@ test: deps vault runsc image build kube
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
-e2e: deps vault runsc image build kube
+e2e: deps vault seaweedfs runsc image build kube
 	AIRLOCK_KUBE_ENV=$(KUBE_ENV) $(GO) test -count=1 -timeout 25m -v ./e2e/
 
 lint:
