@@ -2,13 +2,18 @@
 # Starts the Docker engine when none answers, in a session of its own, so a Ctrl-C at the terminal
 # (which signals the whole foreground process group: `make up` and airlock with it) leaves the
 # engine running for the next command. An engine still shutting down is waited for, not raced.
-# DOCKER, DOCKERD, DOCKER_PIDFILE and DOCKERD_LOG name what it runs and where (the tests point
-# them at stand-ins).
+# The engine runs in experimental mode: its checkpoint API, which pausing a gVisor sandbox with
+# its memory needs, is there only then (--experimental, unless daemon.json sets it; dockerd
+# refuses a setting given both ways). An engine already running without it is left running,
+# with a note: experimental mode is read only at start, and a restart would stop its sandboxes.
+# DOCKER, DOCKERD, DOCKER_PIDFILE, DOCKERD_LOG and DOCKER_DAEMON_JSON name what it runs and
+# where (the tests point them at stand-ins).
 set -euo pipefail
 docker=${DOCKER:-docker}
 dockerd=${DOCKERD:-dockerd}
 pidfile=${DOCKER_PIDFILE:-/var/run/docker.pid}
 log=${DOCKERD_LOG:-/var/log/airlock-dockerd.log}
+daemon_json=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 
 answers() { "$docker" info >/dev/null 2>&1; }
 # is_engine PID: that process is alive and is a dockerd, run directly or by an interpreter (a
@@ -23,13 +28,21 @@ is_engine() {
 	return 1
 }
 
-answers && exit 0
+# running: a note when the engine cannot checkpoint, never a failure.
+running() {
+	if [ "$("$docker" info --format '{{.ExperimentalBuild}}' 2>/dev/null)" != true ]; then
+		echo "engine: dockerd runs without experimental mode, so pausing a gVisor sandbox keeps its files only (the checkpoint API needs it); restart dockerd when no sandbox needs it and run this again, which starts it with --experimental" >&2
+	fi
+	exit 0
+}
+
+answers && running
 if [ -s "$pidfile" ]; then
 	old=$(cat "$pidfile")
 	if is_engine "$old"; then
 		echo "engine: dockerd (pid $old) is running but not answering: waiting for it to finish starting or stopping"
 		for _ in $(seq 1 120); do
-			answers && exit 0
+			answers && running
 			is_engine "$old" || break
 			sleep 0.5
 		done
@@ -40,9 +53,11 @@ if [ -s "$pidfile" ]; then
 	fi
 	rm -f "$pidfile" # left by an engine that is gone
 fi
-echo "engine: starting dockerd"
+args=()
+grep -qs '"experimental"' "$daemon_json" || args+=(--experimental)
+echo "engine: starting dockerd ${args[*]}"
 mkdir -p "$(dirname "$log")"
-setsid "$dockerd" >"$log" 2>&1 </dev/null &
+setsid "$dockerd" "${args[@]}" >"$log" 2>&1 </dev/null &
 for _ in $(seq 1 120); do
 	answers && exit 0
 	sleep 0.5
