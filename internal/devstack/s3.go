@@ -29,6 +29,21 @@ type S3Server struct {
 	// AccessKey and SecretKey are the one identity the server knows; anonymous requests are
 	// refused.
 	AccessKey, SecretKey string
+	// sockets are the unix sockets `weed server` makes in /tmp, one for each gRPC port (a
+	// path it does not let us choose; mode 0755, so only its user can connect), and leaves.
+	sockets []string
+}
+
+// Stop ends the server and removes what it leaves in /tmp.
+func (s *S3Server) Stop() {
+	s.Process.Stop()
+	s.removeSockets()
+}
+
+func (s *S3Server) removeSockets() {
+	for _, p := range s.sockets {
+		os.Remove(p)
+	}
 }
 
 // StoreConfig is the config of a snapshot store in the server's bucket, under prefix.
@@ -75,7 +90,9 @@ func StartS3(ctx context.Context, dir, binary string) (*S3Server, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	p, err := start(ctx, filepath.Join(dir, "weed.log"), binary, "server",
+	p, err := start(ctx, filepath.Join(dir, "weed.log"), binary,
+		"-logtostderr", // into weed.log, not files of its own in /tmp
+		"server",
 		"-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir="+data,
 		"-master.port="+strconv.Itoa(ports[0]), "-master.port.grpc="+strconv.Itoa(ports[1]),
 		"-volume.port="+strconv.Itoa(ports[2]), "-volume.port.grpc="+strconv.Itoa(ports[3]),
@@ -96,7 +113,14 @@ func StartS3(ctx context.Context, dir, binary string) (*S3Server, error) {
 		Process:  p,
 		Endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[6])),
 		Bucket:   "airlock", AccessKey: access, SecretKey: secret,
+		sockets: []string{
+			fmt.Sprintf("/tmp/seaweedfs-master-grpc-%d.sock", ports[1]),
+			fmt.Sprintf("/tmp/seaweedfs-volume-grpc-%d.sock", ports[3]),
+			fmt.Sprintf("/tmp/seaweedfs-filer-grpc-%d.sock", ports[5]),
+			fmt.Sprintf("/tmp/seaweedfs-s3-grpc-%d.sock", ports[7]),
+		},
 	}
+	go func() { <-p.Done(); s.removeSockets() }() // when ctx ends it
 	client, err := minio.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[6])), &minio.Options{
 		Creds: credentials.NewStaticV4(access, secret, ""), Region: "us-east-1",
 		BucketLookup: minio.BucketLookupPath, MaxRetries: 1,
