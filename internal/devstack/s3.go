@@ -20,6 +20,8 @@ import (
 
 // S3Server is a private SeaweedFS server (master, volume server, filer and S3 gateway in one
 // process) with one bucket and one identity, for the S3 snapshot store's tests and a dev node.
+// Security: only its S3 gateway asks for credentials; its master, volume server and filer
+// answer anyone on the machine (on 127.0.0.1 only), so it is no store for a shared host.
 type S3Server struct {
 	*Process
 	// Endpoint is the S3 gateway's URL, "http://127.0.0.1:port".
