@@ -1,124 +1,31 @@
 package mcpserver_test
 
 import (
-	"archive/tar"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/api/apitype"
-	"github.com/airlock-dev/airlock/internal/devstack"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/mcpserver"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/snapshot"
 )
-
-// workspaces stands in for the sandboxes' file systems as far as snapshots go: the sandbox's
-// tar -c writes what it holds under the roots asked for, and the restore script unpacks into
-// it. Everything else the runtime is asked runs nothing.
-type workspaces struct {
-	mu    sync.Mutex
-	files map[string]map[string]string // sandbox id -> path relative to / -> content
-}
-
-func (w *workspaces) put(sandbox, path, content string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.files[sandbox] == nil {
-		w.files[sandbox] = map[string]string{}
-	}
-	w.files[sandbox][path] = content
-}
-
-func (w *workspaces) get(sandbox, path string) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.files[sandbox][path]
-}
-
-func (w *workspaces) exec(_ context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, _ io.Writer) (int, error) {
-	switch {
-	case len(req.Cmd) > 1 && req.Cmd[0] == "tar" && req.Cmd[1] == "-c":
-		w.mu.Lock()
-		files := maps.Clone(w.files[sb.ID])
-		w.mu.Unlock()
-		tw := tar.NewWriter(stdout)
-		for _, root := range req.Cmd[slices.Index(req.Cmd, "--")+1:] {
-			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: root + "/", Mode: 0o755, ModTime: time.Now(), Format: tar.FormatPAX})
-			for _, p := range slices.Sorted(maps.Keys(files)) {
-				if strings.HasPrefix(p, root+"/") {
-					tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: 0o644, Size: int64(len(files[p])), ModTime: time.Now(), Format: tar.FormatPAX})
-					io.WriteString(tw, files[p])
-				}
-			}
-		}
-		return 0, tw.Close()
-	case len(req.Cmd) > 3 && req.Cmd[0] == "sh" && req.Cmd[3] == "restore":
-		tr := tar.NewReader(stdin)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				return 0, nil
-			}
-			if err != nil {
-				return 2, err
-			}
-			if h.Typeflag == tar.TypeReg {
-				b, _ := io.ReadAll(tr)
-				w.put(sb.ID, h.Name, string(b))
-			}
-		}
-	}
-	return 0, nil
-}
 
 // snapshotNode is node's API over a pool that keeps snapshots: a directory store, its data
 // keys wrapped by a real Vault's transit engine (bin/vault, which `make test` builds).
-func snapshotNode(t *testing.T) (*pooltest.Env, *workspaces, *httptest.Server) {
+func snapshotNode(t *testing.T) (*pooltest.Env, *pooltest.Workspaces, *httptest.Server) {
 	t.Helper()
-	bin, _ := filepath.Abs("../bin/vault")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s is missing: run the tests with `make test`, which builds a real Vault", bin)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	v, err := devstack.StartVault(ctx, bin, t.TempDir())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); v.Stop() })
-	vc, err := v.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := snapshot.NewTransit(snapshot.TransitConfig{Client: vc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := snapshot.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	catalog := pooltest.Catalog(t, "../bin/vault")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	catalog, err := snapshot.NewCatalog(snapshot.CatalogConfig{Store: dir, Keys: keys, Staging: t.TempDir(), Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := &workspaces{files: map[string]map[string]string{}}
+	ws := pooltest.NewWorkspaces()
 	e := pooltest.NewEnv(t, pooltest.EnvConfig{Templates: []pool.Template{{MinWarm: 3, MaxTotal: 10}},
-		Runtime: func(rt *pooltest.Runtime) { rt.ExecFunc = ws.exec },
+		Runtime: func(rt *pooltest.Runtime) { rt.ExecFunc = ws.Exec },
 		Pool:    func(c *pool.Config) { c.Snapshots = catalog }})
 	srv := httptest.NewServer(api.New(api.Config{Pool: e.Manager, Logger: quiet,
 		Keys: map[string]string{api.HashKey("key-acme"): "acme"}, Minter: devMinter{e.Issuer}}))
@@ -149,7 +56,7 @@ func TestStateOnTheNode(t *testing.T) {
 	if msg := call(t, cs, "sandbox_create", map[string]any{"allow": []string{"a.example"}}, &sb); msg != "" {
 		t.Fatal(msg)
 	}
-	ws.put(sandboxOf(sb.Lease), "workspace/plan.txt", "step 1\n")
+	ws.Put(sandboxOf(sb.Lease), "workspace/plan.txt", "step 1\n")
 
 	var snap apitype.SnapshotView
 	if msg := call(t, cs, "sandbox_snapshot", map[string]any{"lease": sb.Lease, "name": "green"}, &snap); msg != "" {
@@ -173,7 +80,7 @@ func TestStateOnTheNode(t *testing.T) {
 		if r := fork.Restored; r == nil || r.Snapshot != snap.ID || r.Files != snap.Files || fork.Template != "default" {
 			t.Errorf("from %s: %+v", ref, fork)
 		}
-		if got := ws.get(sandboxOf(fork.Lease), "workspace/plan.txt"); got != "step 1\n" {
+		if got := ws.Get(sandboxOf(fork.Lease), "workspace/plan.txt"); got != "step 1\n" {
 			t.Errorf("from %s: the sandbox holds %q", ref, got)
 		}
 	}
@@ -204,8 +111,8 @@ func TestStateOnTheNode(t *testing.T) {
 	if back.Lease != sb.Lease || back.State != "running" || back.Restored == nil {
 		t.Errorf("sandbox_resume: %+v", back)
 	}
-	if now := sandboxOf(sb.Lease); now == old || ws.get(now, "workspace/plan.txt") != "step 1\n" {
-		t.Errorf("resumed in sandbox %s (paused in %s), holding %q", now, old, ws.get(now, "workspace/plan.txt"))
+	if now := sandboxOf(sb.Lease); now == old || ws.Get(now, "workspace/plan.txt") != "step 1\n" {
+		t.Errorf("resumed in sandbox %s (paused in %s), holding %q", now, old, ws.Get(now, "workspace/plan.txt"))
 	}
 
 	// A token that is not one for the paused lease's task is refused.

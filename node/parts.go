@@ -401,16 +401,25 @@ func newRegistry() *prometheus.Registry {
 
 // newPool builds the pool manager; it runs in runPool. catalog returns the catalog in force,
 // which lease-time checks apply.
-func newPool(cfg config.Config, backend pool.Backend, store *redisstore.Store, cache *binding.Cache, sink audit.Sink,
+func newPool(cfg config.Config, deps Deps, backend pool.Backend, store *redisstore.Store, cache *binding.Cache, sink audit.Sink,
 	creds credentials, verifier *token.Verifier, catalog func() broker.Catalog, apiURL string, log *slog.Logger) (*pool.Manager, error) {
-	return pool.New(pool.Config{
+	snaps, err := newSnapshots(cfg, creds.vault.Client(), sink, log)
+	if err != nil {
+		return nil, err
+	}
+	pc := pool.Config{
 		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cache, Audit: sink,
 		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(catalog(), t) },
 		HealthEvery: cfg.Pool.HealthEvery, RefillParallel: cfg.Pool.RefillParallel, MemoryBudgetMB: memoryBudget(cfg.Pool.MemoryBudgetMB, log),
 		KeepOnStop: cfg.Pool.KeepOnStop, Release: creds.vault.Release, Revoke: creds.vault.Revoke, Logger: log,
 		API: apiURL, OutputHead: cfg.Audit.OutputHead,
-		Redact: func(lease, text string) string { return broker.Redact(text, creds.vault.Values(lease)...) },
-	})
+		Redact:  func(lease, text string) string { return broker.Redact(text, creds.vault.Values(lease)...) },
+		Tenants: func() []string { return tenantsOf(apiKeys(cfg, deps)) },
+	}
+	if snaps != nil {
+		pc.Snapshots = snaps
+	}
+	return pool.New(pc)
 }
 
 // memoryBudget is the node's memory budget for its sandboxes: the one configured, else the

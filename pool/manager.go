@@ -129,6 +129,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// What every backend's commands share (a marker, the timeout and the kill) is applied here,
 	// once, over whichever runtime this is.
+	backend := cfg.Runtime
 	cfg.Runtime = WithPolicy(cfg.Runtime)
 	s := newSupply(cfg)
 	tb := &leaseTable{
@@ -142,7 +143,7 @@ func New(cfg Config) (*Manager, error) {
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{},
 	}
 	tb.ended = op.ended
-	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, audit: cfg.Audit, table: tb, supply: s,
+	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, checkpointer: backend, audit: cfg.Audit, table: tb, supply: s,
 		catalog: cfg.Snapshots, log: cfg.Logger,
 		claim: func(ctx context.Context, name, holder string, until time.Time) error {
 			return cfg.Store.ClaimJTI(ctx, name, holder, until)

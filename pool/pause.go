@@ -52,7 +52,8 @@ func pausedOf(m snapshot.Manifest) Paused {
 // sandbox as a release does, except that the lease goes on, paused: its binding goes first
 // (connections through the gateway are closed and their end recorded), everything minted for
 // it is revoked, its sandbox is destroyed. memory asks to keep running processes too; no
-// runtime of this node can yet, so the pause keeps the files and says why. If the snapshot
+// runtime keeps them yet (a gVisor checkpoint keeps only the sandbox's main process, not what
+// exec started), so the pause keeps the files and says why (whyNoMemory). If the snapshot
 // cannot be taken the lease runs on untouched.
 func (k *keeper) Pause(ctx context.Context, tenant, id string, memory bool) (Paused, error) {
 	if k.catalog == nil {
@@ -73,7 +74,7 @@ func (k *keeper) Pause(ctx context.Context, tenant, id string, memory bool) (Pau
 	p := Paused{Lease: l.ID, Tenant: l.Tenant, Task: l.Task, Template: l.Template, Kept: apitype.KeptFiles,
 		Paused: now, Until: now.Add(t.maxPaused())}
 	if memory {
-		p.Why = "no runtime of this node keeps memory across a pause: " + t.EngineRuntime() + " keeps the files only"
+		p.Why = k.whyNoMemory(ctx, t)
 	}
 	m, err := k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: map[string]string{
 		labelTask: l.Task, labelUntil: p.Until.Format(time.RFC3339Nano), labelKept: string(p.Kept)}}, t.Snapshot.Paths)
@@ -245,4 +246,20 @@ func (k *keeper) ReleasePaused(ctx context.Context, tenant, id string) error {
 func leaseID(id string) bool {
 	hex, ok := strings.CutPrefix(id, "l-")
 	return ok && len(hex) > 0 && len(hex) <= 64 && strings.Trim(hex, "0123456789abcdef") == ""
+}
+
+// execLost is why a pause keeps no memory on a runtime that can checkpoint: what a lease runs.
+const execLost = "the commands and processes of a lease are started through exec, and a checkpoint's restore ends every process an exec started " +
+	"(only the sandbox's main process and its children come back), so a pause keeps the workspace and declared paths, not the processes"
+
+// whyNoMemory says why a pause of a lease of t keeps its files and not its processes.
+func (k *keeper) whyNoMemory(ctx context.Context, t Template) string {
+	cp, ok := k.checkpointer.(Checkpointer)
+	if !ok {
+		return t.EngineRuntime() + ": this node's runtime cannot checkpoint a sandbox, so a pause keeps the files only"
+	}
+	if can, why := cp.CanCheckpoint(ctx, t); !can {
+		return why
+	}
+	return t.EngineRuntime() + ": " + execLost
 }

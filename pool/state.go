@@ -104,10 +104,13 @@ type keeper struct {
 	node      string
 	templates map[string]Template
 	runtime   Runtime
-	audit     audit.Sink
-	table     *leaseTable
-	supply    *supply
-	catalog   Snapshots // nil: this node keeps no snapshots
+	// checkpointer is the runtime as the backend gave it (before WithPolicy), which may be a
+	// Checkpointer.
+	checkpointer Runtime
+	audit        audit.Sink
+	table        *leaseTable
+	supply       *supply
+	catalog      Snapshots // nil: this node keeps no snapshots
 	// claim takes a name for this node for a while, or fails when another holds it (the
 	// store's ClaimJTI): two resumes of one paused lease cannot both win.
 	claim   func(ctx context.Context, name, holder string, until time.Time) error
@@ -154,12 +157,21 @@ func (k *keeper) Snapshot(ctx context.Context, tenant, id string, req SnapshotRe
 // save archives l's workspace and paths into the catalog with meta, filling in what l says.
 func (k *keeper) save(ctx context.Context, l Lease, meta snapshot.Meta, paths []string) (snapshot.Manifest, error) {
 	t := k.templates[l.Template]
-	roots := k.roots(t, paths)
-	meta.Tenant, meta.Template, meta.Image, meta.Lease = l.Tenant, t.Name, l.Sandbox.Image, l.ID
 	meta.Paths = append([]string{t.Workdir}, paths...)
-	// The filter caps the files' content, naming the template's setting; the catalog's cap on
-	// the archive (headers too) is only a backstop past it.
-	meta.MaxSize, meta.Cap = t.maxBytes()+t.maxBytes()/4+64<<20, fmt.Sprintf("the archive cap of template %s (snapshot.max_mb, with room for tar's headers)", t.Name)
+	meta.Cap = fmt.Sprintf("the archive cap of template %s (snapshot.max_mb, with room for tar's headers)", t.Name)
+	m, err := k.archive(ctx, l, meta, k.roots(t, paths), t.maxBytes())
+	return m, k.mapErr(err)
+}
+
+// archive archives roots (relative to /) of l's sandbox into the catalog with meta, filling in
+// what l says, their files' content capped at maxBytes; its errors are the catalog's and the
+// filter's, unmapped. What a snapshot and a cache (cache.go) share.
+func (k *keeper) archive(ctx context.Context, l Lease, meta snapshot.Meta, roots []string, maxBytes int64) (snapshot.Manifest, error) {
+	t := k.templates[l.Template]
+	meta.Tenant, meta.Template, meta.Image, meta.Lease = l.Tenant, t.Name, l.Sandbox.Image, l.ID
+	// The filter caps the files' content, naming the setting; the catalog's cap on the archive
+	// (headers too) is only a backstop past it.
+	meta.MaxSize = maxBytes + maxBytes/4 + 64<<20
 	uid, gid, _ := ParseUser(t.User)
 	// The sandbox's tar makes the archive; the filter checks and normalizes it on its way to
 	// the catalog, and counts its entries for the manifest.
@@ -176,7 +188,7 @@ func (k *keeper) save(ctx context.Context, l Lease, meta snapshot.Meta, paths []
 		// tar exits 1 when a file changed while it read it: the sandbox runs on, and the
 		// snapshot holds what was read.
 		if err == nil && code != 0 && code != 1 {
-			err = fmt.Errorf("archiving the workspace in the sandbox failed (tar exited %d): %s", code, strings.TrimSpace(stderr.String()))
+			err = fmt.Errorf("archiving %s in the sandbox failed (tar exited %d): %s", strings.Join(roots, " "), code, strings.TrimSpace(stderr.String()))
 		}
 		rawW.CloseWithError(err)
 		made <- err
@@ -184,7 +196,7 @@ func (k *keeper) save(ctx context.Context, l Lease, meta snapshot.Meta, paths []
 	filtered, filteredW := io.Pipe()
 	sums := make(chan snapshot.Summary, 1)
 	go func() {
-		sum, err := snapshot.Filter(raw, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: t.maxBytes(), MaxEntries: maxEntries})
+		sum, err := snapshot.Filter(raw, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: maxBytes, MaxEntries: maxEntries})
 		raw.CloseWithError(err)
 		sums <- sum
 		filteredW.CloseWithError(err)
@@ -196,7 +208,7 @@ func (k *keeper) save(ctx context.Context, l Lease, meta snapshot.Meta, paths []
 	if merr := <-made; err == nil && merr != nil {
 		err = merr
 	}
-	return m, k.mapErr(err)
+	return m, err
 }
 
 // roots are the archive's members for t with paths: the workspace and each path, relative to /.
@@ -279,14 +291,24 @@ func (k *keeper) restore(ctx context.Context, tenant string, t Template, sb Sand
 			paths = append(paths, p)
 		}
 	}
-	roots := k.roots(t, paths)
+	sum, err := k.unpack(ctx, t, sb, k.roots(t, paths), t.maxBytes(), body)
+	if err != nil {
+		return Restored{}, k.mapErr(err)
+	}
+	return Restored{Snapshot: m.ID, Files: sum.Entries, Size: sum.Bytes, Took: time.Since(start)}, nil
+}
+
+// unpack unpacks the archive body into roots (relative to /) of sb, a sandbox of t, as its user,
+// checking every entry on its way (their files' content capped at maxBytes); its errors are
+// unmapped. What a snapshot's restore and a cache's (cache.go) share.
+func (k *keeper) unpack(ctx context.Context, t Template, sb Sandbox, roots []string, maxBytes int64, body io.Reader) (snapshot.Summary, error) {
 	uid, gid, _ := ParseUser(t.User)
 	filtered, filteredW := io.Pipe()
 	var sum snapshot.Summary
 	filterDone := make(chan error, 1)
 	go func() {
 		var err error
-		sum, err = snapshot.Filter(body, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: t.maxBytes(), MaxEntries: maxEntries})
+		sum, err = snapshot.Filter(body, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: maxBytes, MaxEntries: maxEntries})
 		filteredW.CloseWithError(err)
 		filterDone <- err
 	}()
@@ -294,7 +316,7 @@ func (k *keeper) restore(ctx context.Context, tenant string, t Template, sb Sand
 	// and a link the image left in a root that leads out of it refuses the restore (as an
 	// archive upload does).
 	script := `for r; do d=/$r; mkdir -p "$d" || exit 45; find "$d" -type l -exec sh -c 'for l; do t=$(realpath -m -- "$l"); case "$t" in "$0"|"$0"/*) ;; *) ` +
-		`echo "$l leads to $t through a symbolic link, outside $0: a snapshot is not restored where it could follow it" >&2; exit 46;; esac; done' "$d" {} + || exit 46; done; ` +
+		`echo "$l leads to $t through a symbolic link, outside $0: an archive is not restored where it could follow it" >&2; exit 46;; esac; done' "$d" {} + || exit 46; done; ` +
 		`LC_ALL=C exec tar -x --no-same-owner -p --delay-directory-restore -C /`
 	var stderr strings.Builder
 	code, err := k.runtime.Exec(ctx, sb, ExecRequest{Cmd: append([]string{"sh", "-c", script, "restore"}, roots...)}, filtered, io.Discard, &stderr)
@@ -309,12 +331,9 @@ func (k *keeper) restore(ctx context.Context, tenant string, t Template, sb Sand
 	case ferr != nil:
 		err = ferr
 	case err == nil && code != 0:
-		err = fmt.Errorf("unpacking the snapshot in the sandbox failed (exit %d): %s", code, strings.TrimSpace(stderr.String()))
+		err = fmt.Errorf("unpacking the archive in the sandbox failed (exit %d): %s", code, strings.TrimSpace(stderr.String()))
 	}
-	if err != nil {
-		return Restored{}, k.mapErr(err)
-	}
-	return Restored{Snapshot: m.ID, Files: sum.Entries, Size: sum.Bytes, Took: time.Since(start)}, nil
+	return sum, err
 }
 
 // Restored is how a lease's workspace was restored.
