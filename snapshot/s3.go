@@ -243,6 +243,9 @@ func (s *S3) putMultipart(ctx context.Context, key string, r io.ReaderAt, size i
 	buf := make([]byte, p)
 	parts := make([]minio.CompletePart, 0, n)
 	for i := 1; i <= n; i++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: put %s: %w", s, key, err) // the upload stays, to resume
+		}
 		off := int64(i-1) * p
 		part := buf[:min(p, size-off)]
 		if err := readFull(r, part, off); err != nil {

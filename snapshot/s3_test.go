@@ -314,6 +314,38 @@ func TestS3GivesUpOnAPartAndResumes(t *testing.T) {
 	}
 }
 
+// A Put whose context ends part way keeps its upload, and the next Put resumes it.
+func TestS3CancelledPutResumes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &calls{fail: func(r *http.Request, part, attempt int) (*http.Response, error) {
+		if part == 2 {
+			cancel() // as a caller giving up while part 2 is on its way
+			return nil, context.Canceled
+		}
+		return nil, nil
+	}}
+	s, prefix := newS3(t, func(cfg *snapshot.S3Config) { cfg.Transport = c })
+	data := storetest.Bytes(11, 13*mib)
+	if err := s.Put(ctx, "obj", bytes.NewReader(data), int64(len(data))); !errors.Is(err, context.Canceled) {
+		t.Fatalf("put whose context ended: %v, want context.Canceled", err)
+	}
+	if got := c.partsSent(); fmt.Sprint(got) != "[1 2]" || c.aborts != 0 {
+		t.Fatalf("parts sent %v, %d aborts; want part 2 once (an ended context is not retried) and no abort", got, c.aborts)
+	}
+	if u := unfinished(t, prefix, "obj"); len(u) != 1 {
+		t.Fatalf("%d unfinished uploads, want the one kept to resume", len(u))
+	}
+	c.reset()
+	storetest.Put(t, s, "obj", data)
+	if got := c.partsSent(); fmt.Sprint(got) != "[2 3]" {
+		t.Fatalf("the resumed put sent parts %v, want 2 3", got)
+	}
+	if got := storetest.Get(t, s, "obj"); !bytes.Equal(got, data) {
+		t.Fatal("the object is not the bytes put")
+	}
+}
+
 // When the server refuses a part outright, giving up is final: the upload is aborted, so
 // nothing of it stays stored.
 func TestS3AbortsARefusedUpload(t *testing.T) {
