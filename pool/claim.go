@@ -12,7 +12,7 @@ import (
 // came), then starts one or refuses (after_wait), or starts one at once, or refuses at once.
 // It reports which happened. The sandbox stays counted as pending
 // until the caller calls unclaim.
-func (s *supply) claim(ctx context.Context, t Template) (Sandbox, Start, error) {
+func (s *supply) claim(ctx context.Context, t Template, local bool) (Sandbox, Start, error) {
 	now := time.Now()
 	s.queue.Lock()
 	s.sizers[t.Name].leased(s.now())
@@ -20,7 +20,7 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, Start, error) 
 	s.claimed[t.Name]++
 	s.queue.Unlock()
 	if !queued { // a lease that came later does not pass one that waits
-		sb, err := s.claimFresh(ctx, t)
+		sb, err := s.claimFresh(ctx, t, local)
 		if err == nil {
 			s.kick(t.Name)
 			s.metrics.started(StartWarm, 0)
@@ -49,7 +49,7 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, Start, error) 
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	sb, err := s.await(ctx, t, wait)
+	sb, err := s.await(ctx, t, wait, local)
 	switch {
 	case err == nil:
 		s.metrics.started(StartWaited, time.Since(now))
@@ -62,9 +62,9 @@ func (s *supply) claim(ctx context.Context, t Template) (Sandbox, Start, error) 
 
 // claimFresh is claimAnywhere, destroying what it takes that was made from an image its template
 // no longer uses (a rebuild the drain has not reached yet).
-func (s *supply) claimFresh(ctx context.Context, t Template) (Sandbox, error) {
+func (s *supply) claimFresh(ctx context.Context, t Template, local bool) (Sandbox, error) {
 	for {
-		sb, err := s.claimAnywhere(ctx, t)
+		sb, err := s.claimAnywhere(ctx, t, local)
 		if err != nil || !s.stale(sb) {
 			return sb, err
 		}
@@ -74,11 +74,13 @@ func (s *supply) claimFresh(ctx context.Context, t Template) (Sandbox, error) {
 	}
 }
 
-// claimAnywhere takes a warm sandbox of t from this node, else from another live node (whose
-// gateway and resolver then serve it: the binding goes to that node).
-func (s *supply) claimAnywhere(ctx context.Context, t Template) (Sandbox, error) {
+// claimAnywhere takes a warm sandbox of t from this node, else (unless local) from another live
+// node (whose gateway and resolver then serve it: the binding goes to that node). A lease that
+// acts in its sandbox before it is bound (a restore) is local: this node's runtime reaches only
+// its own sandboxes.
+func (s *supply) claimAnywhere(ctx context.Context, t Template, local bool) (Sandbox, error) {
 	sb, err := s.warm.Claim(ctx, s.node, t.Name)
-	if err == nil || !errors.Is(err, ErrNoWarm) || s.api == "" {
+	if err == nil || !errors.Is(err, ErrNoWarm) || s.api == "" || local {
 		return sb, err
 	}
 	nodes, nerr := s.nodes.Nodes(ctx)
@@ -98,7 +100,7 @@ func (s *supply) claimAnywhere(ctx context.Context, t Template) (Sandbox, error)
 
 // await queues a lease for a sandbox of t and waits, at most wait, for the refill (or another
 // node's warm set) to give it one; the sandbox it returns is counted as pending.
-func (s *supply) await(ctx context.Context, t Template, wait time.Duration) (Sandbox, error) {
+func (s *supply) await(ctx context.Context, t Template, wait time.Duration, local bool) (Sandbox, error) {
 	w := &waiter{ch: make(chan Sandbox, 1)}
 	s.queue.Lock()
 	s.waiters[t.Name] = append(s.waiters[t.Name], w)
@@ -120,7 +122,7 @@ func (s *supply) await(ctx context.Context, t Template, wait time.Duration) (San
 				continue
 			}
 			s.reserve(t)
-			sb, err := s.claimFresh(ctx, t)
+			sb, err := s.claimFresh(ctx, t, local)
 			if err != nil {
 				s.unclaim(ctx, t, nil)
 				continue

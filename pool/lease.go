@@ -26,6 +26,9 @@ type LeaseRequest struct {
 	// From is a snapshot of the tenant's (an ID or a name) to restore the workspace from before
 	// the lease is returned; Template may then be empty (the snapshot's is taken).
 	From string
+	// NoCaches starts the lease with its template's tenant caches empty; WriteCaches writes
+	// them back at its end, for the tenant's next leases of the template (cache.go).
+	NoCaches, WriteCaches bool
 }
 
 // Lease verifies the task token, claims a warm sandbox and binds it. The lease is returned only
@@ -78,6 +81,9 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 	if err := CheckMetadata(req.Metadata); err != nil {
 		return Lease{}, err
 	}
+	if err := tb.caches.checkCaches(t, req); err != nil {
+		return Lease{}, err
+	}
 	task, err := tb.admit(req.Token, req.Tenant)
 	if err != nil {
 		return Lease{}, err
@@ -90,7 +96,7 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 	}
 	now := time.Now()
 	expires := t.expiry(now, req.TTL, task.Expires)
-	sb, start, err := tb.supply.claim(ctx, t)
+	sb, start, err := tb.supply.claim(ctx, t, opts.restore != nil)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -102,7 +108,7 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 	l := Lease{
 		ID: id, Tenant: req.Tenant, Task: task.ID, JTI: task.JTI, Template: t.Name,
 		Node: sb.Node, Sandbox: sb, Created: now, Expires: expires, Token: req.Token, Start: start, Key: req.Key,
-		Env: req.Env, Metadata: req.Metadata,
+		Env: req.Env, Metadata: req.Metadata, WriteCaches: req.WriteCaches,
 	}
 	reason := string(l.Start)
 	if opts.restore != nil {
@@ -115,6 +121,16 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 		}
 		l.Restored = &r
 		reason += fmt.Sprintf("; restored snapshot %s (%d files, %d bytes) in %s", r.Snapshot, r.Files, r.Size, r.Took.Round(time.Millisecond))
+	}
+	// After a snapshot, which they overlay. A resumed lease has its caches in what its pause
+	// kept.
+	if opts.event != audit.EventResume {
+		note, err := tb.caches.readCaches(ctx, l, req.NoCaches)
+		if err != nil {
+			tb.runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			return Lease{}, err
+		}
+		reason += note
 	}
 	b := bindingOf(l, task)
 	if b.Version, err = tb.leases.Bind(ctx, l, b); err != nil {
