@@ -51,6 +51,7 @@ func (n *nodeProc) cliStdin(t *testing.T, stdin io.Reader, args ...string) (stri
 
 type leaseJSON struct {
 	ID      string `json:"id"`
+	Node    string `json:"node"`
 	Sandbox string `json:"sandbox"`
 	Address string `json:"address"`
 	Task    string `json:"task"`
