@@ -116,6 +116,9 @@ func (tb *leaseTable) endAs(ctx context.Context, l Lease, event audit.Event, rev
 		return err
 	}
 	tb.ended(ctx, l)
+	if event != audit.EventPause {
+		tb.caches.writeCaches(ctx, l)
+	}
 	var problems []string
 	if note != "" {
 		problems = append(problems, note)

@@ -149,6 +149,7 @@ func New(cfg Config) (*Manager, error) {
 			return cfg.Store.ClaimJTI(ctx, name, holder, until)
 		},
 		unclaim: func(ctx context.Context, name, holder string) error { return cfg.Store.Unclaim(ctx, name, holder) }}
+	tb.caches = k
 	if cfg.Snapshots != nil {
 		tb.from = k.from
 	}

@@ -87,6 +87,8 @@ type Template struct {
 	BuildNetwork string `yaml:"build_network"`
 	// Snapshot is what snapshots of its leases may hold, and how long one may stay paused.
 	Snapshot SnapshotPolicy `yaml:"snapshot"`
+	// Caches are the named caches its leases find filled (cache.go); none unless declared.
+	Caches []Cache `yaml:"caches"`
 }
 
 // Start is how a lease's sandbox was had: StartWarm, StartWaited or StartCold.
@@ -255,7 +257,8 @@ func (t Template) Validate() []error {
 			bad("env."+k, "%s", why)
 		}
 	}
-	return append(errs, t.validateSnapshot()...)
+	errs = append(errs, t.validateSnapshot()...)
+	return append(errs, t.validateCaches()...)
 }
 
 // ParseUser reads a template's user, "UID:GID" in decimal, and refuses root in any spelling: a
@@ -325,6 +328,9 @@ type Lease struct {
 	// Restored says how the workspace was restored, on the answer of a lease from a snapshot
 	// or a resume; it is not stored.
 	Restored *Restored `json:"-"`
+	// WriteCaches is what the lease asked for when it began: that its template's tenant
+	// caches be written back at its end (release or expiry; not at a pause).
+	WriteCaches bool `json:"write_caches,omitempty"`
 }
 
 // ownedBy reports whether tenant may see and act on l: the one tenant check of the pool.

@@ -36,6 +36,9 @@ type leaseTable struct {
 	// from finds tenant's snapshot ref for a lease from it, with what restores it in a claimed
 	// sandbox (keeper.from); nil when the node keeps no snapshots.
 	from func(ctx context.Context, tenant, ref string) (snapshot.Manifest, func(context.Context, Template, Sandbox) (Restored, error), error)
+	// caches restores a lease's caches before it is bound and writes them back at its end
+	// (the keeper, cache.go).
+	caches leaseCaches
 	// started is closed once Run has made the store and the runtime agree (Cleanup or
 	// Reconcile); startErr says why that failed. A lease waits for it: a lease granted before
 	// would be dropped by the start's own sweep (its record unbound, its sandbox destroyed).
