@@ -63,11 +63,17 @@ func (c *Client) Pause(ctx context.Context, lease string, memory bool) (apitype.
 // since a paused lease keeps none. ttl zero takes the template's default. The answer's
 // Restored says what was restored and how long it took.
 func (c *Client) Resume(ctx context.Context, lease, token string, ttl time.Duration) (apitype.LeaseView, error) {
-	var v apitype.LeaseView
 	req := apitype.ResumeRequest{Token: token}
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}
+	return c.ResumeWith(ctx, lease, req)
+}
+
+// ResumeWith is Resume with the request whole: on a node that mints task tokens, an allow list
+// in place of a token, minted for the paused lease's own task.
+func (c *Client) ResumeWith(ctx context.Context, lease string, req apitype.ResumeRequest) (apitype.LeaseView, error) {
+	var v apitype.LeaseView
 	_, err := c.do(ctx, http.MethodPost, leasePath(lease, "resume"), req, &v)
 	return v, err
 }

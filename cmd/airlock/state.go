@@ -35,9 +35,10 @@ const pauseUsage = `airlock pause LEASE [--memory] [--json]
   minted for the lease is revoked
 `
 
-const resumeUsage = `airlock resume LEASE --token JWT [--ttl D] [--json]
+const resumeUsage = `airlock resume LEASE (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
   brings a paused lease back in a new sandbox under a new binding, bound to JWT: a task token for
-  the lease's task (a paused lease keeps none; '--token -' reads it from stdin); prints its id
+  the lease's task (a paused lease keeps none; '--token -' reads it from stdin), or, on a node
+  that mints tokens, one it mints for the lease's task with the scopes --allow gives; prints its id
 `
 
 func cmdSnapshot(args []string) int {
@@ -176,28 +177,37 @@ func cmdPause(args []string) int {
 func cmdResume(args []string) int {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
 	tok := fs.String("token", "", "a task token for the paused lease's task ('-': read it from stdin)")
+	var allow multiFlag
+	fs.Var(&allow, "allow", "HOST[:PORT][=CREDENTIAL] for a token the node mints for the lease's task (repeatable)")
 	ttl := fs.Duration("ttl", 0, "lease lifetime from now (default: the template's)")
 	asJSON := fs.Bool("json", false, "print the lease as JSON")
 	pos, code, ok := parseInterleaved(fs, resumeUsage, args)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 || *tok == "" {
+	if len(pos) != 1 || (*tok == "") == (len(allow) == 0) {
 		if len(pos) == 1 {
-			fmt.Fprintln(os.Stderr, "airlock resume: --token is required: a paused lease keeps no task token, and the one it had was revoked")
+			fmt.Fprintln(os.Stderr, "airlock resume: give --token or --allow (not both): a paused lease keeps no task token, and the one it had was revoked")
 		}
 		fmt.Fprint(os.Stderr, "usage: "+resumeUsage)
 		return 2
 	}
-	raw, err := taskToken(*tok)
-	if err != nil {
-		return fail(err)
+	req := apitype.ResumeRequest{Allow: allow}
+	if *tok != "" {
+		raw, err := taskToken(*tok)
+		if err != nil {
+			return fail(err)
+		}
+		req.Token = raw
+	}
+	if *ttl > 0 {
+		req.TTL = ttl.String()
 	}
 	c, err := newClient()
 	if err != nil {
 		return fail(err)
 	}
-	l, err := c.Resume(context.Background(), pos[0], raw, *ttl)
+	l, err := c.ResumeWith(context.Background(), pos[0], req)
 	if err != nil {
 		return fail(err)
 	}

@@ -176,7 +176,7 @@ func TestStateUsageErrors(t *testing.T) {
 		{"snapshots ls with a ref", "usage: airlock snapshots", "", []string{"snapshots", "ls", "x"}, 2},
 		{"snapshots of an unknown kind", `unknown subcommand "nope"`, "", []string{"snapshots", "nope"}, 2},
 		{"pause without a lease", "usage: airlock pause LEASE", "", []string{"pause", "--memory"}, 2},
-		{"resume without a token", "--token is required: a paused lease keeps no task token", "", []string{"resume", "l-1"}, 2},
+		{"resume without a token", "give --token or --allow (not both): a paused lease keeps no task token", "", []string{"resume", "l-1"}, 2},
 		{"resume with an empty stdin for its token", "stdin held no task token", "\n", []string{"resume", "l-1", "--token", "-"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
