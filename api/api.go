@@ -360,7 +360,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, tenant stri
 		}
 	}
 	l, err := s.cfg.Pool.Lease(r.Context(), pool.LeaseRequest{Tenant: tenant, Template: req.Template, Token: raw, TTL: ttl, Key: keyHashOf(r),
-		Env: req.Env, Metadata: req.Metadata, From: req.From})
+		Env: req.Env, Metadata: req.Metadata, From: req.From, NoCaches: req.NoCaches, WriteCaches: req.WriteCaches})
 	if err != nil {
 		writePoolError(w, err)
 		return

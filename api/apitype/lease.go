@@ -17,6 +17,10 @@ type LeaseRequest struct {
 	From string `json:"from,omitempty"`
 	// NoCaches starts the lease with the template's caches empty.
 	NoCaches bool `json:"no_caches,omitempty"`
+	// WriteCaches writes the template's caches back when the lease ends (released or
+	// expired, not paused), for the tenant's next leases of the template: what this lease
+	// leaves there, they run. Refused for a template that keeps no cache per tenant.
+	WriteCaches bool `json:"write_caches,omitempty"`
 }
 
 // LeaseView is a lease as the API shows it; the task token is never returned.
