@@ -105,8 +105,9 @@ func StartS3(ctx context.Context, dir, binary string) (*S3Server, error) {
 		"-s3.port.iceberg=0", "-s3.port.lance=0",
 		// No report of usage to SeaweedFS's server: this machine reaches only loopback.
 		"-master.telemetry=false",
-		// Small volumes, few of them: a test stores megabytes.
-		"-master.volumeSizeLimitMB=64", "-volume.max=4",
+		// Small volumes (files that grow as they are written), up to 2 GiB of them: a test run
+		// stores a few hundred megabytes, and deleting frees nothing until a vacuum.
+		"-master.volumeSizeLimitMB=64", "-volume.max=32",
 	)
 	if err != nil {
 		return nil, fmt.Errorf("%w (run `make seaweedfs`, which builds bin/weed)", err)
