@@ -35,7 +35,7 @@ const tmpPrefix = "~put-"
 // copyBuffer is the size of the chunks a Dir's Put copies in.
 const copyBuffer = 1 << 20
 
-// NewDir opens the store in the directory at path, creating it (mode 0700) if it is missing.
+// NewDir opens the store in directory dir, creating it (mode 0700) if it is missing.
 func NewDir(dir string) (*Dir, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
