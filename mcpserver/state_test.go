@@ -183,6 +183,21 @@ func TestStateTools(t *testing.T) {
 	}
 }
 
+// TestCreateWritesCaches: sandbox_create asks for the template's caches to be written back only
+// when told.
+func TestCreateWritesCaches(t *testing.T) {
+	f := newStateNode(t)
+	cs := connect(t, mcpserver.New(mcpserver.Config{Addr: f.srv.URL, Key: "key-acme"}), nil)
+	defer cs.Close()
+	var sb mcpserver.SandboxOut
+	if msg := call(t, cs, "sandbox_create", map[string]any{"template": "python", "write_caches": true}, &sb); msg != "" {
+		t.Fatal(msg)
+	}
+	if got, want := f.sent(), []string{`POST /v1/leases {"template":"python","write_caches":true}`}; !slices.Equal(got, want) {
+		t.Errorf("the node saw %q, want %q", got, want)
+	}
+}
+
 // The state tools' refusals say what to do next, and what cannot be sent is refused before a
 // call.
 func TestStateToolErrors(t *testing.T) {

@@ -31,6 +31,9 @@ type CreateIn struct {
 	Token    string   `json:"token,omitempty" jsonschema:"a task token (JWT) from your issuer, instead of allow and profiles"`
 	TTL      string   `json:"ttl,omitempty" jsonschema:"how long the sandbox lives, for example 30m (default: the template's)"`
 	Keep     bool     `json:"keep,omitempty" jsonschema:"keep the sandbox when this MCP session ends"`
+
+	// WriteCaches is off unless asked: what a sandbox leaves in a cache, the next ones run.
+	WriteCaches bool `json:"write_caches,omitempty" jsonschema:"write the template's caches back when the sandbox ends, for your next sandboxes of the template (what this one leaves there, they run)"`
 }
 
 // SandboxOut describes a sandbox.
@@ -206,7 +209,7 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 	st := s.sessionOf(req)
 	// An empty template is the node's default, or with From the snapshot's.
 	lr := apitype.LeaseRequest{Template: in.Template, Token: in.Token, TTL: in.TTL, Allow: append([]string{}, in.Allow...),
-		From: in.From, NoCaches: in.NoCaches}
+		From: in.From, NoCaches: in.NoCaches, WriteCaches: in.WriteCaches}
 	for _, p := range in.Profiles {
 		lr.Allow = append(lr.Allow, "@"+strings.TrimPrefix(p, "@"))
 	}

@@ -21,6 +21,7 @@ func cmdLease(args []string) int {
 	template := fs.String("template", "", "sandbox template (default: default, or with --from the snapshot's)")
 	from := fs.String("from", "", "a snapshot (its id or name) whose workspace the lease starts with")
 	noCaches := fs.Bool("no-caches", false, "start with the template's caches empty")
+	writeCaches := fs.Bool("write-caches", false, "write the template's caches back when the lease ends, for the tenant's next leases of it")
 	tok := fs.String("token", "", "the task's JWT ('-': read it from stdin)")
 	ttl := fs.Duration("ttl", 0, "lease lifetime (default: the template's)")
 	asJSON := fs.Bool("json", false, "print the lease as JSON")
@@ -38,7 +39,7 @@ func cmdLease(args []string) int {
 		return fail(err)
 	}
 	// An empty template is the node's default, or the snapshot's with --from.
-	req := apitype.LeaseRequest{Template: *template, Token: raw, Allow: allow, From: *from, NoCaches: *noCaches}
+	req := apitype.LeaseRequest{Template: *template, Token: raw, Allow: allow, From: *from, NoCaches: *noCaches, WriteCaches: *writeCaches}
 	if *ttl > 0 {
 		req.TTL = ttl.String()
 	}

@@ -28,7 +28,7 @@ var commands []command
 func init() {
 	commands = []command{
 		nodeCommand("up"),
-		{"lease", "airlock lease [--template T] [--from SNAPSHOT] (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--no-caches] [--json]\n  leases a warm sandbox; prints its id (--allow: the dev issuer mints the token; @NAME is a profile;\n  --from: its workspace restored from a snapshot first, and how long that took said)\n", cmdLease, nil},
+		{"lease", "airlock lease [--template T] [--from SNAPSHOT] (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--no-caches] [--write-caches] [--json]\n  leases a warm sandbox; prints its id (--allow: the dev issuer mints the token; @NAME is a profile;\n  --from: its workspace restored from a snapshot first, and how long that took said; --no-caches:\n  the template's caches start empty; --write-caches: written back when the lease ends, for your next\n  leases of the template)\n", cmdLease, nil},
 		{"leases", "airlock leases [--json]\n  your leases, running and paused\n", cmdLeases, nil},
 		{"exec", execUsage, cmdExec, nil},
 		{"cp", "airlock cp [--tar] [--json] SRC DST\n  copies a file (with --tar a directory, as a tar archive) into or out of a workspace: one side\n  is LEASE:PATH; '-' is stdin or stdout\n", cmdCp, nil},

@@ -122,6 +122,8 @@ func TestStateCommands(t *testing.T) {
 			exactStdout: "l-2\n", stderr: []string{"restored 12 files (4.0 KiB) from " + snapID + " in 40 ms"}},
 		{name: "lease with caches empty and a token from stdin", stdin: "jwt-from-stdin\n", args: []string{"lease", "--template", "python", "--no-caches", "--token", "-"},
 			sent: []seen{{"POST /v1/leases", "", map[string]any{"template": "python", "no_caches": true, "token": "jwt-from-stdin"}}}},
+		{name: "lease that writes its caches back", args: []string{"lease", "--template", "python", "--write-caches", "--token", "jwt"},
+			sent: []seen{{"POST /v1/leases", "", map[string]any{"template": "python", "write_caches": true, "token": "jwt"}}}},
 		{name: "pause says what was kept and why", args: []string{"pause", "l-1", "--memory"},
 			sent:        []seen{{"POST /v1/leases/{id}/pause", "l-1", map[string]any{"memory": true}}},
 			exactStdout: "kept: files\nwhy: runc cannot checkpoint on this kernel\n", stderr: []string{"paused l-1 (task t-1) in 300 ms", "airlock resume l-1 --token JWT"}},

@@ -144,14 +144,16 @@ class Client:
     def sandbox(self, template: Optional[str] = None, allow: Sequence[str] = (), profiles: Sequence[str] = (),
                 token: Optional[str] = None, ttl: Optional[str] = None,
                 env: Optional[dict[str, str]] = None, metadata: Optional[dict[str, str]] = None,
-                from_snapshot: Optional[str] = None, no_caches: bool = False) -> "Sandbox":
+                from_snapshot: Optional[str] = None, no_caches: bool = False,
+                write_caches: bool = False) -> "Sandbox":
         """Leases a sandbox: allow names hosts (HOST[:PORT][=CREDENTIAL]) the dev issuer puts in a
         minted token, profiles names scope bundles (pypi, npm, ...); or token is a task JWT. env is
         set for every command of the lease (never a secret: such names and values are refused);
         metadata labels it. from_snapshot (a snapshot's id or name) restores its workspace before
         the sandbox is returned (sb.restored says what, and how long it took); template then
         defaults to the snapshot's, else to "default". no_caches starts with the template's caches
-        empty."""
+        empty; write_caches writes them back when the lease ends (released or expired, not
+        paused), for your next sandboxes of the template: what this one leaves there, they run."""
         req: dict[str, Any] = {}
         if template:
             req["template"] = template
@@ -159,6 +161,8 @@ class Client:
             req["from"] = from_snapshot
         if no_caches:
             req["no_caches"] = True
+        if write_caches:
+            req["write_caches"] = True
         if env:
             req["env"] = env
         if metadata:

@@ -105,6 +105,8 @@ def test_sandbox_from_a_snapshot(api):
     assert sb.restored == Restored(snapshot=SNAP_ID, files=12, size=4096, took_ms=40)
     c.sandbox(template="python", token="jwt")
     assert calls[-1] == ("POST", "/v1/leases", {"template": "python", "token": "jwt"})
+    c.sandbox(template="python", token="jwt", write_caches=True)
+    assert calls[-1] == ("POST", "/v1/leases", {"template": "python", "write_caches": True, "token": "jwt"})
 
 
 def test_pause_and_resume(api):
