@@ -28,7 +28,7 @@ func snapshotView(m snapshot.Manifest) SnapshotView {
 
 func pauseView(p pool.Paused) PauseView {
 	return PauseView{Lease: p.Lease, Task: p.Task, Template: p.Template, Kept: p.Kept, Snapshot: p.Snapshot,
-		Paused: p.Paused, Until: p.Until, TookMS: p.Took.Milliseconds(), Why: p.Why}
+		Paused: p.Paused, Until: p.Until, TookMS: p.Took.Milliseconds(), Why: p.Why, Keep: p.Keep}
 }
 
 func (s *Server) takeSnapshot(w http.ResponseWriter, r *http.Request, tenant string) {
@@ -84,7 +84,7 @@ func (s *Server) pauseLease(w http.ResponseWriter, r *http.Request, tenant strin
 	if r.ContentLength != 0 && !readJSON(w, r, &req) {
 		return
 	}
-	p, err := s.cfg.Pool.Pause(r.Context(), tenant, r.PathValue("id"), req.Memory)
+	p, err := s.cfg.Pool.PauseWith(r.Context(), tenant, r.PathValue("id"), pool.PauseOptions{Memory: req.Memory, Keep: req.Keep})
 	if err != nil {
 		writePoolError(w, err)
 		return

@@ -53,8 +53,14 @@ func (c *Client) DeleteSnapshot(ctx context.Context, ref string) error {
 // says which was kept, and Why why memory was not when it was asked for. Every credential
 // minted for the lease is revoked; a resume needs a new task token.
 func (c *Client) Pause(ctx context.Context, lease string, memory bool) (apitype.PauseView, error) {
+	return c.PauseWith(ctx, lease, apitype.PauseRequest{Memory: memory})
+}
+
+// PauseWith is Pause with the request whole (Keep: the state becomes a snapshot should the
+// lease expire paused).
+func (c *Client) PauseWith(ctx context.Context, lease string, req apitype.PauseRequest) (apitype.PauseView, error) {
 	var v apitype.PauseView
-	_, err := c.do(ctx, http.MethodPost, leasePath(lease, "pause"), apitype.PauseRequest{Memory: memory}, &v)
+	_, err := c.do(ctx, http.MethodPost, leasePath(lease, "pause"), req, &v)
 	return v, err
 }
 

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -33,3 +34,6 @@ func WaitingForStart(m *Manager) int32 { return m.startWaiters.Load() }
 
 // HealthChecks is how many rounds of health checks m has ended.
 func HealthChecks(m *Manager) uint64 { return m.passes.checks.Load() }
+
+// ReapPaused runs one pass of m's expiry of paused leases (and retention) over tenants.
+func ReapPaused(m *Manager, tenants ...string) { m.reapPaused(context.Background(), tenants) }

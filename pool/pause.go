@@ -28,6 +28,8 @@ type Paused struct {
 	Took     time.Duration
 	// Why says why memory was not kept when it was asked for.
 	Why string
+	// Keep: what the pause kept becomes a snapshot if the lease expires paused.
+	Keep bool
 }
 
 // ErrLeaseState is what a pause of a paused lease, or a resume of a running one, is refused
@@ -39,13 +41,14 @@ const (
 	labelTask  = "task"
 	labelUntil = "until"
 	labelKept  = "kept"
+	labelKeep  = "keep"
 )
 
 // pausedOf reads a pause's manifest.
 func pausedOf(m snapshot.Manifest) Paused {
 	until, _ := time.Parse(time.RFC3339Nano, m.Labels[labelUntil])
 	return Paused{Lease: m.Lease, Tenant: m.Tenant, Task: m.Labels[labelTask], Template: m.Template,
-		Kept: apitype.Kept(m.Labels[labelKept]), Snapshot: m.ID, Paused: m.Created, Until: until}
+		Kept: apitype.Kept(m.Labels[labelKept]), Snapshot: m.ID, Paused: m.Created, Until: until, Keep: m.Labels[labelKeep] == "true"}
 }
 
 // Pause keeps tenant's lease id's workspace and declared paths as a snapshot, then ends its
@@ -56,6 +59,22 @@ func pausedOf(m snapshot.Manifest) Paused {
 // exec started), so the pause keeps the files and says why (whyNoMemory). If the snapshot
 // cannot be taken the lease runs on untouched.
 func (k *keeper) Pause(ctx context.Context, tenant, id string, memory bool) (Paused, error) {
+	return k.PauseWith(ctx, tenant, id, PauseOptions{Memory: memory})
+}
+
+// PauseOptions are what a pause may ask for.
+type PauseOptions struct {
+	// Memory asks to keep running processes too (see Pause).
+	Memory bool
+	// Keep asks that, should the lease stay paused past its template's max_paused, what the
+	// pause kept becomes a snapshot of the tenant's (named "paused-LEASE") rather than being
+	// deleted with the lease.
+	Keep bool
+}
+
+// PauseWith is Pause with opts.
+func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOptions) (Paused, error) {
+	memory := opts.Memory
 	if k.catalog == nil {
 		return Paused{}, ErrNoSnapshots
 	}
@@ -76,8 +95,12 @@ func (k *keeper) Pause(ctx context.Context, tenant, id string, memory bool) (Pau
 	if memory {
 		p.Why = k.whyNoMemory(ctx, t)
 	}
-	m, err := k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: map[string]string{
-		labelTask: l.Task, labelUntil: p.Until.Format(time.RFC3339Nano), labelKept: string(p.Kept)}}, t.Snapshot.Paths)
+	labels := map[string]string{labelTask: l.Task, labelUntil: p.Until.Format(time.RFC3339Nano), labelKept: string(p.Kept)}
+	if opts.Keep {
+		labels[labelKeep] = "true"
+	}
+	p.Keep = opts.Keep
+	m, err := k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels}, t.Snapshot.Paths)
 	k.record(ctx, l, EventSnapshot, m, err)
 	if err != nil {
 		return Paused{}, fmt.Errorf("the lease runs on, not paused: %w", err)
@@ -207,12 +230,22 @@ func (k *keeper) reapPaused(ctx context.Context, tenants []string) {
 			if time.Now().Before(p.Until) {
 				continue
 			}
+			fate := "its state is deleted"
+			if p.Keep {
+				kept, err := k.keepAsSnapshot(ctx, m)
+				if err != nil {
+					// Deleted only once kept: the next pass tries again.
+					k.log.Error("keeping an expired pause as a snapshot", "lease", p.Lease, "err", err)
+					continue
+				}
+				fate = fmt.Sprintf("its state is kept, as asked, as snapshot %s (%q)", kept.ID, kept.Name)
+			}
 			if err := k.catalog.Delete(ctx, tenant, m.Ref()); err != nil {
 				k.log.Error("releasing a paused lease", "lease", p.Lease, "err", err)
 				continue
 			}
 			k.write(ctx, audit.Record{Kind: audit.KindLease, Event: audit.EventExpiry, Node: k.node, Tenant: tenant, Lease: p.Lease, Task: p.Task,
-				Reason: fmt.Sprintf("paused past %s (snapshot.max_paused of template %s); its snapshot %s is deleted", p.Until.UTC().Format(time.RFC3339), p.Template, m.ID)})
+				Reason: fmt.Sprintf("paused past %s (snapshot.max_paused of template %s); %s", p.Until.UTC().Format(time.RFC3339), p.Template, fate)})
 		}
 	}
 }
@@ -262,4 +295,16 @@ func (k *keeper) whyNoMemory(ctx context.Context, t Template) string {
 		return why
 	}
 	return t.EngineRuntime() + ": " + execLost
+}
+
+// keepAsSnapshot saves what pause m kept as a snapshot of its tenant, named "paused-LEASE": the
+// archive is read back and saved again (its blob, the same bytes, is not stored twice).
+func (k *keeper) keepAsSnapshot(ctx context.Context, m snapshot.Manifest) (snapshot.Manifest, error) {
+	got, body, err := k.catalog.Open(ctx, m.Tenant, m.Ref())
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	defer body.Close()
+	return k.catalog.Save(ctx, snapshot.Meta{Tenant: got.Tenant, Name: "paused-" + got.Lease, Template: got.Template, Image: got.Image,
+		Lease: got.Lease, Kind: snapshot.KindSnapshot, Paths: got.Paths, Files: func() int { return got.Files }}, body)
 }

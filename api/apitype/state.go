@@ -42,6 +42,9 @@ type PauseRequest struct {
 	// Memory asks to keep running processes too where the runtime can (gVisor's checkpoint);
 	// where it cannot the pause keeps the files and says so in Kept.
 	Memory bool `json:"memory,omitempty"`
+	// Keep asks that, should the lease stay paused past its template's max_paused, its state
+	// become a snapshot ("paused-LEASE") instead of being deleted with it.
+	Keep bool `json:"keep,omitempty"`
 }
 
 // Kept says what a pause kept.
@@ -65,6 +68,8 @@ type PauseView struct {
 	TookMS int64     `json:"took_ms,omitempty"`
 	// Why says why memory was not kept when it was asked for.
 	Why string `json:"why,omitempty"`
+	// Keep: the state becomes a snapshot if the lease expires paused.
+	Keep bool `json:"keep,omitempty"`
 }
 
 // ResumeRequest is the body of POST /v1/leases/{id}/resume: a task token for the lease's task

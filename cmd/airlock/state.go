@@ -28,11 +28,12 @@ const snapshotsUsage = `usage: airlock snapshots [ls | show REF | rm REF ...] [-
   airlock snapshots rm REF ...         deletes them; leases started from one keep what they restored
 `
 
-const pauseUsage = `airlock pause LEASE [--memory] [--json]
+const pauseUsage = `airlock pause LEASE [--memory] [--keep] [--json]
   releases the lease's sandbox and binding and keeps its state until it is resumed or its
   template's max_paused passes; prints what was kept: files, or memory+files when --memory asked
   for running processes too and the runtime could keep them (else why not); every credential
-  minted for the lease is revoked
+  minted for the lease is revoked; --keep makes the state a snapshot (paused-LEASE) should the
+  lease expire paused, instead of deleting it
 `
 
 const resumeUsage = `airlock resume LEASE (--token JWT | --allow HOST[:PORT][=CREDENTIAL] ...) [--ttl D] [--json]
@@ -147,6 +148,7 @@ func cmdSnapshots(args []string) int {
 func cmdPause(args []string) int {
 	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
 	memory := fs.Bool("memory", false, "keep running processes too, where the runtime can checkpoint them")
+	keep := fs.Bool("keep", false, "should the lease expire paused, keep its state as a snapshot")
 	asJSON := fs.Bool("json", false, "print the pause as JSON")
 	pos, code, ok := parseInterleaved(fs, pauseUsage, args)
 	if !ok {
@@ -160,7 +162,7 @@ func cmdPause(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	p, err := c.Pause(context.Background(), pos[0], *memory)
+	p, err := c.PauseWith(context.Background(), pos[0], apitype.PauseRequest{Memory: *memory, Keep: *keep})
 	if err != nil {
 		return fail(err)
 	}
