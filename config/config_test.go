@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/review"
 	"github.com/airlock-dev/airlock/slots"
 )
@@ -117,6 +118,11 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"profile without a name", "profiles:\n  - scopes: [{host: a.example}]\n", "profiles[0].name"},
 		{"profile with a bad scope", "profiles:\n  - {name: x, scopes: [{host: \"1.2.3.4\"}]}\n", "profiles[0].scopes"},
 		{"transparent port on the gateway's", "gateway:\n  transparent_port: 3128\n", "gateway.transparent_port"},
+		{"cache no lease can write", "templates:\n  - name: p\n    caches: [{name: pip, path: /var/cache/pip, max_mb: 8}]\n", "templates[0].caches[0].path: \"/var/cache/pip\" is not under the workdir"},
+		{"cache without a cap", "templates:\n  - name: p\n    caches: [{name: pip, path: ~/.cache/pip}]\n", "templates[0].caches[0].max_mb: must be > 0"},
+		{"cache over its tmpfs", "templates:\n  - name: p\n    caches: [{name: pip, path: /tmp/pip, max_mb: 65}]\n", "templates[0].caches[0].max_mb: 65 is more than tmp_mb (64)"},
+		{"seeded cache a tmpfs hides", "templates:\n  - name: p\n    caches: [{name: pip, path: ~/.cache/pip, mode: seeded}]\n", "templates[0].caches[0].path"},
+		{"cache name", "templates:\n  - name: p\n    caches: [{name: ../x, path: ~/x, max_mb: 8}]\n", "templates[0].caches[0].name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -247,6 +253,22 @@ func TestLoadTemplateStartsFromDefaults(t *testing.T) {
 	}
 	if len(c.Templates) != 1 || c.Templates[0].Name != "small" || c.Templates[0].MinWarm != 1 || c.Templates[0].MemoryMB != 512 {
 		t.Fatalf("templates = %+v", c.Templates)
+	}
+}
+
+// TestTemplateCaches: a template's caches load as written, "~/" kept for the pool to read as
+// the workdir, and the mode left empty means tenant.
+func TestTemplateCaches(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("templates:\n  - name: python\n    image: airlock/python:latest\n    caches:\n"+
+		"      - {name: pip, path: ~/.cache/pip, max_mb: 128}\n      - {name: wheels, path: /opt/wheels, mode: seeded}\n"), 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []pool.Cache{{Name: "pip", Path: "~/.cache/pip", MaxMB: 128}, {Name: "wheels", Path: "/opt/wheels", Mode: pool.CacheSeeded}}
+	if len(c.Templates) != 1 || !reflect.DeepEqual(c.Templates[0].Caches, want) {
+		t.Fatalf("templates = %+v, want python's caches %+v", c.Templates, want)
 	}
 }
 
