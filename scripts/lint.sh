@@ -18,6 +18,7 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./... || fail=1
 (cd tools/vault && go vet ./...) || fail=1
+(cd tools/seaweedfs && go vet ./...) || fail=1
 (cd tools/kubernetes && go vet ./pause) || fail=1
 "$tools/staticcheck" ./... || fail=1
 
