@@ -3,6 +3,9 @@ package pool_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,7 +13,9 @@ import (
 	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/scope"
+	"github.com/airlock-dev/airlock/snapshot"
 )
 
 // pauseNode is a pool whose sandboxes' files are pooltest.Workspaces, keeping its state in a
@@ -18,13 +23,14 @@ import (
 type pauseNode struct {
 	e                 *pooltest.Env
 	ws                *pooltest.Workspaces
+	store             string // the catalog's directory
 	revoked, released atomic.Int32
 }
 
 func newPauseNode(t *testing.T, maxPaused time.Duration) *pauseNode {
 	t.Helper()
-	n := &pauseNode{ws: pooltest.NewWorkspaces()}
-	catalog := pooltest.Catalog(t, "../bin/vault")
+	n := &pauseNode{ws: pooltest.NewWorkspaces(), store: t.TempDir()}
+	catalog := pooltest.CatalogAt(t, "../bin/vault", n.store)
 	n.e = pooltest.NewEnv(t, pooltest.EnvConfig{
 		Templates: []pool.Template{{MinWarm: 2, MaxTotal: 10, Snapshot: pool.SnapshotPolicy{MaxPaused: maxPaused}}},
 		Runtime:   func(rt *pooltest.Runtime) { rt.ExecFunc = n.ws.Exec },
@@ -149,4 +155,47 @@ func TestPausedLeasesExpire(t *testing.T) {
 	if _, err := m.SnapshotInfo(ctx, "acme", "paused-"+leases[0].ID); err == nil {
 		t.Fatalf("the pause that did not ask to be kept was kept")
 	}
+}
+
+// A snapshot whose blob was swapped in the store for another of the same tenant (both
+// encrypted under its key, so each decrypts) restores nothing: its archive does not hash to its
+// id, which the restore reads to the end for, and the lease is refused with its sandbox
+// destroyed.
+func TestSwappedSnapshotRefused(t *testing.T) {
+	n := newPauseNode(t, time.Hour)
+	ctx := context.Background()
+	m := n.e.Manager
+	var ids []string
+	for _, content := range []string{"first", "second"} {
+		l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-"+content, "acme")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.ws.Put(l.Sandbox.ID, "workspace/f", content)
+		s, err := m.Snapshot(ctx, "acme", l.ID, pool.SnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, strings.TrimPrefix(s.ID, "sha256:"))
+	}
+	blobs, _ := filepath.Glob(filepath.Join(n.store, "tenants", "*", "blobs"))
+	if len(blobs) != 1 {
+		t.Fatalf("the store's blob folders: %v", blobs)
+	}
+	second, err := os.ReadFile(filepath.Join(blobs[0], ids[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(blobs[0], ids[0]), second, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	destroyed := func() int { return n.e.Runtime.Created() - n.e.Runtime.Alive() }
+	before := destroyed()
+	_, err = m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-3", "acme"), From: "sha256:" + ids[0]})
+	if !errors.Is(err, snapshot.ErrCorrupt) || !strings.Contains(err.Error(), "verify") {
+		t.Fatalf("a lease from a swapped snapshot: %v; want ErrCorrupt saying it does not verify", err)
+	}
+	wait.For(t, 10*time.Second, "the sandbox the refused restore claimed to be destroyed", func() bool {
+		return destroyed() > before
+	})
 }

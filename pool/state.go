@@ -197,6 +197,11 @@ func (k *keeper) archive(ctx context.Context, l Lease, meta snapshot.Meta, roots
 	sums := make(chan snapshot.Summary, 1)
 	go func() {
 		sum, err := snapshot.Filter(raw, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: maxBytes, MaxEntries: maxEntries})
+		if err == nil {
+			// tar pads its last record past the end of the archive: take it, so its last
+			// write does not fail.
+			err = drain(raw, "the sandbox's archive")
+		}
 		raw.CloseWithError(err)
 		sums <- sum
 		filteredW.CloseWithError(err)
@@ -309,6 +314,12 @@ func (k *keeper) unpack(ctx context.Context, t Template, sb Sandbox, roots []str
 	go func() {
 		var err error
 		sum, err = snapshot.Filter(body, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: maxBytes, MaxEntries: maxEntries})
+		if err == nil {
+			// The archive's digest is checked at the end of what the catalog reads, past the
+			// archive's end marker: read to it, so an archive whose bytes are not what its id
+			// says fails the restore (the sandbox is then destroyed, never leased).
+			err = drain(body, "the snapshot")
+		}
 		filteredW.CloseWithError(err)
 		filterDone <- err
 	}()
@@ -409,3 +420,20 @@ func (k *keeper) restorer(m snapshot.Manifest) func(context.Context, Template, S
 
 // ErrImageGone is what a lease from a snapshot whose image the template no longer runs gets.
 var ErrImageGone = errors.New("the snapshot's image is gone")
+
+// maxTrailer bounds what may follow an archive's end marker: tar's padding of its last record
+// (10 KiB by default), and nothing like a second archive.
+const maxTrailer = 1 << 20
+
+// drain reads what follows the end of an archive in r, what, to its end: at most maxTrailer
+// bytes, else an error.
+func drain(r io.Reader, what string) error {
+	n, err := io.Copy(io.Discard, io.LimitReader(r, maxTrailer+1))
+	switch {
+	case err != nil:
+		return err
+	case n > maxTrailer:
+		return fmt.Errorf("%s holds more than %d bytes past the archive's end", what, maxTrailer)
+	}
+	return nil
+}

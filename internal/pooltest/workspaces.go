@@ -93,6 +93,12 @@ func (w *Workspaces) Exec(_ context.Context, sb pool.Sandbox, req pool.ExecReque
 // transit engine wraps (bin/vault, which `make test` builds), for as long as t runs.
 func Catalog(t testing.TB, vaultBinary string) *snapshot.Catalog {
 	t.Helper()
+	return CatalogAt(t, vaultBinary, t.TempDir())
+}
+
+// CatalogAt is Catalog with its directory store at dir, for tests that tamper with it.
+func CatalogAt(t testing.TB, vaultBinary, dir string) *snapshot.Catalog {
+	t.Helper()
 	bin, _ := filepath.Abs(vaultBinary)
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s is missing: run the tests with `make test`, which builds a real Vault", bin)
@@ -112,11 +118,11 @@ func Catalog(t testing.TB, vaultBinary string) *snapshot.Catalog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := snapshot.NewDir(t.TempDir())
+	store, err := snapshot.NewDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := snapshot.NewCatalog(snapshot.CatalogConfig{Store: dir, Keys: keys, Staging: t.TempDir(),
+	c, err := snapshot.NewCatalog(snapshot.CatalogConfig{Store: store, Keys: keys, Staging: t.TempDir(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
