@@ -12,8 +12,8 @@ import (
 
 	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/internal/pooltest"
-	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/internal/wait"
+	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/scope"
 	"github.com/airlock-dev/airlock/snapshot"
 )
