@@ -204,6 +204,11 @@ func (e *Refused) Unwrap() error { return e.Err }
 // (security.capability, ACLs) dropped, names cleaned of "./" and "//", directories named with a
 // trailing slash. The output is in PAX format (plain ustar headers wherever they suffice).
 //
+// Filter reads r to its end, not only to the archive's end marker (where tar readers stop):
+// past the marker only zeros may follow (a record's padding), at most 64 KiB of them. So a
+// reader that checks its input at its end, as Catalog.Open's verifies the archive against the
+// snapshot's ID, always gets to check it; its failure there is Filter's error.
+//
 // Every entry Filter writes has passed every check given the entries written before it, so what
 // it wrote before an error is as safe to unpack as a whole output; but it is not the whole
 // archive, and on an error the caller must treat the restore or save as failed. Filter does not
@@ -238,6 +243,9 @@ func Filter(r io.Reader, w io.Writer, rules Rules) (Summary, error) {
 		if err := f.entry(hdr, tr); err != nil {
 			return f.sum, err
 		}
+	}
+	if err := f.trailer(); err != nil {
+		return f.sum, err
 	}
 	if err := f.tw.Close(); err != nil {
 		return f.sum, f.failed(err, "cannot be written back")
@@ -357,6 +365,34 @@ func (f *tarFilter) entry(hdr *tar.Header, tr io.Reader) error {
 	}
 	f.count(k, out.Size)
 	return nil
+}
+
+// maxTrailer bounds what Filter reads past an archive's end marker: GNU tar pads its archive
+// with zeros to the end of a record, 10 KiB by default and 64 KiB at its largest blocking factor.
+const maxTrailer = 64 << 10
+
+// trailer reads what follows the archive's end marker, where archive/tar stops, to the end of
+// the input: zeros only, at most maxTrailer of them. A reader that checks its input when it
+// reaches the end (a snapshot's: Catalog.Open verifies the archive against its ID there, and
+// the blob's last chunk) checks it only if it is read to the end.
+func (f *tarFilter) trailer() error {
+	buf := make([]byte, 4096)
+	read := 0
+	for {
+		n, err := f.src.Read(buf)
+		if slices.ContainsFunc(buf[:n], func(b byte) bool { return b != 0 }) {
+			return f.refuse(FormatCheck, "bytes other than zeros past the end of the archive")
+		}
+		if read += n; read > maxTrailer {
+			return f.refuse(FormatCheck, "more than %d bytes of zeros past the end of the archive", maxTrailer)
+		}
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return fmt.Errorf("snapshot: reading the archive: %w", err)
+		}
+	}
 }
 
 // kind says what hdr makes, or refuses what Filter does not write.
