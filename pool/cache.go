@@ -261,7 +261,7 @@ func (k *keeper) readCache(ctx context.Context, l Lease, t Template, c Cache) (s
 		return "", err
 	}
 	k.write(ctx, k.cacheRecord(l, EventCacheRead, dir, m.ID, m.Size,
-		fmt.Sprintf("tenant cache %s: %d files, %d bytes, written back by lease %s at %s", c.Name, sum.Entries, sum.Bytes, m.Lease, m.Created.Format(time.RFC3339)), nil))
+		fmt.Sprintf("tenant cache %s: %d files, %d bytes of content, written back by lease %s at %s", c.Name, sum.Entries, sum.Bytes, m.Lease, m.Created.Format(time.RFC3339)), nil))
 	return fmt.Sprintf("cache %s restored (%s, %d files, %d bytes) in %s", c.Name, m.ID, sum.Entries, sum.Bytes, time.Since(start).Round(time.Millisecond)), nil
 }
 
@@ -305,7 +305,7 @@ func (k *keeper) writeCaches(ctx context.Context, l Lease) {
 			was = "unchanged"
 		}
 		k.write(ctx, k.cacheRecord(l, EventCacheWrite, dir, m.ID, m.Size,
-			fmt.Sprintf("tenant cache %s (%s): %d files, %d bytes; the next leases of template %s that do not ask for no_caches start with it", c.Name, was, m.Files, m.Size, t.Name), err))
+			fmt.Sprintf("tenant cache %s (%s): %d files, an archive of %d bytes; the next leases of template %s that do not ask for no_caches start with it", c.Name, was, m.Files, m.Size, t.Name), err))
 	}
 }
 

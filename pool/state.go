@@ -181,7 +181,9 @@ func (k *keeper) archive(ctx context.Context, l Lease, meta snapshot.Meta, roots
 		var stderr strings.Builder
 		// Files, folders and links only: a FIFO or a socket the workspace holds is left out
 		// (they restore as nothing anyway), rather than failing the snapshot at the filter.
-		script := `cd / && find "$@" \( -type f -o -type d -o -type l \) -print0 2>/dev/null | ` +
+		// Sorted, so the same tree is the same archive (the same ID): a tmpfs lists a folder
+		// newest first, so a tree restored and archived again would come out in another order.
+		script := `cd / && find "$@" \( -type f -o -type d -o -type l \) -print0 2>/dev/null | LC_ALL=C sort -z | ` +
 			`LC_ALL=C tar -c --null --no-recursion --numeric-owner --format=pax --warning=no-file-changed --warning=no-file-removed -T -`
 		args := append([]string{"sh", "-c", script, "snapshot"}, roots...)
 		code, err := k.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: args}, nil, rawW, &stderr)
