@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -16,13 +17,16 @@ import (
 // that should have been refused would reach instead.
 
 // upstream is the test's own HTTPS server behind the pinned name api.example.test. It records
-// the Authorization and X-Vault-Token headers the gateway sent it.
+// the Authorization and X-Vault-Token headers the gateway sent it, and counts the downloads of
+// /slow that began and ended.
 type upstream struct {
 	srv        *httptest.Server
 	registry   *registry
 	mu         sync.Mutex
 	auth       []string
 	vaultToken []string
+	slowBegan  atomic.Int64
+	slowEnded  atomic.Int64
 }
 
 func newUpstream() (*upstream, error) {
@@ -67,6 +71,25 @@ func newUpstream() (*upstream, error) {
 		}
 		w.Header().Set("Content-Type", "text/plain")
 		http.ServeContent(w, r, "", time.Time{}, strings.NewReader("you sent: "+b.String()+"\n"))
+	})
+	// /slow sends a line every 100 ms for a minute, or until its connection ends: a download
+	// that is in flight for as long as a test needs one.
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		u.slowBegan.Add(1)
+		defer u.slowEnded.Add(1)
+		rc := http.NewResponseController(w)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := range 600 {
+			if _, err := fmt.Fprintf(w, "chunk %d\n", i); err != nil || rc.Flush() != nil {
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
 	})
 	u.srv = httptest.NewUnstartedServer(mux)
 	u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
