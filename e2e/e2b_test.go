@@ -60,11 +60,14 @@ type sdkError struct {
 // reads, lists, moves and removes files, watches a folder, runs a background process and
 // reconnects to it, feeds a process's stdin, drives a terminal, makes an allowed request that
 // gets an injected credential and a denied one whose explanation reaches the SDK's error, sets
-// a timeout, lists, is told pause is not supported, and kills; what airlock denies by default
-// is refused at create with how to grant it. The audit trail shows every step under the lease.
+// a timeout, lists, and kills; a sandbox bound to a task token of the test's is paused with its
+// files kept and resumed by connect with another token of its task; what airlock denies by
+// default is refused at create with how to grant it. The audit trail shows every step under the
+// lease.
 func TestE2BSDK(t *testing.T) {
 	n := sharedNode(t)
-	steps := runE2BScript(t, n, 4*time.Minute, "run")
+	scopes := []map[string]any{{"host": "api.example.test"}}
+	steps := runE2BScript(t, n, 4*time.Minute, "run", mintToken(t, "e2b-held", scopes, 10*time.Minute), mintToken(t, "e2b-held", scopes, 10*time.Minute))
 	get := func(name string, v any) {
 		t.Helper()
 		raw, ok := steps[name]
@@ -201,8 +204,36 @@ func TestE2BSDK(t *testing.T) {
 	if get("listed", &listed); !slices.Equal(listed, []string{created.ID}) {
 		t.Errorf("Sandbox.list by metadata: %v", listed)
 	}
-	if e := failed("pause"); !strings.Contains(e.Message, "does not pause") {
-		t.Errorf("pause: %+v", e)
+	if e := failed("pause"); e.OK != true {
+		t.Errorf("pause: %+v, want true", e)
+	}
+	var paused struct {
+		State   string
+		Running bool
+	}
+	if get("paused", &paused); paused.State != "paused" || paused.Running {
+		t.Errorf("a paused sandbox: %+v, want state paused and not running", paused)
+	}
+	if e := failed("pause_again"); e.OK != false {
+		t.Errorf("a second pause: %+v, want false", e)
+	}
+	if e := failed("connect_no_token"); e.OK != nil || !strings.Contains(e.Message, "X-Airlock-Token") {
+		t.Errorf("connect to a paused sandbox with no task token: %+v, want an error naming X-Airlock-Token", e)
+	}
+	held := text("held")
+	var resumed struct {
+		ID        string
+		Running   bool
+		Read, Run string
+	}
+	if get("resumed", &resumed); resumed.ID != held || !resumed.Running || resumed.Read != "kept across the pause\n" || resumed.Run != resumed.Read {
+		t.Errorf("connect with a task token of the paused sandbox's task: %+v", resumed)
+	}
+	heldRecs := n.trailUntil(t, held, func(rs []audit.Record) bool {
+		return hasAll(events(rs), "lease/pause", "lease/resume", "lease/release")
+	})
+	if got := events(heldRecs); !hasAll(got, "lease/pause", "lease/resume", "lease/release") {
+		t.Errorf("the paused sandbox's trail: %v, want its pause, resume and release", got)
 	}
 	if got := text("python"); got != "42\n" {
 		t.Errorf("the python template: %q", got)

@@ -146,7 +146,8 @@ func TestMCPWithTheTypeScriptSDK(t *testing.T) {
 			var tools []string
 			json.Unmarshal(steps["tools"], &tools)
 			want := []string{"explain", "expose_port", "kill_process", "list_files", "process_output", "read_file", "run",
-				"sandbox_create", "sandbox_list", "sandbox_release", "send_input", "start_process", "write_file"}
+				"sandbox_create", "sandbox_list", "sandbox_pause", "sandbox_release", "sandbox_resume", "sandbox_snapshot",
+				"send_input", "snapshot_delete", "snapshot_list", "start_process", "write_file"}
 			if !slices.Equal(tools, want) {
 				t.Errorf("tools %v", tools)
 			}

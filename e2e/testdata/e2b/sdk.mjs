@@ -2,7 +2,8 @@
 // E2B_SANDBOX_URL point at it and E2B_API_KEY is an airlock API key. Each step prints one JSON
 // line {step, value}; the Go test (e2e/e2b_test.go) checks them and the audit trail.
 //
-//   node sdk.mjs run            the whole walk through
+//   node sdk.mjs run T1 T2      the whole walk through; T1 and T2 are task tokens of one
+//                               task, for a sandbox paused and resumed
 //   node sdk.mjs bench N API    N runs of `true` through the SDK, and through airlock's own
 //                               HTTP API from this same process: the exec endpoint, with
 //                               `true` and with the SDK's login shell, and that shell as a
@@ -18,7 +19,7 @@ const caught = async (f) => {
   }
 }
 
-async function run() {
+async function run(tokens) {
   // Refusals first: airlock denies by default, and says how to grant.
   say('refuse_internet', await caught(() => Sandbox.create('default', { allowInternetAccess: true })))
   say('refuse_denyout', await caught(() => Sandbox.create('default', { network: { denyOut: ['0.0.0.0/0'] } })))
@@ -105,7 +106,22 @@ async function run() {
   await sbx.setTimeout(300_000)
   say('timeout', (await sbx.getInfo()).endAt)
   say('listed', (await Sandbox.list({ query: { metadata: { suite: 'e2b-sdk' } } }).nextItems()).map((s) => s.sandboxId))
-  say('pause', await caught(() => sbx.pause()))
+
+  // Pause and resume, of a sandbox bound to a task token of the test's (the first): pause keeps
+  // its files and answers true, the paused sandbox is paused and not running, a second pause is
+  // false, connect without a token says what it needs, and connect with another token of the
+  // same task in X-Airlock-Token (the second) resumes it, its files back.
+  const held = await Sandbox.create('default', { headers: { 'X-Airlock-Token': tokens[0] } })
+  await held.files.write('kept.txt', 'kept across the pause\n')
+  say('held', held.sandboxId)
+  say('pause', await caught(() => held.pause()))
+  say('paused', { state: (await held.getInfo()).state, running: await held.isRunning() })
+  say('pause_again', await caught(() => held.pause()))
+  say('connect_no_token', await caught(() => Sandbox.connect(held.sandboxId)))
+  const back = await Sandbox.connect(held.sandboxId, { headers: { 'X-Airlock-Token': tokens[1] } })
+  say('resumed', { id: back.sandboxId, running: await back.isRunning(), read: await back.files.read('kept.txt'),
+    run: (await back.commands.run('cat kept.txt')).stdout })
+  await back.kill()
 
   // The python template.
   const py = await Sandbox.create('python')
@@ -156,7 +172,7 @@ async function bench(n, api, key) {
 const [mode, ...args] = process.argv.slice(2)
 try {
   if (mode === 'bench') await bench(Number(args[0]), args[1], process.env.E2B_API_KEY)
-  else await run()
+  else await run(args)
 } catch (e) {
   say('fatal', { name: e.name, message: e.message, stack: e.stack })
   process.exitCode = 1
