@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -26,11 +27,14 @@ func (n *nodeProc) leftovers() []string {
 	if out, _ := docker("ps", "-aq", "--filter", "label=dev.airlock.node="+n.spec.Name); strings.TrimSpace(out) != "" {
 		left = append(left, "containers: "+strings.Join(strings.Fields(out), " "))
 	}
-	if out, _ := docker("network", "ls", "-q", "--filter", "name="+n.spec.Network); strings.TrimSpace(out) != "" {
+	// By exact name: the engine's filter matches a part of a name, and another node's network
+	// or chain may begin with this one's (airlock-e2e-caches).
+	if out, _ := docker("network", "ls", "--format", "{{.Name}}", "--filter", "name="+n.spec.Network); slices.Contains(strings.Fields(out), n.spec.Network) {
 		left = append(left, "network "+n.spec.Network)
 	}
 	for _, table := range []string{"filter", "nat"} {
-		if out, _ := exec.Command("iptables", "-t", table, "-S").CombinedOutput(); strings.Contains(string(out), n.spec.chain()) {
+		out, _ := exec.Command("iptables", "-t", table, "-S").CombinedOutput()
+		if slices.ContainsFunc(strings.Split(string(out), "\n"), func(l string) bool { return slices.Contains(strings.Fields(l), n.spec.chain()) }) {
 			left = append(left, "firewall chain "+n.spec.chain()+" in table "+table)
 		}
 	}
