@@ -107,7 +107,10 @@ func (tb *leaseTable) pauseEnd(ctx context.Context, l Lease, note string) error 
 }
 
 // endAs is end with the revocation revoke (Config.Release or Revoke) and a note for the
-// record.
+// record. Of two ends of one lease at once (a release and a pause, a release and an expiry),
+// the one whose unbind comes first ends it; the other does nothing more and fails with
+// ErrLeaseNotFound (a release that finds the lease paused this way is answered by releasing
+// the paused lease).
 func (tb *leaseTable) endAs(ctx context.Context, l Lease, event audit.Event, revoke func(context.Context, string) error, note string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
@@ -164,7 +167,8 @@ func (tb *leaseTable) reap(ctx context.Context) {
 	}
 	for _, l := range ls {
 		tb.metrics.reaped()
-		if err := tb.end(ctx, l, audit.EventExpiry); err != nil {
+		// Not found: released or paused since it was listed.
+		if err := tb.end(ctx, l, audit.EventExpiry); err != nil && !errors.Is(err, ErrLeaseNotFound) {
 			tb.log.Error("reaping expired lease", "lease", l.ID, "err", err)
 		}
 	}

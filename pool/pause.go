@@ -88,6 +88,11 @@ func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOpt
 	if err != nil {
 		return Paused{}, err
 	}
+	done, err := k.archiving.begin(l.ID)
+	if err != nil {
+		return Paused{}, err
+	}
+	defer done()
 	t := k.templates[l.Template]
 	now := time.Now()
 	p := Paused{Lease: l.ID, Tenant: l.Tenant, Task: l.Task, Template: l.Template, Kept: apitype.KeptFiles,
@@ -108,11 +113,32 @@ func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOpt
 	p.Snapshot = m.ID
 	// From here the lease is paused: a failure to end the sandbox is the table's to record
 	// and retry (as at a release), not a reason to leave the lease running.
-	if err := k.table.pauseEnd(ctx, l, fmt.Sprintf("paused until %s; kept %s in snapshot %s", p.Until.UTC().Format(time.RFC3339), p.Kept, m.ID)); err != nil {
+	err = k.table.pauseEnd(ctx, l, fmt.Sprintf("paused until %s; kept %s in snapshot %s", p.Until.UTC().Format(time.RFC3339), p.Kept, m.ID))
+	if errors.Is(err, ErrLeaseNotFound) {
+		// A release or an expiry ended the lease while it was archived: it ended as that, and
+		// what the pause kept goes, or the lease would come back as paused against the release.
+		return Paused{}, k.dropPause(ctx, l, m)
+	}
+	if err != nil {
 		return Paused{}, err
 	}
 	p.Took = time.Since(start)
 	return p, nil
+}
+
+// dropPause deletes m, what a pause of l kept when l ended meanwhile (released or expired),
+// and says so.
+func (k *keeper) dropPause(ctx context.Context, l Lease, m snapshot.Manifest) error {
+	ctx = context.WithoutCancel(ctx) // the lease has ended: what was kept of it goes regardless
+	why := "the lease ended (released or expired) while it was being paused"
+	if err := k.catalog.Delete(ctx, l.Tenant, m.Ref()); err != nil {
+		k.log.Error("deleting what the pause of a lease that ended meanwhile kept", "lease", l.ID, "snapshot", m.ID, "err", err)
+		why += "; deleting what the pause kept failed (the paused lease is released when it expires): " + err.Error()
+	} else {
+		k.write(ctx, audit.Record{Kind: audit.KindFile, Event: EventSnapshotDelete, Node: k.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
+			Path: strings.Join(m.Paths, " "), Size: m.Size, SHA256: m.ID, Decision: audit.Allow, Reason: why + ": its pause's snapshot is deleted"})
+	}
+	return fmt.Errorf("%w: lease %s: %s; nothing is kept", ErrLeaseNotFound, l.ID, why)
 }
 
 // PausedLeases lists tenant's paused leases.

@@ -445,7 +445,11 @@ type Leases interface {
 	// Expired returns node's leases that expired at or before now; it is cheap, since the
 	// reaper calls it every second (WarmSet.Counts counts them for the refill).
 	Expired(ctx context.Context, node string, now time.Time) ([]Lease, error)
-	// Unbind removes the binding first and announces it, then the lease record.
+	// Unbind removes the binding first and announces it, then the lease record. It acts only
+	// on the live lease l is (its record, naming l's sandbox): when that has ended already, or
+	// the lease was paused and resumed in another sandbox, it changes nothing and fails with
+	// ErrLeaseNotFound, so of two ends of one lease at once (a release and a pause, a release
+	// and an expiry) one wins, and a late one never touches a resumed lease.
 	Unbind(ctx context.Context, l Lease) error
 }
 

@@ -72,12 +72,16 @@ func (tb *leaseTable) Reconcile(ctx context.Context) error {
 			keep[l.Sandbox.ID] = true
 		case ok:
 			keep[l.Sandbox.ID] = true // end destroys it
-			if err := tb.end(ctx, l, audit.EventExpiry); err != nil {
+			if err := tb.end(ctx, l, audit.EventExpiry); err != nil && !errors.Is(err, ErrLeaseNotFound) {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 		default:
 			tb.unbindLocal(l)
-			if err := tb.leases.Unbind(ctx, l); err != nil {
+			err := tb.leases.Unbind(ctx, l)
+			if errors.Is(err, ErrLeaseNotFound) {
+				continue // ended since it was listed
+			}
+			if err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 			tb.event(ctx, l, audit.EventReap, "its sandbox was gone when the node restarted")
@@ -107,7 +111,9 @@ func (tb *leaseTable) Cleanup(ctx context.Context) error {
 	errs = append(errs, err)
 	for _, l := range leases {
 		tb.unbindLocal(l)
-		errs = append(errs, tb.leases.Unbind(ctx, l))
+		if err := tb.leases.Unbind(ctx, l); !errors.Is(err, ErrLeaseNotFound) {
+			errs = append(errs, err)
+		}
 		if reason := tb.revocation(ctx, tb.release, l); reason != "" {
 			errs = append(errs, errors.New(reason))
 		}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,7 +100,7 @@ func (t Template) validateSnapshot() []error {
 // keeper keeps the state that travels between leases: snapshots of a lease's workspace, leases
 // started from one, and pause and resume (pause.go). It acts through the lease table (which
 // lease, and its end at a pause) and the runtime (the archive is made and unpacked inside the
-// sandbox, as its user); it holds no lock of its own.
+// sandbox, as its user); the one lock it holds is which leases it is archiving.
 type keeper struct {
 	node      string
 	templates map[string]Template
@@ -118,6 +119,36 @@ type keeper struct {
 	log     *slog.Logger
 	// reapingPaused is set while a pass over paused leases runs (one at a time).
 	reapingPaused atomic.Bool
+	// archiving holds the leases a snapshot or a pause is archiving.
+	archiving archiving
+}
+
+// archiving is the set of leases whose workspace is being archived (a snapshot, a pause): one
+// archive of a lease at a time, so a lease is never paused twice at once, and a tenant cannot
+// have one workspace staged many times over on the node's disk by asking for it many times at
+// once. A lease's snapshots and pauses are all taken by its node. Safe for concurrent use.
+type archiving struct {
+	mu     sync.Mutex
+	leases map[string]bool
+}
+
+// begin marks lease as being archived, or fails with ErrLeaseState when it is already; done
+// ends that.
+func (a *archiving) begin(lease string) (done func(), err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.leases[lease] {
+		return nil, fmt.Errorf("%w: a snapshot or pause of lease %s is under way; try again once it is done", ErrLeaseState, lease)
+	}
+	if a.leases == nil {
+		a.leases = map[string]bool{}
+	}
+	a.leases[lease] = true
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		delete(a.leases, lease)
+	}, nil
 }
 
 // SnapshotRequest asks for a snapshot of a lease.
@@ -149,6 +180,11 @@ func (k *keeper) Snapshot(ctx context.Context, tenant, id string, req SnapshotRe
 	if err := snapshot.CheckName(req.Name); err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	done, err := k.archiving.begin(l.ID)
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	defer done()
 	m, err := k.save(ctx, l, snapshot.Meta{Name: req.Name, Kind: snapshot.KindSnapshot}, req.Paths)
 	k.record(ctx, l, EventSnapshot, m, err)
 	return m, err

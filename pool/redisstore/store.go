@@ -354,8 +354,20 @@ func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lea
 }
 
 // unbindScript removes a lease's binding, announcing the removal under a new version, then its
-// records.
+// records, and returns 1; it changes nothing and returns 0 when the lease's record is gone or
+// names another sandbox than ARGV[3] (when set): that lease has ended already, or been paused
+// and resumed in another sandbox, whose binding and records are not this caller's to remove.
 var unbindScript = redis.NewScript(`
+local rec = redis.call('GET', KEYS[3])
+if not rec then
+  return 0
+end
+if ARGV[3] ~= '' then
+  local ok, l = pcall(cjson.decode, rec)
+  if ok and type(l) == 'table' and type(l.sandbox) == 'table' and l.sandbox.id ~= ARGV[3] then
+    return 0
+  end
+end
 if KEYS[1] ~= '' then
   local v = redis.call('INCR', KEYS[7])
   redis.call('DEL', KEYS[1])
@@ -372,7 +384,8 @@ end
 return 1
 `)
 
-// Unbind removes l's binding (announcing it) and then its records.
+// Unbind removes l's binding (announcing it) and then its records, if l is still the live
+// lease of its id; ErrLeaseNotFound, having changed nothing, if not.
 func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
 	ev, _ := json.Marshal(binding.Event{Addr: l.Sandbox.Addr, Lease: l.ID, Version: -1})
 	keys := []string{"", s.key("bindings", l.Node), s.key("lease", l.ID), "", s.key("leases", l.Node), "", s.key("binding-version")}
@@ -385,7 +398,14 @@ func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
 	if l.Template != "" {
 		keys[5] = s.key("tleases", l.Node, l.Template)
 	}
-	return wrap(unbindScript.Run(ctx, s.rdb, keys, l.ID, ev).Err())
+	n, err := unbindScript.Run(ctx, s.rdb, keys, l.ID, ev, l.Sandbox.ID).Int()
+	if err != nil {
+		return wrap(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s ended already (released, expired or paused), or runs in another sandbox than %s now", pool.ErrLeaseNotFound, l.ID, l.Sandbox.ID)
+	}
+	return nil
 }
 
 // Lookup implements binding.Source.

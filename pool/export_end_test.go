@@ -1,0 +1,13 @@
+package pool
+
+import (
+	"context"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// EndAsRelease ends l as a release does, from l as it was read: what a release that read the
+// lease before a pause or an expiry ended it goes on to do.
+func EndAsRelease(m *Manager, l Lease) error {
+	return m.leaseTable.end(context.Background(), l, audit.EventRelease)
+}

@@ -1,0 +1,201 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/pooltest"
+	"github.com/airlock-dev/airlock/pool"
+	"github.com/airlock-dev/airlock/scope"
+)
+
+// racingNode is a pool whose sandboxes' files are pooltest.Workspaces, keeping its state in a
+// catalog over a real Vault, whose archive of a sandbox (a snapshot's or a pause's) can be held
+// part way, as a slow tar would be, while the test acts on the lease.
+type racingNode struct {
+	e  *pooltest.Env
+	ws *pooltest.Workspaces
+	// hold, when set, is told when the next archive begins, and holds it until its go_ is
+	// closed.
+	hold     atomic.Pointer[archiveHold]
+	released atomic.Int32
+}
+
+type archiveHold struct {
+	begun chan struct{}
+	go_   chan struct{}
+}
+
+func newRacingNode(t *testing.T) *racingNode {
+	t.Helper()
+	n := &racingNode{ws: pooltest.NewWorkspaces()}
+	catalog := pooltest.Catalog(t, "../bin/vault")
+	n.e = pooltest.NewEnv(t, pooltest.EnvConfig{
+		Templates: []pool.Template{{MinWarm: 2, MaxTotal: 10, Snapshot: pool.SnapshotPolicy{MaxPaused: time.Hour}}},
+		Runtime: func(rt *pooltest.Runtime) {
+			rt.ExecFunc = func(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+				if h := n.hold.Load(); h != nil && len(req.Cmd) > 3 && req.Cmd[3] == "snapshot" && n.hold.CompareAndSwap(h, nil) {
+					close(h.begun)
+					select {
+					case <-h.go_:
+					case <-ctx.Done():
+						return -1, ctx.Err()
+					}
+				}
+				return n.ws.Exec(ctx, sb, req, stdin, stdout, stderr)
+			}
+		},
+		Pool: func(c *pool.Config) {
+			c.Snapshots = catalog
+			c.Release = func(context.Context, string) error { n.released.Add(1); return nil }
+		}})
+	n.e.MustWarm(t, 2)
+	return n
+}
+
+// holdArchives holds the next archive until the returned function is called.
+func (n *racingNode) holdArchives() (begun <-chan struct{}, proceed func()) {
+	h := &archiveHold{begun: make(chan struct{}), go_: make(chan struct{})}
+	n.hold.Store(h)
+	return h.begun, func() { close(h.go_) }
+}
+
+func (n *racingNode) lease(t *testing.T, task string) pool.Lease {
+	t.Helper()
+	tok, err := n.e.Issuer.Mint(task, "acme", []scope.Scope{{Host: "a.example"}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.e.Manager.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ws.Put(l.Sandbox.ID, "workspace/notes.txt", "the tenant asked for this to be gone")
+	return l
+}
+
+func (n *racingNode) resume(t *testing.T, l pool.Lease) error {
+	t.Helper()
+	tok, err := n.e.Issuer.Mint(l.Task, "acme", []scope.Scope{{Host: "a.example"}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.e.Manager.Resume(context.Background(), pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: tok})
+	return err
+}
+
+// A release that lands while a pause is archiving the lease wins: the lease ends as released,
+// and the pause, which finds it gone when it comes to end the sandbox, fails and keeps nothing.
+// Before, the pause kept its archive as a paused lease: the released lease was listed as
+// paused, its files kept for max_paused against the release, and it could be resumed.
+func TestReleaseDuringPause(t *testing.T) {
+	n := newRacingNode(t)
+	ctx := context.Background()
+	m := n.e.Manager
+	l := n.lease(t, "task-1")
+	begun, proceed := n.holdArchives()
+	paused := make(chan error, 1)
+	go func() {
+		_, err := m.Pause(ctx, "acme", l.ID, false)
+		paused <- err
+	}()
+	<-begun
+	if err := m.Release(ctx, "acme", l.ID); err != nil {
+		t.Fatalf("the release during the pause: %v", err)
+	}
+	proceed()
+	if err := <-paused; !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("the pause of a lease released meanwhile = %v; want ErrLeaseNotFound", err)
+	}
+	if all, err := m.PausedLeases(ctx, "acme"); err != nil || len(all) != 0 {
+		t.Fatalf("paused leases after the release: %+v, %v; want none", all, err)
+	}
+	if ss, err := m.Snapshots(ctx, "acme"); err != nil || len(ss) != 0 {
+		t.Fatalf("what is kept of the released lease: %+v, %v; want nothing", ss, err)
+	}
+	if err := n.resume(t, l); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("resuming the released lease = %v; want ErrLeaseNotFound", err)
+	}
+}
+
+// A pause that ends the lease while a release of it is under way wins: the release, finding
+// the lease paused, fails as not found (the API then releases the paused lease: its state is
+// deleted), and it neither tears down a second time nor records a second end.
+func TestPauseBeforeRelease(t *testing.T) {
+	n := newRacingNode(t)
+	ctx := context.Background()
+	m := n.e.Manager
+	l := n.lease(t, "task-1")
+	if _, err := m.Pause(ctx, "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	// The release read the lease before the pause ended it (what Held returned then).
+	if err := pool.EndAsRelease(m, l); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("a release of the lease the pause ended = %v; want ErrLeaseNotFound", err)
+	}
+	if n.released.Load() != 0 {
+		t.Fatalf("the late release released the lease's credentials %d times; the pause revoked them, and a resume mints again", n.released.Load())
+	}
+	if err := m.ReleasePaused(ctx, "acme", l.ID); err != nil {
+		t.Fatalf("releasing the paused lease: %v", err)
+	}
+}
+
+// A late end of a lease (a release that read it before a pause, or an expiry) does not touch
+// the lease once it has been paused and resumed: the resumed lease is another sandbox, whose
+// record and binding are its own.
+func TestLateEndSparesTheResumedLease(t *testing.T) {
+	n := newRacingNode(t)
+	ctx := context.Background()
+	m := n.e.Manager
+	l := n.lease(t, "task-1")
+	if _, err := m.Pause(ctx, "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.resume(t, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.EndAsRelease(m, l); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("a late release of the paused incarnation = %v; want ErrLeaseNotFound", err)
+	}
+	r, err := m.Get(ctx, "acme", l.ID)
+	if err != nil {
+		t.Fatalf("the resumed lease after a late end of its paused incarnation: %v", err)
+	}
+	if r.Sandbox.ID == l.Sandbox.ID || n.e.Runtime.Destroyed(r.Sandbox.ID) {
+		t.Fatalf("the resumed lease's sandbox %s (destroyed %v); want a new one, running", r.Sandbox.ID, n.e.Runtime.Destroyed(r.Sandbox.ID))
+	}
+}
+
+// Two pauses of one lease at once: the second is refused while the first archives, so one
+// snapshot is the paused lease's state, and the lease is paused once.
+func TestPauseTwiceAtOnce(t *testing.T) {
+	n := newRacingNode(t)
+	ctx := context.Background()
+	m := n.e.Manager
+	l := n.lease(t, "task-1")
+	begun, proceed := n.holdArchives()
+	paused := make(chan error, 1)
+	go func() {
+		_, err := m.Pause(ctx, "acme", l.ID, false)
+		paused <- err
+	}()
+	<-begun
+	if _, err := m.Pause(ctx, "acme", l.ID, false); !errors.Is(err, pool.ErrLeaseState) {
+		t.Fatalf("a second pause while the first archives = %v; want ErrLeaseState", err)
+	}
+	if _, err := m.Snapshot(ctx, "acme", l.ID, pool.SnapshotRequest{}); !errors.Is(err, pool.ErrLeaseState) {
+		t.Fatalf("a snapshot while a pause archives = %v; want ErrLeaseState", err)
+	}
+	proceed()
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	if err := n.resume(t, l); err != nil {
+		t.Fatalf("resuming the paused lease: %v", err)
+	}
+}
