@@ -135,6 +135,10 @@ func TestSnapshotsAndForks(t *testing.T) {
 					t.Fatalf("fork %s through the gateway: exit %d %s %s", f.ID, code, out, errs)
 				}
 			}
+			// The same tree restored is the same archive: a snapshot of a fork is the snapshot.
+			if again, err := c.Snapshot(ctx, forks[1].ID, "", nil); err != nil || again.ID != snap.ID {
+				t.Errorf("a snapshot of fork %s, unchanged: %s %v, want %s", forks[1].ID, again.ID, err, snap.ID)
+			}
 			// Each fork's request is its own lease's, bound to its own sandbox and task.
 			for _, f := range forks {
 				recs := n.trailUntil(t, f.ID, func(recs []audit.Record) bool {
