@@ -214,7 +214,7 @@ func TestCompletionOfSnapshots(t *testing.T) {
 	}{
 		{"after --from", []string{"airlock", "lease", "--from", ""}, "before-tests"},
 		{"snapshots rm", []string{"airlock", "snapshots", "rm", ""}, "ls show rm --json --help before-tests"},
-		{"a lease elsewhere", []string{"airlock", "pause", ""}, "--memory --json --help l-1 l-2"},
+		{"a lease elsewhere", []string{"airlock", "pause", ""}, "--memory --keep --json --help l-1 l-2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := make([]string, len(tc.words))
