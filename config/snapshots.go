@@ -20,8 +20,9 @@ type Snapshots struct {
 	// "transit". The node's Vault token needs create and update on transit/keys/airlock-*,
 	// transit/datakey/plaintext/airlock-* and transit/decrypt/airlock-*.
 	TransitMount string `yaml:"transit_mount"`
-	// Retention bounds each tenant's snapshots (not paused leases, not caches): past any bound
-	// the oldest are deleted, and each deletion recorded.
+	// Retention bounds each tenant's snapshots (not caches): past any bound the oldest are
+	// deleted, and each deletion recorded. Its max_count and max_total_mb bound the tenant's
+	// paused leases too, counted apart: a pause past them is refused and the lease runs on.
 	Retention Retention `yaml:"retention"`
 }
 

@@ -266,11 +266,12 @@ func (k *keeper) roots(t Template, paths []string) []string {
 // mapErr gives a catalog's error the pool's meaning, so the API answers with the right status.
 func (k *keeper) mapErr(err error) error {
 	var big *snapshot.TooBig
+	var full *snapshot.PausesFull
 	var refused *snapshot.Refused
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &big):
+	case errors.As(err, &big), errors.As(err, &full):
 		return fmt.Errorf("%w: %v", ErrTooLarge, err)
 	case errors.As(err, &refused):
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -280,7 +281,8 @@ func (k *keeper) mapErr(err error) error {
 	return err
 }
 
-// ErrTooLarge is what a snapshot over its template's cap fails with.
+// ErrTooLarge is what a snapshot over its template's cap fails with, and a pause past the
+// tenant's bound on paused leases (snapshots.retention).
 var ErrTooLarge = errors.New("too large")
 
 // ErrNoSuchSnapshot is what a snapshot the tenant does not hold is refused with (another

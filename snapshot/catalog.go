@@ -138,6 +138,11 @@ func (c *Catalog) Save(ctx context.Context, meta Meta, archive io.Reader) (Manif
 		return Manifest{}, err
 	}
 	defer unlock()
+	if m.Kind == KindPause {
+		if err := c.pauseRoom(ctx, m); err != nil {
+			return Manifest{}, err
+		}
+	}
 	if err := c.put(ctx, tseg, &m, f); err != nil {
 		return Manifest{}, err
 	}
@@ -147,6 +152,33 @@ func (c *Catalog) Save(ctx context.Context, meta Meta, archive io.Reader) (Manif
 		}
 	}
 	return m, nil
+}
+
+// pauseRoom refuses pause m (*PausesFull) when the tenant's pauses would with it be more than
+// Retention's MaxCount or take more than its MaxTotal, counted apart from its snapshots:
+// pauses are never pruned, and nothing else bounds how many a tenant keeps, since a paused
+// lease holds no compute. m counts in place of the pause of its lease it replaces. The caller
+// holds the tenant's lock.
+func (c *Catalog) pauseRoom(ctx context.Context, m Manifest) error {
+	r := c.retention
+	if r.MaxCount == 0 && r.MaxTotal == 0 {
+		return nil
+	}
+	all, err := c.List(ctx, m.Tenant)
+	if err != nil {
+		return err
+	}
+	full := &PausesFull{Count: 1, Total: m.Stored, MaxCount: r.MaxCount, MaxTotal: r.MaxTotal}
+	for _, o := range all {
+		if o.Kind == KindPause && o.Lease != m.Lease {
+			full.Count++
+			full.Total += o.Stored
+		}
+	}
+	if r.MaxCount > 0 && full.Count > r.MaxCount || r.MaxTotal > 0 && full.Total > r.MaxTotal {
+		return full
+	}
+	return nil
 }
 
 // seal reads archive into f as a blob sealed with key, and returns its manifest.

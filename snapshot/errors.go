@@ -42,3 +42,19 @@ func mib(n int64) string {
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
+
+// PausesFull is what Save of a pause fails with when the tenant's paused leases would with it
+// be more than Retention.MaxCount, or take more than its MaxTotal (counted apart from its
+// snapshots, since pauses are never pruned to make room).
+type PausesFull struct {
+	// Count and Total are the tenant's pauses and their stored bytes with this one.
+	Count    int
+	Total    int64
+	MaxCount int
+	MaxTotal int64
+}
+
+func (e *PausesFull) Error() string {
+	return fmt.Sprintf("the tenant's paused leases would be %d, taking %s in the store, with this pause, past snapshots.retention (max_count %d, max_total %s; 0 is no bound); resume or release a paused lease first",
+		e.Count, mib(e.Total), e.MaxCount, mib(e.MaxTotal))
+}

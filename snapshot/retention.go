@@ -13,7 +13,8 @@ import (
 // Retention bounds each tenant's snapshots of KindSnapshot (pauses and caches have lives of
 // their own): past any bound, its oldest unpinned snapshots are removed until it is within
 // them all, or only pinned ones are left. Pinned snapshots count toward the bounds. A zero
-// field leaves its bound off.
+// field leaves its bound off. MaxCount and MaxTotal bound a tenant's pauses too, apart from
+// its snapshots: pauses are never removed, so a pause past them is refused (*PausesFull).
 type Retention struct {
 	// MaxCount bounds how many snapshots a tenant keeps.
 	MaxCount int
