@@ -253,7 +253,11 @@ func (k *keeper) readCache(ctx context.Context, l Lease, t Template, c Cache) (s
 		return fmt.Sprintf("cache %s empty (it could not be read: %v)", c.Name, err), nil
 	}
 	defer body.Close()
-	sum, err := k.unpack(ctx, t, l.Sandbox, []string{strings.TrimPrefix(dir, "/")}, c.MaxMB<<20, body)
+	// max_mb is what a lease may write back, checked then; here the bound is what the tmpfs
+	// holding the cache can take, so a cache kept before max_mb was lowered still reads (and
+	// is not taken for one altered in the store).
+	_, holds := t.tmpfsOf(dir)
+	sum, err := k.unpack(ctx, t, l.Sandbox, []string{strings.TrimPrefix(dir, "/")}, holds<<20, body)
 	if err != nil {
 		err = fmt.Errorf("restoring cache %s (%s) of template %s: %w; the lease is refused and its sandbox destroyed (lease with no_caches to start without it, and with write_caches too to replace it)",
 			c.Name, m.ID, t.Name, k.mapErr(err))
@@ -282,8 +286,8 @@ func (k *keeper) writeCaches(ctx context.Context, l Lease) {
 			k.write(ctx, k.cacheRecord(l, EventCacheWrite, dir, "", 0, "", fmt.Errorf("cache %s was not written back: %w", c.Name, ErrNoSnapshots)))
 			continue
 		}
-		// What the lease found, to say whether it changed the cache (a manifest's read).
-		before, _ := k.catalog.Get(ctx, l.Tenant, "cache:"+c.catalogName(t))
+		// What the tenant held, to say whether the lease changed it (a manifest's read).
+		before, berr := k.catalog.Get(ctx, l.Tenant, "cache:"+c.catalogName(t))
 		m, err := k.archive(ctx, l, snapshot.Meta{Name: c.catalogName(t), Kind: snapshot.KindCache, Paths: []string{dir},
 			Cap: fmt.Sprintf("the archive cap of cache %s of template %s (max_mb, with room for tar's headers)", c.Name, t.Name)},
 			[]string{strings.TrimPrefix(dir, "/")}, c.MaxMB<<20)
@@ -297,15 +301,18 @@ func (k *keeper) writeCaches(ctx context.Context, l Lease) {
 		case err != nil:
 			err = fmt.Errorf("cache %s was not written back: %w; the tenant's copy is left as it was", c.Name, k.mapErr(err))
 		}
-		was := "replaces " + before.ID
-		switch before.ID {
-		case "":
-			was = "the first kept"
-		case m.ID:
-			was = "unchanged"
+		was := ""
+		switch {
+		case errors.Is(berr, snapshot.ErrNoSnapshot):
+			was = " (the first kept)"
+		case berr != nil:
+		case before.ID == m.ID:
+			was = " (unchanged)"
+		default:
+			was = " (replaces " + before.ID + ")"
 		}
 		k.write(ctx, k.cacheRecord(l, EventCacheWrite, dir, m.ID, m.Size,
-			fmt.Sprintf("tenant cache %s (%s): %d files, an archive of %d bytes; the next leases of template %s that do not ask for no_caches start with it", c.Name, was, m.Files, m.Size, t.Name), err))
+			fmt.Sprintf("tenant cache %s%s: %d files, an archive of %d bytes; the next leases of template %s that do not ask for no_caches start with it", c.Name, was, m.Files, m.Size, t.Name), err))
 	}
 }
 

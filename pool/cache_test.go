@@ -346,3 +346,56 @@ func TestCacheValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheReadAfterItsCapIsLowered: max_mb bounds what a lease writes back; a cache kept
+// before it was lowered still reads (rather than being taken for one altered in the store),
+// and the next write-back over the new cap is refused.
+func TestCacheReadAfterItsCapIsLowered(t *testing.T) {
+	catalog := pooltest.Catalog(t, "../bin/vault")
+	ctx := context.Background()
+	node := func(maxMB int64) (*pooltest.Env, *pooltest.Workspaces, *recordSink) {
+		ws, sink := pooltest.NewWorkspaces(), &recordSink{}
+		e := pooltest.NewEnv(t, pooltest.EnvConfig{Templates: []pool.Template{{Name: "python", MinWarm: 1, MaxTotal: 4,
+			Caches: []pool.Cache{{Name: "pip", Path: "~/.cache/pip", MaxMB: maxMB}}}},
+			Runtime: func(rt *pooltest.Runtime) { rt.ExecFunc = ws.Exec },
+			Pool:    func(c *pool.Config) { c.Snapshots, c.Audit = catalog, sink }})
+		e.MustWarm(t, 1)
+		return e, ws, sink
+	}
+	lease := func(e *pooltest.Env, write bool) pool.Lease {
+		t.Helper()
+		tok, _ := e.Issuer.Mint(fmt.Sprintf("task-%d", time.Now().UnixNano()), "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+		l, err := e.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "python", Token: tok, WriteCaches: write})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	big := strings.Repeat("w", 3<<19) // 1.5 MiB
+
+	before, ws, _ := node(2)
+	a := lease(before, true)
+	ws.Put(a.Sandbox.ID, pipFile, big)
+	if err := before.Manager.Release(ctx, "acme", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	before.Close()
+
+	after, ws, sink := node(1)
+	b := lease(after, true)
+	if got := ws.Get(b.Sandbox.ID, pipFile); got != big {
+		t.Fatalf("the cache kept under max_mb 2 read %d bytes under max_mb 1, want %d", len(got), len(big))
+	}
+	if err := after.Manager.Release(ctx, "acme", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	var writes []audit.Record
+	for _, r := range sink.files() {
+		if r.Lease == b.ID && r.Event == pool.EventCacheWrite {
+			writes = append(writes, r)
+		}
+	}
+	if len(writes) != 1 || writes[0].Decision != audit.Deny || !strings.Contains(writes[0].Reason, "more than its max_mb of 1 MiB") {
+		t.Fatalf("writing back 1.5 MiB under max_mb 1: %+v", writes)
+	}
+}
