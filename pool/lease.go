@@ -115,9 +115,15 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 		r, err := opts.restore(ctx, t, sb)
 		if err != nil {
 			// Nothing reached the sandbox but the snapshot's files: it is destroyed, never
-			// reused.
+			// reused. The refusal is recorded: a snapshot refused on its way back may be one
+			// altered in the store, which the tenant's security team should see too.
 			tb.runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-			return Lease{}, fmt.Errorf("restoring snapshot %s: %w", req.From, err)
+			err = fmt.Errorf("restoring snapshot %s: %w", req.From, err)
+			if aerr := tb.audit.Write(ctx, audit.Record{Kind: audit.KindFile, Event: EventRestore, Node: tb.node, Tenant: l.Tenant, Lease: l.ID,
+				Task: l.Task, Sandbox: sb.ID, SHA256: req.From, Decision: audit.Deny, Reason: err.Error()}); aerr != nil {
+				tb.log.Error("audit write failed", "err", aerr)
+			}
+			return Lease{}, err
 		}
 		l.Restored = &r
 		reason += fmt.Sprintf("; restored snapshot %s (%d files, %d bytes) in %s", r.Snapshot, r.Files, r.Size, r.Took.Round(time.Millisecond))

@@ -34,6 +34,9 @@ type Snapshots interface {
 const (
 	EventSnapshot       audit.Event = "snapshot"
 	EventSnapshotDelete audit.Event = "snapshot-delete"
+	// EventRestore records a restore refused (a crafted or altered archive, a digest that does
+	// not verify); one that succeeds is said in the lease's bind or resume record.
+	EventRestore audit.Event = "restore"
 )
 
 // ErrNoSnapshots is what a snapshot, a lease from one or a pause gets on a node that keeps none.
@@ -196,6 +199,14 @@ func (k *keeper) save(ctx context.Context, l Lease, meta snapshot.Meta, paths []
 	meta.Paths = append([]string{t.Workdir}, paths...)
 	meta.Cap = fmt.Sprintf("the archive cap of template %s (snapshot.max_mb, with room for tar's headers)", t.Name)
 	m, err := k.archive(ctx, l, meta, k.roots(t, paths), t.maxBytes())
+	var refused *snapshot.Refused
+	if errors.As(err, &refused) && refused.Check == snapshot.SizeCheck {
+		what := fmt.Sprintf("snapshot.max_mb of template %s", t.Name)
+		if t.Snapshot.MaxMB == 0 {
+			what = fmt.Sprintf("workspace_mb + tmp_mb of template %s, as its snapshot.max_mb is not set", t.Name)
+		}
+		return m, fmt.Errorf("%w: the snapshot holds more than its cap of %d bytes (%s): %v", ErrTooLarge, t.maxBytes(), what, err)
+	}
 	return m, k.mapErr(err)
 }
 
