@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type racingNode struct {
 }
 
 type archiveHold struct {
+	cmd   string // "snapshot" (an archive) or "restore"
 	begun chan struct{}
 	go_   chan struct{}
 }
@@ -38,7 +40,7 @@ func newRacingNode(t *testing.T) *racingNode {
 		Templates: []pool.Template{{MinWarm: 2, MaxTotal: 10, Snapshot: pool.SnapshotPolicy{MaxPaused: time.Hour}}},
 		Runtime: func(rt *pooltest.Runtime) {
 			rt.ExecFunc = func(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-				if h := n.hold.Load(); h != nil && len(req.Cmd) > 3 && req.Cmd[3] == "snapshot" && n.hold.CompareAndSwap(h, nil) {
+				if h := n.hold.Load(); h != nil && len(req.Cmd) > 3 && req.Cmd[3] == h.cmd && n.hold.CompareAndSwap(h, nil) {
 					close(h.begun)
 					select {
 					case <-h.go_:
@@ -59,7 +61,13 @@ func newRacingNode(t *testing.T) *racingNode {
 
 // holdArchives holds the next archive until the returned function is called.
 func (n *racingNode) holdArchives() (begun <-chan struct{}, proceed func()) {
-	h := &archiveHold{begun: make(chan struct{}), go_: make(chan struct{})}
+	return n.holdNext("snapshot")
+}
+
+// holdNext holds the next run of the pool's script cmd ("snapshot", "restore") until the
+// returned function is called.
+func (n *racingNode) holdNext(cmd string) (begun <-chan struct{}, proceed func()) {
+	h := &archiveHold{cmd: cmd, begun: make(chan struct{}), go_: make(chan struct{})}
 	n.hold.Store(h)
 	return h.begun, func() { close(h.go_) }
 }
@@ -197,5 +205,45 @@ func TestPauseTwiceAtOnce(t *testing.T) {
 	}
 	if err := n.resume(t, l); err != nil {
 		t.Fatalf("resuming the paused lease: %v", err)
+	}
+}
+
+// A resume's claim lasts as long as a resume may take; one that takes longer (a large
+// workspace from a slow store) lets a second resume of the lease claim it too. The second
+// must still not bind the lease id a second time: two sandboxes bound under one lease, one of
+// them with no record a release could end, would run on with the task's scopes after the
+// lease was released. The store binds a lease id once.
+func TestSlowResumeAndASecond(t *testing.T) {
+	n := newRacingNode(t)
+	ctx := context.Background()
+	m := n.e.Manager
+	l := n.lease(t, "task-1")
+	if _, err := m.Pause(ctx, "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	n.e.MustWarm(t, 2)
+	begun, proceed := n.holdNext("restore")
+	first := make(chan error, 1)
+	go func() { first <- n.resume(t, l) }()
+	<-begun
+	// The first resume's claim runs out (as its time would) while it restores.
+	if err := n.e.RDB.Del(ctx, "n1:jti:resume:"+l.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	second := n.resume(t, l)
+	proceed()
+	firstErr := <-first
+	if (firstErr == nil) == (second == nil) {
+		t.Fatalf("two resumes of one lease: %v and %v; want one bound, the other refused", firstErr, second)
+	}
+	if err := m.Release(ctx, "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	// pooltest.Runtime gives its n-th sandbox the address 10.0.0.n.
+	for i := 1; i <= n.e.Runtime.Created(); i++ {
+		addr := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		if b, err := n.e.Store.Lookup(ctx, "n1", addr); err == nil {
+			t.Fatalf("after the release, %s is still bound to lease %s (sandbox %s)", addr, b.Lease, b.Sandbox)
+		}
 	}
 }

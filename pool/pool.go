@@ -427,7 +427,8 @@ type Leases interface {
 	// Bind records the lease and its binding together and announces the binding, returning the
 	// version the store gave it (versions are ordered by the store, never by a node's clock);
 	// it fails with ErrJTIInUse when the token already binds another live lease or is held by
-	// a gateway (ClaimJTI).
+	// a gateway (ClaimJTI), and with ErrLeaseState when l's id is bound already (a resumed
+	// lease keeps its id: one sandbox at a time is bound under it).
 	Bind(ctx context.Context, l Lease, b binding.Binding) (int64, error)
 	// Rebind replaces a live lease's record and binding (renewal, token swap: oldJTI is the token
 	// id it held, freed when l carries a new one) and announces the binding, returning its new

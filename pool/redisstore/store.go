@@ -178,10 +178,14 @@ const recordGrace = time.Hour
 // the counter's value there.
 const versionMark = `"version":-1`
 
-// bindScript records a lease atomically: the token id must be free, then the lease, its index
-// entry, the token id and the binding are written with the lease's expiry, and the binding is
-// announced. It returns the binding's version.
+// bindScript records a lease atomically: the lease id must not be bound already (a resumed
+// lease keeps its id, and two resumes of it must not both bind it) and the token id must be
+// free, then the lease, its index entry, the token id and the binding are written with the
+// lease's expiry, and the binding is announced. It returns the binding's version.
 var bindScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return redis.error_reply('LEASE_BOUND')
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[5]) == false then
   return redis.error_reply('JTI_IN_USE ' .. redis.call('GET', KEYS[1]))
 end
@@ -259,6 +263,9 @@ func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) (int6
 		s.key("tleases", l.Node, l.Template), s.key("binding-version"),
 	}
 	v, err := bindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Int64()
+	if strings.HasPrefix(errText(err), "LEASE_BOUND") {
+		return 0, fmt.Errorf("%w: lease %s is bound already, in another sandbox (resumed meanwhile)", pool.ErrLeaseState, l.ID)
+	}
 	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
 		return 0, fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, l.JTI, holder)
 	}
