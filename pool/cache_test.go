@@ -177,6 +177,18 @@ func TestCaches(t *testing.T) {
 		}
 	})
 
+	t.Run("a tenant deletes a cache it fears poisoned, and the next lease starts without it", func(t *testing.T) {
+		n.seed(t, "initrode", "python", "a wheel it no longer trusts")
+		if err := n.e.Manager.DeleteSnapshot(ctx, "initrode", "cache:python.pip"); err != nil {
+			t.Fatalf("deleting the cache: %v", err)
+		}
+		l := n.lease(t, "initrode", "python", pool.LeaseRequest{})
+		defer n.release(t, l)
+		if got := n.ws.Get(l.Sandbox.ID, pipFile); got != "" {
+			t.Fatalf("a lease after the cache was deleted found %q", got)
+		}
+	})
+
 	t.Run("no_caches starts with them empty", func(t *testing.T) {
 		n.seed(t, "piedpiper", "python", "a wheel")
 		l := n.lease(t, "piedpiper", "python", pool.LeaseRequest{NoCaches: true})

@@ -325,8 +325,10 @@ func (k *keeper) DeleteSnapshot(ctx context.Context, tenant, ref string) error {
 	if err != nil {
 		return err
 	}
-	if m.Kind != snapshot.KindSnapshot {
-		return fmt.Errorf("%w: %s is a %s, not a snapshot: a paused lease's is deleted by resuming or releasing it, a cache's by its template", ErrBadRequest, ref, m.Kind)
+	// A cache may be deleted (cache:TEMPLATE.NAME): the way to be rid of one a run may have
+	// poisoned. A pause may not: it is the paused lease itself.
+	if m.Kind == snapshot.KindPause {
+		return fmt.Errorf("%w: %s is a paused lease's state: resume or release the lease instead", ErrBadRequest, ref)
 	}
 	if err := k.mapErr(k.catalog.Delete(ctx, tenant, m.Ref())); err != nil {
 		return err
