@@ -138,6 +138,15 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 		}
 		reason += note
 	}
+	if opts.event == audit.EventResume {
+		// A resumed lease keeps its id, under which the broker keeps what it mints: what this
+		// node's broker holds for it now was minted before the resume (a request of the paused
+		// sandbox whose mint landed after the pause's revocation, before the gateway cut it),
+		// and must not serve the resumed lease. Nothing held, no call to Vault.
+		if r := tb.revocation(ctx, tb.revoke, l); r != "" {
+			reason += "; " + r
+		}
+	}
 	b := bindingOf(l, task)
 	if b.Version, err = tb.leases.Bind(ctx, l, b); err != nil {
 		// The claimed sandbox was never visible to the task: destroy it rather than reuse it.

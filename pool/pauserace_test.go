@@ -24,6 +24,13 @@ type racingNode struct {
 	// closed.
 	hold     atomic.Pointer[archiveHold]
 	released atomic.Int32
+	// revokes are the leases Revoke was called for, each with whether it was bound then.
+	revokes chan revokeCall
+}
+
+type revokeCall struct {
+	lease string
+	bound bool
 }
 
 type archiveHold struct {
@@ -34,7 +41,7 @@ type archiveHold struct {
 
 func newRacingNode(t *testing.T) *racingNode {
 	t.Helper()
-	n := &racingNode{ws: pooltest.NewWorkspaces()}
+	n := &racingNode{ws: pooltest.NewWorkspaces(), revokes: make(chan revokeCall, 16)}
 	catalog := pooltest.Catalog(t, "../bin/vault")
 	n.e = pooltest.NewEnv(t, pooltest.EnvConfig{
 		Templates: []pool.Template{{MinWarm: 2, MaxTotal: 10, Snapshot: pool.SnapshotPolicy{MaxPaused: time.Hour}}},
@@ -54,6 +61,11 @@ func newRacingNode(t *testing.T) *racingNode {
 		Pool: func(c *pool.Config) {
 			c.Snapshots = catalog
 			c.Release = func(context.Context, string) error { n.released.Add(1); return nil }
+			c.Revoke = func(ctx context.Context, lease string) error {
+				_, err := n.e.Store.GetLease(ctx, lease)
+				n.revokes <- revokeCall{lease: lease, bound: err == nil}
+				return nil
+			}
 		}})
 	n.e.MustWarm(t, 2)
 	return n
@@ -245,5 +257,33 @@ func TestSlowResumeAndASecond(t *testing.T) {
 		if b, err := n.e.Store.Lookup(ctx, "n1", addr); err == nil {
 			t.Fatalf("after the release, %s is still bound to lease %s (sandbox %s)", addr, b.Lease, b.Sandbox)
 		}
+	}
+}
+
+// A resumed lease keeps its id, under which the broker keeps what it mints: a mint for a
+// request of the paused sandbox that was in flight when the pause revoked (the gateway cuts
+// such requests when it hears of the unbind, which may come after) would be kept under the id
+// and handed to the resumed lease. The resume revokes what this node's broker holds for the
+// lease before it binds it, so nothing minted before the resume serves it.
+func TestResumeRevokesFirst(t *testing.T) {
+	n := newRacingNode(t)
+	ctx := context.Background()
+	l := n.lease(t, "task-1")
+	if _, err := n.e.Manager.Pause(ctx, "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-n.revokes; c.lease != l.ID || c.bound {
+		t.Fatalf("the pause revoked %+v; want lease %s, once unbound", c, l.ID)
+	}
+	if err := n.resume(t, l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-n.revokes:
+		if c.lease != l.ID || c.bound {
+			t.Fatalf("the resume revoked %+v; want lease %s, before it is bound", c, l.ID)
+		}
+	default:
+		t.Fatalf("the resume bound lease %s without revoking what the broker held for it", l.ID)
 	}
 }
