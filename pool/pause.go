@@ -226,7 +226,10 @@ func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
 		}
 		return Lease{}, err
 	}
-	if err := k.catalog.Delete(ctx, req.Tenant, m.Ref()); err != nil {
+	// The lease is resumed whether or not its caller waits for the answer: its pause goes all
+	// the same, or the running lease would be listed as paused too, and once released could be
+	// resumed again from what the pause kept.
+	if err := k.catalog.Delete(context.WithoutCancel(ctx), req.Tenant, m.Ref()); err != nil {
 		k.log.Error("deleting a resumed lease's pause", "lease", l.ID, "snapshot", m.ID, "err", err)
 	}
 	return l, nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/internal/pooltest"
 	"github.com/airlock-dev/airlock/pool"
 	"github.com/airlock-dev/airlock/scope"
@@ -26,6 +27,18 @@ type racingNode struct {
 	released atomic.Int32
 	// revokes are the leases Revoke was called for, each with whether it was bound then.
 	revokes chan revokeCall
+	// onRecord, when set, sees each audit record as it is written.
+	onRecord atomic.Pointer[func(audit.Record)]
+}
+
+// hookSink hands each record to the node's onRecord.
+type hookSink struct{ n *racingNode }
+
+func (s hookSink) Write(_ context.Context, r audit.Record) error {
+	if f := s.n.onRecord.Load(); f != nil {
+		(*f)(r)
+	}
+	return nil
 }
 
 type revokeCall struct {
@@ -60,6 +73,7 @@ func newRacingNode(t *testing.T) *racingNode {
 		},
 		Pool: func(c *pool.Config) {
 			c.Snapshots = catalog
+			c.Audit = hookSink{n}
 			c.Release = func(context.Context, string) error { n.released.Add(1); return nil }
 			c.Revoke = func(ctx context.Context, lease string) error {
 				_, err := n.e.Store.GetLease(ctx, lease)
@@ -285,5 +299,43 @@ func TestResumeRevokesFirst(t *testing.T) {
 		}
 	default:
 		t.Fatalf("the resume bound lease %s without revoking what the broker held for it", l.ID)
+	}
+}
+
+// A resume whose caller goes away once the lease is bound (a client's timeout) has resumed the
+// lease: what its pause kept goes all the same. It stayed, and the running lease was listed as
+// paused too; once released, it could be resumed again from the pause's state, which the
+// release was to end.
+func TestResumeCallerGoesAway(t *testing.T) {
+	n := newRacingNode(t)
+	l := n.lease(t, "task-1")
+	if _, err := n.e.Manager.Pause(context.Background(), "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hangUp := func(r audit.Record) {
+		if r.Event == audit.EventResume {
+			cancel()
+		}
+	}
+	n.onRecord.Store(&hangUp)
+	tok, err := n.e.Issuer.Mint(l.Task, "acme", []scope.Scope{{Host: "a.example"}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.e.Manager.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: tok}); err != nil {
+		t.Fatalf("the resume: %v", err)
+	}
+	n.onRecord.Store(nil)
+	bg := context.Background()
+	if all, err := n.e.Manager.PausedLeases(bg, "acme"); err != nil || len(all) != 0 {
+		t.Fatalf("paused leases after the resume: %+v, %v; want none", all, err)
+	}
+	if err := n.e.Manager.Release(bg, "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.resume(t, l); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("resuming the released lease = %v; want ErrLeaseNotFound", err)
 	}
 }

@@ -549,8 +549,12 @@ func (c *Catalog) failed(doing string, err error) error {
 	return fmt.Errorf("%s: %w", doing, err)
 }
 
-// lock takes tenant's lock, or fails when ctx ends first; unlock releases it.
+// lock takes tenant's lock, or fails when ctx ends first (or has ended: then it fails whether
+// or not the lock is free, not as a select happens to choose); unlock releases it.
 func (c *Catalog) lock(ctx context.Context, tenant string) (unlock func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("snapshots of tenant %s: %w", tenant, err)
+	}
 	c.mu.Lock()
 	ch := c.locks[tenant]
 	if ch == nil {
