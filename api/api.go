@@ -407,9 +407,13 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request, tenant string)
 func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, tenant string) {
 	err := s.cfg.Pool.Release(r.Context(), tenant, r.PathValue("id"))
 	if errors.Is(err, pool.ErrLeaseNotFound) {
-		// A paused lease holds no sandbox: its release deletes what its pause kept.
-		if perr := s.cfg.Pool.ReleasePaused(r.Context(), tenant, r.PathValue("id")); perr == nil {
+		// A paused lease holds no sandbox: its release deletes what its pause kept. A resume of
+		// it under way refuses that, which is the answer.
+		switch perr := s.cfg.Pool.ReleasePaused(r.Context(), tenant, r.PathValue("id")); {
+		case perr == nil:
 			err = nil
+		case errors.Is(perr, pool.ErrLeaseState):
+			err = perr
 		}
 	}
 	if err != nil {

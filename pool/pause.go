@@ -180,6 +180,25 @@ func (k *keeper) pauseOf(ctx context.Context, tenant, id string) (snapshot.Manif
 	return m, nil
 }
 
+// claimPaused claims paused lease id for a resume or a release of it (doing says which), one
+// at a time, across nodes: while a resume brings it back it cannot be released, nor resumed
+// again. unclaim gives the claim up (a resume that succeeds keeps it until it lapses, as long
+// as a resume may take).
+func (k *keeper) claimPaused(ctx context.Context, id, doing string) (unclaim func(), err error) {
+	claim, holder := "resume:"+id, k.node+" "+doing+" "+strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := k.claim(ctx, claim, holder, time.Now().Add(teardownTimeout)); err != nil {
+		if errors.Is(err, ErrJTIInUse) {
+			return nil, fmt.Errorf("%w: paused lease %s is being resumed or released already", ErrLeaseState, id)
+		}
+		return nil, err
+	}
+	return func() {
+		if err := k.unclaim(context.WithoutCancel(ctx), claim, holder); err != nil {
+			k.log.Error("giving up the claim of a paused lease", "lease", id, "doing", doing, "err", err)
+		}
+	}, nil
+}
+
 // pauseRef names lease id's pause in the catalog.
 func pauseRef(id string) string { return "pause:" + id }
 
@@ -211,19 +230,14 @@ func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
 	}
 	// One resume wins: the claim lasts as long as a resume may take, and a resume that fails
 	// gives it up, so a refused token does not hold back the right one.
-	claim, holder := "resume:"+p.Lease, k.node+" "+strconv.FormatInt(time.Now().UnixNano(), 10)
-	if err := k.claim(ctx, claim, holder, time.Now().Add(teardownTimeout)); err != nil {
-		if errors.Is(err, ErrJTIInUse) {
-			return Lease{}, fmt.Errorf("%w: lease %s is being resumed already", ErrLeaseState, p.Lease)
-		}
+	unclaim, err := k.claimPaused(ctx, p.Lease, "resume")
+	if err != nil {
 		return Lease{}, err
 	}
 	l, err := k.table.grant(ctx, LeaseRequest{Tenant: req.Tenant, Template: p.Template, Token: req.Token, TTL: req.TTL, Key: req.Key, From: m.ID},
 		grantOptions{id: p.Lease, task: p.Task, event: audit.EventResume, restore: k.restorer(m)})
 	if err != nil {
-		if uerr := k.unclaim(context.WithoutCancel(ctx), claim, holder); uerr != nil {
-			k.log.Error("giving up the claim of a failed resume", "lease", p.Lease, "err", uerr)
-		}
+		unclaim()
 		return Lease{}, err
 	}
 	// The lease is resumed whether or not its caller waits for the answer: its pause goes all
@@ -291,10 +305,18 @@ func (k *keeper) PausedLease(ctx context.Context, tenant, id string) (Paused, er
 // ReleasePaused ends tenant's paused lease id: what its pause kept is deleted, and the end
 // recorded as a release.
 func (k *keeper) ReleasePaused(ctx context.Context, tenant, id string) error {
+	// As a release of a running lease: carried out whether or not the caller waits for it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
 	m, err := k.pauseOf(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
+	unclaim, err := k.claimPaused(ctx, id, "release")
+	if err != nil {
+		return err
+	}
+	defer unclaim()
 	if err := k.catalog.Delete(ctx, tenant, m.Ref()); err != nil {
 		return k.mapErr(err)
 	}

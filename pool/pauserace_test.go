@@ -339,3 +339,49 @@ func TestResumeCallerGoesAway(t *testing.T) {
 		t.Fatalf("resuming the released lease = %v; want ErrLeaseNotFound", err)
 	}
 }
+
+// A release of a paused lease is carried out whether or not its caller waits for the answer,
+// as a release of a running lease is: what the pause kept goes.
+func TestReleasePausedCallerGone(t *testing.T) {
+	n := newRacingNode(t)
+	l := n.lease(t, "task-1")
+	bg := context.Background()
+	if _, err := n.e.Manager.Pause(bg, "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(bg)
+	cancel()
+	if err := n.e.Manager.ReleasePaused(gone, "acme", l.ID); err != nil {
+		t.Fatalf("releasing the paused lease for a caller that has gone: %v", err)
+	}
+	if all, err := n.e.Manager.PausedLeases(bg, "acme"); err != nil || len(all) != 0 {
+		t.Fatalf("paused leases after the release: %+v, %v; want none", all, err)
+	}
+}
+
+// A release of a paused lease that a resume is bringing back is refused as the wrong state:
+// it deleted the pause and answered released, and the resume went on to bind the lease, which
+// ran on after its release.
+func TestReleasePausedDuringResume(t *testing.T) {
+	n := newRacingNode(t)
+	l := n.lease(t, "task-1")
+	bg := context.Background()
+	if _, err := n.e.Manager.Pause(bg, "acme", l.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	begun, proceed := n.holdNext("restore")
+	resumed := make(chan error, 1)
+	go func() { resumed <- n.resume(t, l) }()
+	<-begun
+	err := n.e.Manager.ReleasePaused(bg, "acme", l.ID)
+	proceed()
+	if rerr := <-resumed; rerr != nil {
+		t.Fatalf("the resume: %v", rerr)
+	}
+	if !errors.Is(err, pool.ErrLeaseState) {
+		t.Fatalf("releasing the paused lease while it is resumed = %v; want ErrLeaseState", err)
+	}
+	if _, err := n.e.Manager.Get(bg, "acme", l.ID); err != nil {
+		t.Fatalf("the resumed lease: %v", err)
+	}
+}
