@@ -8,7 +8,7 @@ GO      ?= go
 export AIRLOCK_CACHE ?= /var/cache/airlock
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool deps vault seaweedfs runsc image kube kube-down clean
+.PHONY: all build up test unit e2e lint fuzz bench bench-gateway bench-dns bench-pool bench-state deps vault seaweedfs runsc image kube kube-down clean
 
 all: build
 
@@ -98,6 +98,9 @@ bench-dns:
 
 bench-pool: image build
 	@scripts/bench-pool.sh
+
+bench-state: vault image build
+	@scripts/bench-state.sh
 
 clean:
 	rm -rf bin
