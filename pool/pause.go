@@ -182,8 +182,9 @@ func (k *keeper) pauseOf(ctx context.Context, tenant, id string) (snapshot.Manif
 
 // claimPaused claims paused lease id for a resume or a release of it (doing says which), one
 // at a time, across nodes: while a resume brings it back it cannot be released, nor resumed
-// again. unclaim gives the claim up (a resume that succeeds keeps it until it lapses, as long
-// as a resume may take).
+// again. unclaim gives the claim up, once the resume or release is done either way: a lease
+// that was resumed runs, and a resume of a running lease is refused as that (so the lease may
+// be paused and resumed again at once).
 func (k *keeper) claimPaused(ctx context.Context, id, doing string) (unclaim func(), err error) {
 	claim, holder := "resume:"+id, k.node+" "+doing+" "+strconv.FormatInt(time.Now().UnixNano(), 10)
 	if err := k.claim(ctx, claim, holder, time.Now().Add(teardownTimeout)); err != nil {
@@ -246,6 +247,7 @@ func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
 	if err := k.catalog.Delete(context.WithoutCancel(ctx), req.Tenant, m.Ref()); err != nil {
 		k.log.Error("deleting a resumed lease's pause", "lease", l.ID, "snapshot", m.ID, "err", err)
 	}
+	unclaim()
 	return l, nil
 }
 

@@ -114,6 +114,13 @@ func TestPauseAndResume(t *testing.T) {
 	if _, err := m.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: n.token(t, "task-1", "acme")}); !errors.Is(err, pool.ErrLeaseState) {
 		t.Fatalf("a second resume: %v; want ErrLeaseState", err)
 	}
+	// Paused and resumed again at once: the first resume's claim does not hold the second back.
+	if _, err := m.Pause(ctx, "acme", l.ID, false); err != nil {
+		t.Fatalf("a second pause: %v", err)
+	}
+	if _, err := m.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: n.token(t, "task-1", "acme")}); err != nil {
+		t.Fatalf("the resume of a second pause, right after the first resume: %v", err)
+	}
 }
 
 // A lease paused past its template's max_paused is released by the manager's pass: deleted,
