@@ -36,6 +36,11 @@ const (
 	Path = "/.airlock-agent"
 )
 
+// ServeArg, as the one argument, makes the binary run as the agent too: how a sandbox whose
+// agent is its main process starts it (an environment variable would be every engine exec's
+// there too).
+const ServeArg = "--airlock-exec-agent"
+
 // Frame types.
 const (
 	Start    byte = 'S'

@@ -244,3 +244,60 @@ func TestTooLargeIsNotSent(t *testing.T) {
 		t.Fatalf("after: exit %d, %q, %v", code, out, err)
 	}
 }
+
+// TestAgentOutlivesItsConnection: an agent whose commands were started by an earlier
+// connection (the main process of a sandbox restored from a checkpoint, which a new connection
+// reattaches) refuses a command under an id one of them runs, instead of taking its output and
+// its kill for the new command's; and each connection starts its ids elsewhere.
+func TestAgentOutlivesItsConnection(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan struct{})
+	go func() { Serve(inR, outW); outW.Close(); close(served) }()
+	start := func(id uint32, argv ...string) {
+		payload := fmt.Sprintf(`{"argv":[%q%s]}`, argv[0], func() string {
+			var s string
+			for _, a := range argv[1:] {
+				s += fmt.Sprintf(",%q", a)
+			}
+			return s
+		}())
+		if _, err := inW.Write(AppendFrame(nil, Frame{Type: Start, ID: id, Payload: []byte(payload)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames := make(chan Frame, 16)
+	go func() {
+		var buf []byte
+		for {
+			f, _, err := ReadFrame(outR, buf)
+			if err != nil {
+				close(frames)
+				return
+			}
+			f.Payload = append([]byte(nil), f.Payload...)
+			frames <- f
+		}
+	}()
+	start(7, "sleep", "30")
+	start(7, "echo", "second")
+	select {
+	case f := <-frames:
+		if f.Type != Failed || f.ID != 7 || !strings.Contains(string(f.Payload), "under this id already") {
+			t.Fatalf("the second start of id 7 got %q %d %q", f.Type, f.ID, f.Payload)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to a second start of id 7 in 20 s")
+	}
+	inW.Close() // the agent ends what runs
+	select {
+	case <-served:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent did not end in 20 s once its input ended")
+	}
+	a := NewConn(strings.NewReader(""), io.Discard, func() {})
+	b := NewConn(strings.NewReader(""), io.Discard, func() {})
+	if a.next == b.next {
+		t.Errorf("two connections start their ids at the same place (%d)", a.next)
+	}
+}

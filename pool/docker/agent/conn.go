@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -38,9 +39,19 @@ type call struct {
 // NewConn serves commands over an agent that reads frames from w and writes them to r; close
 // ends the agent (it is called once, when the agent is found gone or Close is called).
 func NewConn(r io.Reader, w io.Writer, close func()) *Conn {
-	c := &Conn{w: w, close: close, calls: map[uint32]*call{}, done: make(chan struct{})}
+	c := &Conn{w: w, close: close, calls: map[uint32]*call{}, done: make(chan struct{}), next: firstID()}
 	go c.read(r)
 	return c
+}
+
+// firstID is where a connection's command ids start: at random, since an agent may outlive
+// the connection that started its commands (the main process of a sandbox that keeps its
+// memory across a pause, reattached after its restore), and its commands still running then
+// report under their ids, which a new connection must not take for its own.
+func firstID() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // Alive reports whether the agent still serves.
@@ -156,6 +167,10 @@ func (c *Conn) Run(ctx context.Context, cmd Command, stdin io.Reader, stdout, st
 	}
 	c.next++
 	id := c.next
+	for c.calls[id] != nil { // after 2^32 commands
+		c.next++
+		id = c.next
+	}
 	c.calls[id] = cl
 	c.mu.Unlock()
 	if err := c.send(Frame{Type: Start, ID: id, Payload: payload}); err != nil {

@@ -14,11 +14,11 @@ import (
 	"syscall"
 )
 
-// The agent takes over a binary that imports this package when Env is set to "1": it serves the
-// node on its standard streams and exits when its input ends. Env is removed from the
-// environment first, so no command it runs inherits it.
+// The agent takes over a binary that imports this package when Env is set to "1", or when
+// ServeArg is its one argument: it serves the node on its standard streams and exits when its
+// input ends. Env is removed from the environment first, so no command it runs inherits it.
 func init() {
-	if os.Getenv(Env) != "1" {
+	if os.Getenv(Env) != "1" && (len(os.Args) != 2 || os.Args[1] != ServeArg) {
 		return
 	}
 	os.Unsetenv(Env)
@@ -43,6 +43,11 @@ func Serve(in io.Reader, out io.Writer) {
 			var c Command
 			if err := json.Unmarshal(f.Payload, &c); err != nil || len(c.Argv) == 0 {
 				s.fail(f.ID, "the node sent a command the agent cannot read")
+				continue
+			}
+			if s.get(f.ID) != nil {
+				// A command of an earlier connection (before a restore) still runs under it.
+				s.fail(f.ID, "the agent runs a command under this id already")
 				continue
 			}
 			s.start(f.ID, c)
