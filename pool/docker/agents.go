@@ -151,11 +151,33 @@ func (r *Runtime) startAgent(ctx context.Context, sb pool.Sandbox) {
 	go r.runAgent(ctx, sb)
 }
 
+// mainAgent makes cc's main process the exec agent, its streams the container's (which only the
+// node attaches to, and which no log keeps: they carry the commands' output): what a template
+// whose pauses keep memory runs (pool.SnapshotPolicy.Memory). A checkpoint keeps the processes
+// of the sandbox's main process and not those of an exec, so only then do the commands the
+// agent runs come back after a restore, the agent with them (reattached by runAgent).
+// Docker's init stays PID 1 and reaps what the agent's commands leave behind.
+func mainAgent(cc *container.Config, hc *container.HostConfig) {
+	cc.Entrypoint, cc.Cmd = []string{agent.Path, agent.ServeArg}, nil
+	cc.OpenStdin, cc.StdinOnce = true, false
+	cc.AttachStdin, cc.AttachStdout, cc.AttachStderr = true, true, true
+	hc.LogConfig = container.LogConfig{Type: "none"}
+}
+
+// isMainAgent reports whether cc runs the exec agent as its main process (mainAgent).
+func isMainAgent(cc *container.Config) bool {
+	return cc != nil && cc.OpenStdin && len(cc.Entrypoint) == 2 && cc.Entrypoint[0] == agent.Path && cc.Entrypoint[1] == agent.ServeArg
+}
+
 func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
 	var conn *agent.Conn
 	defer func() { r.agents.started(sb.ID, conn) }()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if ins, err := r.cli.ContainerInspect(ctx, sb.ID); err == nil && isMainAgent(ins.Config) {
+		conn = r.attachAgent(ctx, sb.ID)
+		return
+	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
 		Cmd: []string{agent.Path}, Env: []string{agent.Env + "=1"},
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
@@ -173,12 +195,32 @@ func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
 		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
 		pw.CloseWithError(err) // nil: the reader sees EOF
 	}()
-	c := agent.NewConn(pr, att.Conn, func() { att.Close(); pr.Close() })
+	conn = serving(ctx, agent.NewConn(pr, att.Conn, func() { att.Close(); pr.Close() }))
+}
+
+// attachAgent attaches to the agent that is container id's main process, or returns nil.
+// Closing the connection detaches: the agent and what it runs go on, for the next attach.
+func (r *Runtime) attachAgent(ctx context.Context, id string) *agent.Conn {
+	// The attachment outlives this call, as an exec agent's does.
+	att, err := r.cli.ContainerAttach(context.WithoutCancel(ctx), id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
+		pw.CloseWithError(err)
+	}()
+	return serving(ctx, agent.NewConn(pr, att.Conn, func() { att.Close(); pr.Close() }))
+}
+
+// serving returns c once it has run a command, or closes it and returns nil.
+func serving(ctx context.Context, c *agent.Conn) *agent.Conn {
 	if code, err := c.Run(ctx, agent.Command{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || code != 0 {
 		c.Close()
-		return
+		return nil
 	}
-	conn = c
+	return c
 }
 
 // agentExec runs req through sb's agent; ran is false when there is none serving, and then

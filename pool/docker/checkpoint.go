@@ -228,7 +228,10 @@ func (r *Runtime) Restore(ctx context.Context, sb pool.Sandbox, dir string) (poo
 	if sb.Addr, err = netip.ParseAddr(ep.IPAddress); err != nil {
 		return sb, fmt.Errorf("docker: restored sandbox address %q: %w", ep.IPAddress, err)
 	}
+	// The agent, when it is the sandbox's main process, came back with it: reattached before
+	// the sandbox is handed on, so that its first command finds it serving.
 	r.startAgent(ctx, sb)
+	r.agents.wait(sb.ID, 10*time.Second)
 	return sb, nil
 }
 
@@ -404,7 +407,7 @@ func runcWhy() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		runcVerdict.why = "runc: " + probeCRIU(ctx, "criu", "/proc/self/status") +
-			"; templates with runtime runsc (gVisor) keep memory across a pause"
+			"; templates with runtime runsc (gVisor) and snapshot.memory keep memory across a pause"
 	})
 	return runcVerdict.why
 }

@@ -16,11 +16,9 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/pool"
-	"github.com/airlock-dev/airlock/pool/docker/agent"
 )
 
 // These tests run sandboxes on the local engine (DOCKER_HOST or the default socket), from the
@@ -404,57 +402,77 @@ func TestRestoreElsewhere(t *testing.T) {
 	}
 }
 
-// TestAgentAsMainProcessComesBack shows what would make a sandbox's commands survive a pause:
-// the exec agent run as the sandbox's main process (its streams the container's, attached by
-// the node) instead of by an exec. A background process it starts comes back with its memory,
-// and the agent serves the node again once reattached.
-func TestAgentAsMainProcessComesBack(t *testing.T) {
+// TestMemoryTemplateKeepsWhatItsCommandsStarted: a template whose pauses keep memory
+// (snapshot.memory) runs its exec agent as the sandbox's main process, so what a command
+// started in the background (through Exec, as a lease's commands are) comes back with its
+// memory after a checkpoint, restored into the same sandbox and into another warm one of the
+// template; the agent is reattached and serves at once, and a command still running from before
+// the restore does not take the new connection's ids. A template without it loses the process.
+func TestMemoryTemplateKeepsWhatItsCommandsStarted(t *testing.T) {
 	r := testRuntime(t)
 	if r.cfg.Agent == "" {
 		t.Skip("no agent executable")
 	}
 	tmpl := testTemplate("runsc")
+	tmpl.Snapshot.Memory = true
 	canCheckpoint(t, r, tmpl)
-	sb := withMain(t, r, newSandbox(t, r, tmpl), []string{agent.Path}, []string{agent.Env + "=1"}, true)
-	conn := attachAgent(t, r, sb)
+	sb := newSandbox(t, r, tmpl)
+	wait.For(t, 30*time.Second, "the sandbox's main-process agent to serve", func() bool {
+		c := r.agents.get(sb.ID)
+		return c != nil && c.Alive()
+	})
 	loop := "i=0; n=$RANDOM$RANDOM; while :; do i=$((i+1)); echo \"$$ $n $i\" > /workspace/state.tmp; mv /workspace/state.tmp /workspace/state; sleep 0.02; done"
-	if code, err := conn.Run(context.Background(), agent.Command{Argv: []string{"bash", "-c", "setsid bash -c '" + loop + "' </dev/null >/dev/null 2>&1 &"}}, nil, io.Discard, io.Discard); err != nil || code != 0 {
-		t.Fatalf("starting the background loop through the agent: exit %d, %v", code, err)
+	// Started by Exec and left running; another command still runs through the agent at the
+	// checkpoint, under an id the restored agent keeps.
+	if got := runIn(t, r, sb, "bash", "-c", "setsid bash -c '"+loop+"' </dev/null >/dev/null 2>&1 & echo started"); got != "started\n" {
+		t.Fatalf("starting the background loop: %q", got)
 	}
+	go r.Exec(context.Background(), sb, pool.ExecRequest{Cmd: []string{"sleep", "600"}}, nil, io.Discard, io.Discard)
 	before := counting(t, r, sb, 5)
 	dir := filepath.Join(t.TempDir(), "checkpoint")
 	if err := r.Checkpoint(context.Background(), sb, dir); err != nil {
 		t.Fatal(err)
 	}
-	restored, err := r.Restore(context.Background(), sb, dir)
-	if err != nil {
-		t.Fatal(err)
+	other := newSandbox(t, r, tmpl)
+	for name, into := range map[string]pool.Sandbox{"itself": sb, "another warm sandbox": other} {
+		restored, err := r.Restore(context.Background(), into, dir)
+		if err != nil {
+			t.Fatalf("restoring into %s: %v", name, err)
+		}
+		if c := r.agents.get(restored.ID); c == nil || !c.Alive() {
+			t.Fatalf("restored into %s, the agent is not reattached when Restore returns", name)
+		}
+		after := counting(t, r, restored, before.count)
+		if after.pid != before.pid || after.nonce != before.nonce {
+			t.Fatalf("restored into %s, the background process did not come back: before %+v, after %+v", name, before, after)
+		}
+		for i := range 20 { // more commands than the one the agent still runs from before
+			if got := runIn(t, r, restored, "echo", strconv.Itoa(i)); got != strconv.Itoa(i)+"\n" {
+				t.Fatalf("restored into %s, command %d through the reattached agent printed %q", name, i, got)
+			}
+		}
+		if got := runIn(t, r, restored, "sh", "-c", "ps -eo args | grep -c '^sleep 600'"); got != "1\n" {
+			t.Errorf("restored into %s, the command running at the checkpoint: %q sleep 600 processes", name, got)
+		}
 	}
-	after := counting(t, r, restored, before.count)
-	if after.pid != before.pid || after.nonce != before.nonce {
-		t.Fatalf("the agent's background process did not come back: before %+v, after %+v", before, after)
-	}
-	var out bytes.Buffer
-	if code, err := attachAgent(t, r, restored).Run(context.Background(), agent.Command{Argv: []string{"cat", "/workspace/state"}}, nil, &out, io.Discard); err != nil || code != 0 {
-		t.Fatalf("the restored agent does not serve: exit %d, %v", code, err)
-	}
-}
 
-// attachAgent attaches to sb's main process, an agent, and returns the connection to it.
-func attachAgent(t *testing.T, r *Runtime, sb pool.Sandbox) *agent.Conn {
-	t.Helper()
-	att, err := r.cli.ContainerAttach(context.Background(), sb.ID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	plain := testTemplate("runsc")
+	sbPlain := newSandbox(t, r, plain)
+	if got := runIn(t, r, sbPlain, "bash", "-c", "setsid bash -c '"+loop+"' </dev/null >/dev/null 2>&1 & echo started"); got != "started\n" {
+		t.Fatalf("starting the background loop: %q", got)
+	}
+	counting(t, r, sbPlain, 5)
+	plainDir := filepath.Join(t.TempDir(), "plain")
+	if err := r.Checkpoint(context.Background(), sbPlain, plainDir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := r.Restore(context.Background(), sbPlain, plainDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
-		pw.CloseWithError(err)
-	}()
-	c := agent.NewConn(pr, att.Conn, func() { att.Close(); pr.Close() })
-	t.Cleanup(c.Close)
-	return c
+	if got := runIn(t, r, back, "sh", "-c", "ps -eo args | grep -c '[w]hile :' || true"); got != "0\n" {
+		t.Errorf("a template without snapshot.memory kept what an exec started (%q processes): the test no longer shows why the option exists", got)
+	}
 }
 
 // TestCanCheckpointSaysWhyNot: a runc template cannot be checkpointed and the answer says why,

@@ -300,6 +300,9 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		Labels:          map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node, LabelTemplate: t.Name},
 		NetworkDisabled: false,
 	}
+	if t.Snapshot.Memory && r.cfg.Agent != "" {
+		mainAgent(cc, hc)
+	}
 	// Created without the caller's cancellation: a create the engine carries out after the
 	// caller gave up would leave a container nobody knows about. Once its id is known it is
 	// destroyed if the caller is gone.
