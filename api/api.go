@@ -310,7 +310,7 @@ func view(l pool.Lease) LeaseView {
 		Sandbox: l.Sandbox.ID, Address: l.Sandbox.Addr.String(), Created: l.Created, Expires: l.Expires, Start: l.Start,
 		Metadata: l.Metadata, State: "running"}
 	if r := l.Restored; r != nil {
-		v.Restored = &apitype.Restored{Snapshot: r.Snapshot, Files: r.Files, Size: r.Size, TookMS: r.Took.Milliseconds()}
+		v.Restored = &apitype.Restored{Snapshot: r.Snapshot, Files: r.Files, Size: r.Size, TookMS: r.Took.Milliseconds(), Kept: r.Kept}
 	}
 	return v
 }

@@ -15,8 +15,8 @@ import (
 // runs alone with -run; tests that stop, kill or reconfigure a node start one of their own.
 // The shared node also warms the two toolchain templates, and reaches the registries the
 // workload installs from (registry_test.go): PyPI's names are sent to a mirror, and an
-// operator's profile names the npm registry. A second tenant (otherTenant) has a key, and the
-// snapcap template a small snapshot cap.
+// operator's profile names the npm registry. A second tenant (otherTenant) has a key, the
+// snapcap template a small snapshot cap, and gvisor-memory's pauses keep memory.
 var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-e2e", Subnet: "10.214.0.0/24", MinWarm: 2,
 	API: "  keys: [{tenant: " + otherTenant + ", sha256: " + sha256Hex(otherTenantKey) + "}]\n",
 	Gateway: `    - {host: ` + mirrorHost + `, port: 443, address: "UPSTREAM"}
@@ -38,6 +38,7 @@ var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-
   - {name: devc, min_warm: 1, max_total: 2, wait_for: 2m, devcontainer: DIR/devc/.devcontainer/devcontainer.json}
   - {name: burst, min_warm: 0, max_warm: 3, max_total: 6, wait_for: 1m}
   - {name: snapcap, min_warm: 0, max_total: 2, on_empty: cold, snapshot: {max_mb: 1}}
+  - {name: gvisor-memory, runtime: runsc, min_warm: 1, max_total: 4, wait_for: 1m, snapshot: {memory: true}}
 `}
 
 // shared is the shared node and the upstream its sandboxes reach.

@@ -13,14 +13,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/api/apitype"
 )
 
 // TestNoSecretsInState attacks the promise that state which travels holds no credential: a
 // lease that had a credential injected, an answer reflecting it scrubbed and saved, and a
-// per-task Vault token minted for it, is snapshotted and paused; no form of any credential or of
-// its task token is in any byte the node stored (encrypted as stored, or decrypted with the
-// tenant's key), while a marker of the workspace's is in every decrypted archive and in no
-// stored byte.
+// per-task Vault token minted for it, is snapshotted and paused, and a gVisor lease with the same
+// traffic is paused with its memory (a checkpoint: every byte its processes held); no form of
+// any credential or of either task token is in any byte the node stored (encrypted as stored,
+// or decrypted with the tenant's key), while a marker of the workspace's is in every decrypted
+// archive and checkpoint and in no stored byte.
 func TestNoSecretsInState(t *testing.T) {
 	n := sharedNode(t)
 	t.Run("no credential or task token in any byte a snapshot or pause stored, encrypted or not", func(t *testing.T) {
@@ -49,6 +52,28 @@ cat whoami.txt echo.txt`
 		} else if md, _ := info.TokenMetadata(); md["airlock_lease"] != l.ID {
 			t.Fatalf("the last Vault token the upstream got is lease %s's, not this one's", md["airlock_lease"])
 		}
+		// The same traffic in a gVisor lease whose pause keeps its memory: the checkpoint holds
+		// every byte its processes held (the answers curl read among them) and its workspace.
+		tokMem := mintToken(t, "task-state-secrets-memory", []map[string]any{
+			{"host": "api.example.test", "paths": []string{"/echo", "/reflect"}, "credential": "demo"},
+			{"host": "api.example.test", "paths": []string{"/whoami"}, "credential": "vault-task"},
+		}, 10*time.Minute)
+		lm := n.under("gvisor-memory").leaseWith(t, "--token", tokMem)
+		// A process that still holds the answers in its memory when the lease pauses.
+		out, errs, code = n.exec(t, lm.ID, "sh", "-c", script+`; setsid sh -c 'held=$(cat whoami.txt echo.txt reflect-*.txt); sleep 3600' </dev/null >/dev/null 2>&1 &`, "sh", marker)
+		if code != 0 || !strings.Contains(out, "you sent: Bearer [redacted]") {
+			t.Fatalf("the traffic of the gVisor lease: exit %d %s %s", code, out, errs)
+		}
+		mintedMem := n.up.lastVaultToken(t)
+		pm, err := c.Pause(ctx, lm.ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pm.Kept != apitype.KeptMemory && !strings.Contains(pm.Why, "experimental") {
+			t.Fatalf("the pause of the gVisor lease kept %s: %s", pm.Kept, pm.Why)
+		}
+		t.Cleanup(func() { c.Release(context.Background(), lm.ID) })
+
 		snap, err := c.Snapshot(ctx, l.ID, "", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +84,8 @@ cat whoami.txt echo.txt`
 		}
 
 		values := map[string]string{"the demo credential": demo, "the header it was injected as": "Bearer " + demo,
-			"the per-task Vault token": minted, "the task token": tok, "the dev Vault's root token": n.client.VaultToken, "the API key": n.client.Token}
+			"the per-task Vault token": minted, "the task token": tok,
+			"the gVisor lease's Vault token": mintedMem, "the gVisor lease's task token": tokMem, "the dev Vault's root token": n.client.VaultToken, "the API key": n.client.Token}
 		scan := func(where string, b []byte) {
 			for what, v := range values {
 				for form, f := range secretForms(v) {
@@ -92,7 +118,7 @@ cat whoami.txt echo.txt`
 				t.Fatal(err)
 			}
 		}
-		if files < 3 { // a blob (the snapshot and the pause hold one archive) and two manifests
+		if files < 5 { // a blob (the snapshot and the pause hold one archive) and two manifests; the checkpoint and its manifest
 			t.Fatalf("the store holds %d files: it cannot hold the snapshot and the pause", files)
 		}
 
@@ -114,8 +140,9 @@ cat whoami.txt echo.txt`
 				withMarker[m.Ref()] = bytes.Contains(archive, []byte(marker))
 			}
 		}
-		if !withMarker[snap.ID] || !withMarker["pause:"+l.ID] {
-			t.Fatalf("the marker is not in the decrypted snapshot (%v) or pause (%v): the scan proves nothing", withMarker[snap.ID], withMarker["pause:"+l.ID])
+		if !withMarker[snap.ID] || !withMarker["pause:"+l.ID] || !withMarker["pause:"+lm.ID] {
+			t.Fatalf("the marker is not in the decrypted snapshot (%v), pause (%v) or checkpoint (%v): the scan proves nothing",
+				withMarker[snap.ID], withMarker["pause:"+l.ID], withMarker["pause:"+lm.ID])
 		}
 	})
 }

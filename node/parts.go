@@ -415,6 +415,7 @@ func newPool(cfg config.Config, deps Deps, backend pool.Backend, store *redissto
 		API: apiURL, OutputHead: cfg.Audit.OutputHead,
 		Redact:  func(lease, text string) string { return broker.Redact(text, creds.vault.Values(lease)...) },
 		Tenants: func() []string { return tenantsOf(apiKeys(cfg, deps)) },
+		Scratch: filepath.Join(cfg.StateDir, "checkpoints"),
 	}
 	if snaps != nil {
 		pc.Snapshots = snaps

@@ -19,8 +19,10 @@ var ErrCannotCheckpoint = errors.New("cannot checkpoint")
 // byte, since under gVisor they are memory too. What it does not keep: processes started by an
 // exec (an engine exec, or anything the exec agent runs, which an exec started); runsc ends
 // them when it restores, as their caller is gone. For running processes to come back they must
-// be started by the sandbox's main process. Connections open at checkpoint time are broken
-// after a restore; the sandbox's address may change (Restore returns the one it has).
+// be started by the sandbox's main process: a template with snapshot.memory makes the exec
+// agent that process (the Docker runtime's mainAgent), so that what a lease runs comes back.
+// Connections open at checkpoint time are broken after a restore; the sandbox's address may
+// change (Restore returns the one it has).
 //
 // A checkpoint holds everything in the sandbox's memory and files: encrypt it at rest. It can
 // be restored only by the same runsc build, into a sandbox of the same template and image.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/token"
@@ -125,8 +126,15 @@ func (tb *leaseTable) grant(ctx context.Context, req LeaseRequest, opts grantOpt
 			}
 			return Lease{}, err
 		}
+		if r.sandbox != nil {
+			sb, l.Sandbox = *r.sandbox, *r.sandbox
+		}
 		l.Restored = &r
-		reason += fmt.Sprintf("; restored snapshot %s (%d files, %d bytes) in %s", r.Snapshot, r.Files, r.Size, r.Took.Round(time.Millisecond))
+		reason += fmt.Sprintf("; restored snapshot %s (%d files, %d bytes", r.Snapshot, r.Files, r.Size)
+		if r.Kept == apitype.KeptMemory {
+			reason += ", a checkpoint: its processes came back with their memory"
+		}
+		reason += fmt.Sprintf(") in %s", r.Took.Round(time.Millisecond))
 	}
 	// After a snapshot, which they overlay. A resumed lease has its caches in what its pause
 	// kept.

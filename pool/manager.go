@@ -66,6 +66,10 @@ type Config struct {
 	// Snapshots keeps snapshots and paused leases (package snapshot's Catalog); nil: this node
 	// keeps none, and snapshots, leases from them and pauses are refused saying so.
 	Snapshots Snapshots
+	// Scratch is a folder of the node's own where a pause's checkpoint of a sandbox (its memory,
+	// in the clear) is written before it is kept, encrypted, in Snapshots, and unpacked before a
+	// resume restores it, each removed at once; empty: the system's temporary folder.
+	Scratch string
 	// Tenants lists the tenants whose paused leases this node expires (those of its API keys).
 	Tenants func() []string
 	Logger  *slog.Logger
@@ -144,7 +148,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	tb.ended = op.ended
 	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, checkpointer: backend, audit: cfg.Audit, table: tb, supply: s,
-		catalog: cfg.Snapshots, log: cfg.Logger,
+		catalog: cfg.Snapshots, scratch: cfg.Scratch, log: cfg.Logger,
 		claim: func(ctx context.Context, name, holder string, until time.Time) error {
 			return cfg.Store.ClaimJTI(ctx, name, holder, until)
 		},

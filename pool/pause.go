@@ -54,10 +54,10 @@ func pausedOf(m snapshot.Manifest) Paused {
 // Pause keeps tenant's lease id's workspace and declared paths as a snapshot, then ends its
 // sandbox as a release does, except that the lease goes on, paused: its binding goes first
 // (connections through the gateway are closed and their end recorded), everything minted for
-// it is revoked, its sandbox is destroyed. memory asks to keep running processes too; no
-// runtime keeps them yet (a gVisor checkpoint keeps only the sandbox's main process, not what
-// exec started), so the pause keeps the files and says why (whyNoMemory). If the snapshot
-// cannot be taken the lease runs on untouched.
+// it is revoked, its sandbox is destroyed. memory asks to keep running processes too: where
+// the template and the runtime can (memory.go), the pause keeps a checkpoint of the sandbox
+// instead, and a resume brings its processes back; elsewhere it keeps the files and says why.
+// If the state cannot be kept the lease runs on.
 func (k *keeper) Pause(ctx context.Context, tenant, id string, memory bool) (Paused, error) {
 	return k.PauseWith(ctx, tenant, id, PauseOptions{Memory: memory})
 }
@@ -97,15 +97,33 @@ func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOpt
 	now := time.Now()
 	p := Paused{Lease: l.ID, Tenant: l.Tenant, Task: l.Task, Template: l.Template, Kept: apitype.KeptFiles,
 		Paused: now, Until: now.Add(t.maxPaused())}
-	if memory {
-		p.Why = k.whyNoMemory(ctx, t)
-	}
-	labels := map[string]string{labelTask: l.Task, labelUntil: p.Until.Format(time.RFC3339Nano), labelKept: string(p.Kept)}
-	if opts.Keep {
-		labels[labelKeep] = "true"
+	labels := func(kept apitype.Kept) map[string]string {
+		labels := map[string]string{labelTask: l.Task, labelUntil: p.Until.Format(time.RFC3339Nano), labelKept: string(kept)}
+		if opts.Keep {
+			labels[labelKeep] = "true"
+		}
+		if kept == apitype.KeptMemory {
+			labels[labelForm] = formCheckpoint
+		}
+		return labels
 	}
 	p.Keep = opts.Keep
-	m, err := k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels}, t.Snapshot.Paths)
+	var m snapshot.Manifest
+	if memory {
+		if p.Why = k.checkpointable(ctx, t, opts.Keep); p.Why == "" {
+			m, p.Why, err = k.pauseMemory(ctx, l, t, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptMemory)})
+			if err != nil {
+				k.record(ctx, l, EventSnapshot, m, err)
+				return Paused{}, err
+			}
+			if p.Why == "" {
+				p.Kept = apitype.KeptMemory
+			}
+		}
+	}
+	if p.Kept != apitype.KeptMemory {
+		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
+	}
 	k.record(ctx, l, EventSnapshot, m, err)
 	if err != nil {
 		return Paused{}, fmt.Errorf("the lease runs on, not paused: %w", err)
@@ -235,8 +253,12 @@ func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	restore := k.restorer(m)
+	if m.Labels[labelForm] == formCheckpoint {
+		restore = k.checkpointRestorer(m)
+	}
 	l, err := k.table.grant(ctx, LeaseRequest{Tenant: req.Tenant, Template: p.Template, Token: req.Token, TTL: req.TTL, Key: req.Key, From: m.ID},
-		grantOptions{id: p.Lease, task: p.Task, event: audit.EventResume, restore: k.restorer(m)})
+		grantOptions{id: p.Lease, task: p.Task, event: audit.EventResume, restore: restore})
 	if err != nil {
 		unclaim()
 		return Lease{}, err
@@ -334,25 +356,14 @@ func leaseID(id string) bool {
 	return ok && len(hex) > 0 && len(hex) <= 64 && strings.Trim(hex, "0123456789abcdef") == ""
 }
 
-// execLost is why a pause keeps no memory on a runtime that can checkpoint: what a lease runs.
-const execLost = "the commands and processes of a lease are started through exec, and a checkpoint's restore ends every process an exec started " +
-	"(only the sandbox's main process and its children come back), so a pause keeps the workspace and declared paths, not the processes"
-
-// whyNoMemory says why a pause of a lease of t keeps its files and not its processes.
-func (k *keeper) whyNoMemory(ctx context.Context, t Template) string {
-	cp, ok := k.checkpointer.(Checkpointer)
-	if !ok {
-		return t.EngineRuntime() + ": this node's runtime cannot checkpoint a sandbox, so a pause keeps the files only"
-	}
-	if can, why := cp.CanCheckpoint(ctx, t); !can {
-		return why
-	}
-	return t.EngineRuntime() + ": " + execLost
-}
-
 // keepAsSnapshot saves what pause m kept as a snapshot of its tenant, named "paused-LEASE": the
 // archive is read back and saved again (its blob, the same bytes, is not stored twice).
 func (k *keeper) keepAsSnapshot(ctx context.Context, m snapshot.Manifest) (snapshot.Manifest, error) {
+	if m.Labels[labelForm] == formCheckpoint {
+		// A pause with keep never keeps memory (checkpointable); a label saying otherwise
+		// was not written by this node, and a checkpoint is no snapshot of files.
+		return snapshot.Manifest{}, fmt.Errorf("pause %s of lease %s is a checkpoint, which cannot be kept as a snapshot of files", m.ID, m.Lease)
+	}
 	got, body, err := k.catalog.Open(ctx, m.Tenant, m.Ref())
 	if err != nil {
 		return snapshot.Manifest{}, err

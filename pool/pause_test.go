@@ -24,6 +24,7 @@ type pauseNode struct {
 	e                 *pooltest.Env
 	ws                *pooltest.Workspaces
 	store             string // the catalog's directory
+	scratch           string // where checkpoints are written (memory_test.go)
 	revoked, released atomic.Int32
 }
 

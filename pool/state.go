@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/snapshot"
 )
@@ -52,6 +53,11 @@ type SnapshotPolicy struct {
 	MaxMB int64 `yaml:"max_mb"`
 	// MaxPaused is how long a lease may stay paused before it is released; zero means 24h.
 	MaxPaused time.Duration `yaml:"max_paused"`
+	// Memory makes a pause that asks for it keep running processes: the sandbox's exec agent is
+	// its main process (so that what it runs is the sandbox's own, which a checkpoint keeps),
+	// and a pause checkpoints the sandbox instead of archiving its files. gVisor templates only
+	// (runtime runsc), on an engine that can checkpoint (Checkpointer.CanCheckpoint).
+	Memory bool `yaml:"memory"`
 }
 
 // DefaultMaxPaused is how long a lease may stay paused unless its template says.
@@ -97,6 +103,9 @@ func (t Template) validateSnapshot() []error {
 	if t.Snapshot.MaxPaused < 0 {
 		errs = append(errs, fmt.Errorf("snapshot.max_paused: must be >= 0"))
 	}
+	if rt, _ := t.RuntimePlatform(); t.Snapshot.Memory && rt != "runsc" {
+		errs = append(errs, fmt.Errorf("snapshot.memory: only gVisor keeps a sandbox's memory (runtime runsc); this template runs %s", t.EngineRuntime()))
+	}
 	return errs
 }
 
@@ -115,6 +124,8 @@ type keeper struct {
 	table        *leaseTable
 	supply       *supply
 	catalog      Snapshots // nil: this node keeps no snapshots
+	// scratch is where a checkpoint is written on its way to or from the catalog (Config.Scratch).
+	scratch string
 	// claim takes a name for this node for a while, or fails when another holds it (the
 	// store's ClaimJTI): two resumes of one paused lease cannot both win.
 	claim   func(ctx context.Context, name, holder string, until time.Time) error
@@ -245,12 +256,9 @@ func (k *keeper) archive(ctx context.Context, l Lease, meta snapshot.Meta, roots
 	filtered, filteredW := io.Pipe()
 	sums := make(chan snapshot.Summary, 1)
 	go func() {
+		// The filter reads past the archive's end marker to the end of what tar writes (its
+		// padding), so tar's last write does not fail.
 		sum, err := snapshot.Filter(raw, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: maxBytes, MaxEntries: maxEntries})
-		if err == nil {
-			// tar pads its last record past the end of the archive: take it, so its last
-			// write does not fail.
-			err = drain(raw, "the sandbox's archive")
-		}
 		raw.CloseWithError(err)
 		sums <- sum
 		filteredW.CloseWithError(err)
@@ -353,7 +361,7 @@ func (k *keeper) restore(ctx context.Context, tenant string, t Template, sb Sand
 	if err != nil {
 		return Restored{}, k.mapErr(err)
 	}
-	return Restored{Snapshot: m.ID, Files: sum.Entries, Size: sum.Bytes, Took: time.Since(start)}, nil
+	return Restored{Snapshot: m.ID, Files: sum.Entries, Size: sum.Bytes, Took: time.Since(start), Kept: apitype.KeptFiles}, nil
 }
 
 // unpack unpacks the archive body into roots (relative to /) of sb, a sandbox of t, as its user,
@@ -365,14 +373,11 @@ func (k *keeper) unpack(ctx context.Context, t Template, sb Sandbox, roots []str
 	var sum snapshot.Summary
 	filterDone := make(chan error, 1)
 	go func() {
+		// The archive's digest is checked at the end of what the catalog reads, past the
+		// archive's end marker, to which the filter reads: an archive whose bytes are not what
+		// its id says fails the restore (the sandbox is then destroyed, never leased).
 		var err error
 		sum, err = snapshot.Filter(body, filteredW, snapshot.Rules{Roots: roots, UID: int(uid), GID: int(gid), MaxBytes: maxBytes, MaxEntries: maxEntries})
-		if err == nil {
-			// The archive's digest is checked at the end of what the catalog reads, past the
-			// archive's end marker: read to it, so an archive whose bytes are not what its id
-			// says fails the restore (the sandbox is then destroyed, never leased).
-			err = drain(body, "the snapshot")
-		}
 		filteredW.CloseWithError(err)
 		filterDone <- err
 	}()
@@ -406,6 +411,11 @@ type Restored struct {
 	Files    int
 	Size     int64
 	Took     time.Duration
+	// Kept is what came back: files, or memory and files (a checkpoint's restore).
+	Kept apitype.Kept
+	// sandbox is the sandbox as a checkpoint's restore left it (its address may have changed);
+	// nil: the claimed one, as it was.
+	sandbox *Sandbox
 }
 
 // record writes a snapshot's audit record (a file event: its digest, size and paths).

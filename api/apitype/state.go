@@ -35,6 +35,9 @@ type Restored struct {
 	Files    int    `json:"files"`
 	Size     int64  `json:"size"`
 	TookMS   int64  `json:"took_ms"`
+	// Kept is what came back: files, or memory and files (the answer of a resume of a lease
+	// paused with its memory).
+	Kept Kept `json:"kept,omitempty"`
 }
 
 // PauseRequest is the body of POST /v1/leases/{id}/pause.
