@@ -287,8 +287,9 @@ func stateOf(l api.LeaseView) string {
 
 // connect answers Sandbox.connect: a running sandbox as it is (its timeout set when given), a
 // paused one resumed, bound to the task token in TokenHeader (201, as E2B answers a resume).
-// What the pause kept is what comes back; the body's memory (false: reboot) changes nothing,
-// since no runtime of airlock's keeps memory it could drop.
+// What the pause kept is what comes back (KeptHeader said which): the body's memory (false:
+// reboot) changes nothing, since a pause that kept memory kept no files apart from it (under
+// gVisor the files are memory too) and one that kept files has no memory to drop.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *client.Client) {
 	var body struct {
 		Timeout *int64 `json:"timeout"`
