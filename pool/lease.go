@@ -216,6 +216,26 @@ func bindingOf(l Lease, task token.Task) binding.Binding {
 	}
 }
 
+// bindAgain binds l again, which cut unbound and whose sandbox runs on (a pause that stopped it
+// and could not keep what it took brought it back): its token is admitted again, as at its
+// grant, and its sandbox must answer its health probe. why is the record's reason.
+func (tb *leaseTable) bindAgain(ctx context.Context, l Lease, why string) error {
+	task, err := tb.admit(l.Token, l.Tenant)
+	if err != nil {
+		return err
+	}
+	if err := tb.runtime.Check(ctx, l.Sandbox); err != nil {
+		return fmt.Errorf("its sandbox does not answer: %w", err)
+	}
+	b := bindingOf(l, task)
+	if b.Version, err = tb.leases.Bind(ctx, l, b); err != nil {
+		return err
+	}
+	tb.bindLocal(b)
+	tb.grantEvent(ctx, l, audit.EventBind, why, task)
+	return nil
+}
+
 // bindLocal makes b visible at once to this node's gateway and resolver. A binding of another
 // node's sandbox is not: its address means something else here, and that node's cache finds
 // the binding in the store on its first lookup.

@@ -112,12 +112,29 @@ func (tb *leaseTable) pauseEnd(ctx context.Context, l Lease, note string) error 
 // ErrLeaseNotFound (a release that finds the lease paused this way is answered by releasing
 // the paused lease).
 func (tb *leaseTable) endAs(ctx context.Context, l Lease, event audit.Event, revoke func(context.Context, string) error, note string) error {
+	if err := tb.cut(ctx, l); err != nil {
+		return err
+	}
+	return tb.finish(ctx, l, event, revoke, note)
+}
+
+// cut removes l's binding, here and in the store, which announces it: the gateway closes the
+// lease's connections and recognises its sandbox no more. It is the first step of every end of
+// a lease, and the one two ends at once race for: ErrLeaseNotFound, having changed nothing,
+// when l ended already or runs in another sandbox now. A pause that keeps memory takes it
+// before it stops the sandbox, whose address the engine gives back then (finish, or bind, then
+// follows).
+func (tb *leaseTable) cut(ctx context.Context, l Lease) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	tb.unbindLocal(l)
-	if err := tb.leases.Unbind(ctx, l); err != nil {
-		return err
-	}
+	return tb.leases.Unbind(ctx, l)
+}
+
+// finish ends l, which cut has unbound, as endAs says.
+func (tb *leaseTable) finish(ctx context.Context, l Lease, event audit.Event, revoke func(context.Context, string) error, note string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
 	tb.ended(ctx, l)
 	if event != audit.EventPause {
 		tb.caches.writeCaches(ctx, l)

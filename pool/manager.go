@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 type Binder interface {
 	Put(b binding.Binding)
 	Delete(addr netip.Addr)
+	// Lookup returns addr's live binding, binding.ErrUnknown when there is none.
+	Lookup(ctx context.Context, addr netip.Addr) (binding.Binding, error)
 }
 
 // Config is what a Manager needs.
@@ -148,12 +151,19 @@ func New(cfg Config) (*Manager, error) {
 	}
 	tb.ended = op.ended
 	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, checkpointer: backend, audit: cfg.Audit, table: tb, supply: s,
-		catalog: cfg.Snapshots, scratch: cfg.Scratch, log: cfg.Logger,
+		catalog: cfg.Snapshots, scratch: cfg.Scratch, checkpoints: make(checkpoints, maxCheckpoints), log: cfg.Logger,
 		claim: func(ctx context.Context, name, holder string, until time.Time) error {
 			return cfg.Store.ClaimJTI(ctx, name, holder, until)
 		},
 		unclaim: func(ctx context.Context, name, holder string) error { return cfg.Store.Unclaim(ctx, name, holder) }}
 	tb.caches = k
+	if cfg.Scratch != "" {
+		// What an earlier run left there (it stopped mid-pause) is sandbox memory in the clear,
+		// which nothing will store or restore now.
+		if err := os.RemoveAll(cfg.Scratch); err != nil {
+			return nil, fmt.Errorf("pool: clearing the checkpoints' folder %s: %w", cfg.Scratch, err)
+		}
+	}
 	if cfg.Snapshots != nil {
 		tb.from = k.from
 	}

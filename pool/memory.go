@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/binding"
 	"github.com/airlock-dev/airlock/snapshot"
 )
 
@@ -62,42 +64,113 @@ func (k *keeper) checkpointable(ctx context.Context, t Template, keep bool) stri
 	return ""
 }
 
-// pauseMemory checkpoints l's sandbox and keeps the checkpoint in the catalog with meta, as the
-// state of l's pause. why is set when no checkpoint was taken: l runs on as it was, and the
-// pause keeps its files instead. err is set when a checkpoint was taken and could not be kept:
-// l's sandbox is then restored where it was (its processes with it; the connections open at
-// the checkpoint are cut) and runs on, not paused, or, when that fails too, l is released.
-func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, meta snapshot.Meta) (m snapshot.Manifest, why string, err error) {
+// pauseMemory pauses l keeping its memory (checkpointable said it can), as PauseWith.
+//
+// The lease is cut from the network first (unbound, so the gateway closes its connections and
+// recognises its address no more), since stopping the sandbox gives its address back to the
+// engine, which may hand it to another sandbox while the checkpoint is kept; the checkpoint
+// is then taken and kept, and the pause finishes as any other. When the checkpoint fails the
+// sandbox runs on as it was, and the pause keeps its files instead; when what was taken cannot
+// be kept, the sandbox is restored where it was. Either way a lease whose state could not be
+// kept is bound again and runs on, or, when it cannot be (its token lapsed, its sandbox does
+// not answer, or came back elsewhere), is released: it is never left unbound and running.
+func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused, labels func(apitype.Kept) map[string]string, start time.Time) (Paused, error) {
 	cp := k.checkpointer.(Checkpointer)
+	release, err := k.checkpoints.take(ctx)
+	if err != nil {
+		return Paused{}, err
+	}
+	defer release()
 	dir, err := k.scratchDir()
 	if err != nil {
-		return snapshot.Manifest{}, "no folder for the checkpoint: " + err.Error(), nil
+		return Paused{}, fmt.Errorf("the lease runs on, not paused: no folder for its checkpoint: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	if err := k.table.cut(ctx, l); err != nil {
+		if errors.Is(err, ErrLeaseNotFound) {
+			return Paused{}, fmt.Errorf("%w: lease %s ended (released or expired) as it was being paused; nothing is kept", ErrLeaseNotFound, l.ID)
+		}
+		return Paused{}, err
+	}
 	state := filepath.Join(dir, "state")
+	var m snapshot.Manifest
 	if err := cp.Checkpoint(ctx, l.Sandbox, state); err != nil {
-		return snapshot.Manifest{}, "the checkpoint failed, so the pause keeps the files: " + err.Error(), nil
+		p.Why = "the checkpoint failed, so the pause keeps the files: " + strings.ReplaceAll(err.Error(), dir, "the checkpoint's folder")
+		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
+		k.record(ctx, l, EventSnapshot, m, err)
+		if err != nil {
+			return Paused{}, k.runOn(ctx, l, fmt.Errorf("the pause could not keep the files either: %w", err))
+		}
+	} else {
+		meta := snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptMemory),
+			Tenant: l.Tenant, Template: t.Name, Image: l.Sandbox.Image, Lease: l.ID,
+			Paths: append([]string{t.Workdir}, t.Snapshot.Paths...), MaxSize: checkpointCap(t),
+			Cap: fmt.Sprintf("the checkpoint cap of template %s (memory_mb + workspace_mb + tmp_mb)", t.Name)}
+		m, err = k.saveCheckpoint(ctx, meta, state)
+		k.record(ctx, l, EventSnapshot, m, err)
+		if err != nil {
+			err = fmt.Errorf("keeping the checkpoint: %w", k.mapErr(err))
+			back, rerr := cp.Restore(context.WithoutCancel(ctx), l.Sandbox, state)
+			if rerr != nil {
+				return Paused{}, k.release(ctx, l, fmt.Errorf("%w; and its sandbox could not be restored from the checkpoint (%v)", err, rerr))
+			}
+			if back.Addr != l.Sandbox.Addr {
+				return Paused{}, k.release(ctx, l, fmt.Errorf("%w; and its sandbox, restored, came back at %s, not at %s", err, back.Addr, l.Sandbox.Addr))
+			}
+			return Paused{}, k.runOn(ctx, l, fmt.Errorf("%w (its sandbox was restored from the checkpoint; connections open then are cut)", err))
+		}
+		p.Kept = apitype.KeptMemory
 	}
-	meta.Tenant, meta.Template, meta.Image, meta.Lease = l.Tenant, t.Name, l.Sandbox.Image, l.ID
-	meta.Paths = append([]string{t.Workdir}, t.Snapshot.Paths...)
-	meta.MaxSize = (t.MemoryMB+t.WorkspaceMB+t.TmpMB)<<20 + 64<<20
-	meta.Cap = fmt.Sprintf("the checkpoint cap of template %s (memory_mb + workspace_mb + tmp_mb)", t.Name)
-	m, err = k.saveCheckpoint(ctx, meta, state)
-	if err == nil {
-		return m, "", nil
+	p.Snapshot = m.ID
+	// Paused: what follows is the table's to record and retry, as at a release.
+	if err := k.table.finish(ctx, l, audit.EventPause, k.table.revoke, pauseNote(p)); err != nil {
+		return Paused{}, err
 	}
-	err = fmt.Errorf("keeping the checkpoint: %w", k.mapErr(err))
-	back, rerr := cp.Restore(context.WithoutCancel(ctx), l.Sandbox, state)
-	if rerr == nil && back.Addr == l.Sandbox.Addr {
-		return snapshot.Manifest{}, "", fmt.Errorf("the lease runs on, not paused (its sandbox was restored from the checkpoint; connections open then are cut): %w", err)
+	p.Took = time.Since(start)
+	return p, nil
+}
+
+// runOn binds l again after a pause that could not keep its state (cause), so that it runs on,
+// or releases it when it cannot be bound again; the error says which.
+func (k *keeper) runOn(ctx context.Context, l Lease, cause error) error {
+	if err := k.table.bindAgain(ctx, l, "the pause could not keep its state, and the lease runs on: "+cause.Error()); err != nil {
+		return k.release(ctx, l, fmt.Errorf("%w; and the lease could not be bound again (%v)", cause, err))
 	}
-	if rerr == nil {
-		rerr = fmt.Errorf("it came back at %s, not at its bound address %s", back.Addr, l.Sandbox.Addr)
+	return fmt.Errorf("the lease runs on, not paused: %w", cause)
+}
+
+// release ends l, which cut unbound, as a release, after a pause that could not keep its state
+// nor leave it running (cause).
+func (k *keeper) release(ctx context.Context, l Lease, cause error) error {
+	cause = fmt.Errorf("the pause failed and the lease is released: %w", cause)
+	if err := k.table.finish(ctx, l, audit.EventRelease, k.table.release, cause.Error()); err != nil {
+		k.log.Error("releasing a lease whose pause failed", "lease", l.ID, "err", err)
 	}
-	if eerr := k.table.end(ctx, l, audit.EventRelease); eerr != nil {
-		k.log.Error("releasing a lease whose pause failed and whose sandbox did not come back", "lease", l.ID, "err", eerr)
+	return cause
+}
+
+// checkpointCap bounds a checkpoint of a sandbox of t: its memory, and its tmpfs mounts (which
+// gVisor holds in memory, counted apart here to be safe), and room for gVisor's own state.
+func checkpointCap(t Template) int64 {
+	return (t.MemoryMB+t.WorkspaceMB+t.TmpMB)<<20 + 64<<20
+}
+
+// checkpoints bounds how many checkpoints the node writes or unpacks at once: each is a
+// sandbox's memory in the clear on the node's disk until it is stored (and the catalog stages
+// it again, encrypted), so a tenant pausing many leases at once must not fill that disk.
+type checkpoints chan struct{}
+
+// maxCheckpoints is how many checkpoints a node handles at once.
+const maxCheckpoints = 2
+
+// take waits for a turn, as long as ctx allows; release gives it back.
+func (c checkpoints) take(ctx context.Context) (release func(), err error) {
+	select {
+	case c <- struct{}{}:
+		return func() { <-c }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for one of the node's %d checkpoints under way to end: %w", maxCheckpoints, ctx.Err())
 	}
-	return snapshot.Manifest{}, "", fmt.Errorf("%w; its sandbox could not be restored from the checkpoint (%v), so the lease is released", err, rerr)
 }
 
 // scratchDir makes a folder, the node's only, for one checkpoint on its way to or from the
@@ -209,8 +282,9 @@ func unpackCheckpoint(body io.Reader, dir string, maxBytes int64) (files int, si
 func (k *keeper) checkpointRestorer(m snapshot.Manifest) func(context.Context, Template, Sandbox) (Restored, error) {
 	return func(ctx context.Context, t Template, sb Sandbox) (Restored, error) {
 		start := time.Now()
-		if m.Image != "" && sb.Image != "" && sb.Image != m.Image {
-			return Restored{}, fmt.Errorf("%w: lease %s was paused on image %s of template %s, which its sandboxes no longer run (they run %s), and its memory restores only into the same image",
+		// Strictly: a checkpoint restores only into the image it was taken on.
+		if sb.Image != m.Image {
+			return Restored{}, fmt.Errorf("%w: lease %s was paused on image %q of template %s, which its sandboxes no longer run (they run %s), and its memory restores only into the same image",
 				ErrImageGone, m.Lease, m.Image, t.Name, sb.Image)
 		}
 		cp, ok := k.checkpointer.(Checkpointer)
@@ -226,12 +300,26 @@ func (k *keeper) checkpointRestorer(m snapshot.Manifest) func(context.Context, T
 			return Restored{}, k.mapErr(err)
 		}
 		defer body.Close()
+		// What the checkpoint ran runs again from the moment it is restored, before the lease
+		// is bound: never at an address another lease is still bound to (a sandbox that
+		// stopped gave it back to the engine a moment before its lease was unbound).
+		if b, err := k.table.binder.Lookup(ctx, sb.Addr); !errors.Is(err, binding.ErrUnknown) {
+			if err == nil {
+				err = fmt.Errorf("it is bound to lease %s", b.Lease)
+			}
+			return Restored{}, fmt.Errorf("the warm sandbox's address %s cannot take a checkpoint now: %w", sb.Addr, err)
+		}
+		release, err := k.checkpoints.take(ctx)
+		if err != nil {
+			return Restored{}, err
+		}
+		defer release()
 		dir, err := k.scratchDir()
 		if err != nil {
 			return Restored{}, err
 		}
 		defer os.RemoveAll(dir)
-		files, size, err := unpackCheckpoint(body, dir, (t.MemoryMB+t.WorkspaceMB+t.TmpMB)<<20+64<<20)
+		files, size, err := unpackCheckpoint(body, dir, checkpointCap(t))
 		if err != nil {
 			return Restored{}, k.mapErr(err)
 		}

@@ -25,11 +25,14 @@ type ckptRuntime struct {
 	*pooltest.Runtime
 	ws *pooltest.Workspaces
 
-	mu           sync.Mutex
-	fail         error  // what Checkpoint fails with
-	extra        string // a file name a checkpoint holds besides its own
-	failRestore  error
-	keepAddr     bool // a restore keeps the sandbox's address
+	mu          sync.Mutex
+	fail        error  // what Checkpoint fails with
+	extra       string // a file name a checkpoint holds besides its own
+	failRestore error
+	keepAddr    bool // a restore keeps the sandbox's address
+	// bound, when set, is asked at each checkpoint whether the sandbox's address is bound.
+	bound        func(netip.Addr) bool
+	boundAtCut   []bool
 	checkpointed []string
 	restored     []string // the sandboxes restored into
 }
@@ -51,6 +54,9 @@ func (c *ckptRuntime) Checkpoint(_ context.Context, sb pool.Sandbox, dir string)
 		return err
 	}
 	c.checkpointed = append(c.checkpointed, sb.ID)
+	if c.bound != nil {
+		c.boundAtCut = append(c.boundAtCut, c.bound(sb.Addr))
+	}
 	files := map[string]string{"checkpoint.img": c.ws.Get(sb.ID, "workspace/notes.txt"), "pages.img": "process 42 running"}
 	if c.extra != "" {
 		files[c.extra] = "x"
@@ -87,14 +93,19 @@ func (c *ckptRuntime) Restore(_ context.Context, sb pool.Sandbox, dir string) (p
 }
 
 // memoryNode is a pauseNode whose runtime checkpoints and whose template keeps memory.
-func memoryNode(t *testing.T, memory bool) (*pauseNode, *ckptRuntime) {
+func memoryNode(t *testing.T, memory bool, runtime ...func(*pooltest.Runtime)) (*pauseNode, *ckptRuntime) {
 	t.Helper()
 	n := &pauseNode{ws: pooltest.NewWorkspaces(), store: t.TempDir(), scratch: t.TempDir()}
 	catalog := pooltest.CatalogAt(t, "../bin/vault", n.store)
 	ck := &ckptRuntime{ws: n.ws}
 	n.e = pooltest.NewEnv(t, pooltest.EnvConfig{
 		Templates: []pool.Template{{MinWarm: 2, MaxTotal: 10, Runtime: "runsc", Snapshot: pool.SnapshotPolicy{MaxPaused: time.Hour, Memory: memory}}},
-		Runtime:   func(rt *pooltest.Runtime) { rt.ExecFunc = n.ws.Exec },
+		Runtime: func(rt *pooltest.Runtime) {
+			rt.ExecFunc = n.ws.Exec
+			for _, f := range runtime {
+				f(rt)
+			}
+		},
 		Pool: func(c *pool.Config) {
 			ck.Runtime = c.Runtime.(*pooltest.Runtime)
 			c.Runtime = ck
@@ -104,6 +115,10 @@ func memoryNode(t *testing.T, memory bool) (*pauseNode, *ckptRuntime) {
 			c.Release = func(context.Context, string) error { n.released.Add(1); return nil }
 		}})
 	n.e.MustWarm(t, 2)
+	ck.bound = func(a netip.Addr) bool {
+		_, err := n.e.Cache.Lookup(context.Background(), a)
+		return err == nil
+	}
 	return n, ck
 }
 
@@ -129,6 +144,10 @@ func TestPauseKeepsMemory(t *testing.T) {
 	}
 	if len(ck.checkpointed) != 1 || ck.checkpointed[0] != l.Sandbox.ID || !n.e.Runtime.Destroyed(l.Sandbox.ID) || n.revoked.Load() != 1 {
 		t.Fatalf("checkpointed %v, destroyed %v, revoked %d", ck.checkpointed, n.e.Runtime.Destroyed(l.Sandbox.ID), n.revoked.Load())
+	}
+	// Stopping the sandbox gives its address back to the engine: the lease was unbound first.
+	if len(ck.boundAtCut) != 1 || ck.boundAtCut[0] {
+		t.Fatalf("the sandbox's address was still bound when it was checkpointed (%v)", ck.boundAtCut)
 	}
 	info, err := m.PausedLease(ctx, "acme", l.ID)
 	if err != nil || info.Kept != apitype.KeptMemory {
@@ -205,11 +224,20 @@ func TestPauseKeepsFilesWhereMemoryCannotBe(t *testing.T) {
 // sandbox comes back at its address; when it comes back elsewhere, the lease is released (its
 // binding would name an address it no longer has). Either way nothing is left paused.
 func TestPauseWhoseCheckpointIsNotKept(t *testing.T) {
-	for _, keepAddr := range []bool{true, false} {
-		name := map[bool]string{true: "back at its address", false: "back elsewhere"}[keepAddr]
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		keepAddr, runsOn bool
+		failRestore      error
+		want             string
+	}{
+		{"back at its address", true, true, nil, "the lease runs on, not paused"},
+		{"back elsewhere", false, false, nil, "came back at 10.99.0.99"},
+		{"not back", true, false, errors.New("runsc: restore failed"), "could not be restored from the checkpoint (runsc: restore failed)"},
+	} {
+		keepAddr := c.runsOn
+		t.Run(c.name, func(t *testing.T) {
 			n, ck := memoryNode(t, true)
-			ck.extra, ck.keepAddr = "not a checkpoint's file", keepAddr
+			ck.extra, ck.keepAddr, ck.failRestore = "not a checkpoint's file", c.keepAddr, c.failRestore
 			ctx := context.Background()
 			m := n.e.Manager
 			l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
@@ -217,11 +245,13 @@ func TestPauseWhoseCheckpointIsNotKept(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true})
-			want := map[bool]string{true: "the lease runs on, not paused", false: "could not be restored from the checkpoint"}[keepAddr]
-			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "not a file a checkpoint is made of") {
-				t.Fatalf("a pause whose checkpoint cannot be kept: %v; want it to say %q", err, want)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "not a file a checkpoint is made of") {
+				t.Fatalf("a pause whose checkpoint cannot be kept: %v; want it to say %q", err, c.want)
 			}
-			if len(ck.restored) != 1 || ck.restored[0] != l.Sandbox.ID {
+			if !keepAddr && !strings.Contains(err.Error(), "the pause failed and the lease is released") {
+				t.Fatalf("a pause that could not leave the lease running: %v; want it to say the lease is released", err)
+			}
+			if c.failRestore == nil && (len(ck.restored) != 1 || ck.restored[0] != l.Sandbox.ID) {
 				t.Fatalf("the sandbox was restored into %v; want its own %s", ck.restored, l.Sandbox.ID)
 			}
 			_, err = m.Get(ctx, "acme", l.ID)
@@ -302,5 +332,36 @@ func TestMemoryNeedsGVisor(t *testing.T) {
 		if want == "" && errs != nil || want != "" && (errs == nil || !strings.Contains(errs.Error(), want)) {
 			t.Errorf("runtime %q with snapshot.memory: Validate = %v, want %q", rt, errs, want)
 		}
+	}
+}
+
+// A checkpoint is never restored into a sandbox whose address another lease is still bound to:
+// what it ran would run there, before its own lease is bound, as that lease. (Every sandbox of
+// this runtime has one address, as a sandbox made where a stopped one's address was given back
+// would.)
+func TestCheckpointNotRestoredAtABoundAddress(t *testing.T) {
+	n, ck := memoryNode(t, true, func(rt *pooltest.Runtime) { rt.Addr = netip.MustParseAddr("10.0.0.7") })
+	ctx := context.Background()
+	m := n.e.Manager
+	l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true}); err != nil || p.Kept != apitype.KeptMemory {
+		t.Fatalf("the pause: %+v %v", p, err)
+	}
+	other, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "globex", Template: "default", Token: n.token(t, "task-9", "globex")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: n.token(t, "task-1", "acme")})
+	if err == nil || !strings.Contains(err.Error(), "is bound to lease "+other.ID) {
+		t.Fatalf("a resume into a sandbox at an address lease %s is bound to: %v", other.ID, err)
+	}
+	if len(ck.restored) != 0 {
+		t.Fatalf("the checkpoint was restored into %v", ck.restored)
+	}
+	if all, _ := m.PausedLeases(ctx, "acme"); len(all) != 1 {
+		t.Fatalf("after the refused resume the lease is not paused still: %+v", all)
 	}
 }

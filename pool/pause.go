@@ -108,22 +108,12 @@ func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOpt
 		return labels
 	}
 	p.Keep = opts.Keep
-	var m snapshot.Manifest
 	if memory {
 		if p.Why = k.checkpointable(ctx, t, opts.Keep); p.Why == "" {
-			m, p.Why, err = k.pauseMemory(ctx, l, t, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptMemory)})
-			if err != nil {
-				k.record(ctx, l, EventSnapshot, m, err)
-				return Paused{}, err
-			}
-			if p.Why == "" {
-				p.Kept = apitype.KeptMemory
-			}
+			return k.pauseMemory(ctx, l, t, p, labels, start)
 		}
 	}
-	if p.Kept != apitype.KeptMemory {
-		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
-	}
+	m, err := k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
 	k.record(ctx, l, EventSnapshot, m, err)
 	if err != nil {
 		return Paused{}, fmt.Errorf("the lease runs on, not paused: %w", err)
@@ -131,7 +121,7 @@ func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOpt
 	p.Snapshot = m.ID
 	// From here the lease is paused: a failure to end the sandbox is the table's to record
 	// and retry (as at a release), not a reason to leave the lease running.
-	err = k.table.pauseEnd(ctx, l, fmt.Sprintf("paused until %s; kept %s in snapshot %s", p.Until.UTC().Format(time.RFC3339), p.Kept, m.ID))
+	err = k.table.pauseEnd(ctx, l, pauseNote(p))
 	if errors.Is(err, ErrLeaseNotFound) {
 		// A release or an expiry ended the lease while it was archived: it ended as that, and
 		// what the pause kept goes, or the lease would come back as paused against the release.
@@ -142,6 +132,11 @@ func (k *keeper) PauseWith(ctx context.Context, tenant, id string, opts PauseOpt
 	}
 	p.Took = time.Since(start)
 	return p, nil
+}
+
+// pauseNote is what the pause record says of p.
+func pauseNote(p Paused) string {
+	return fmt.Sprintf("paused until %s; kept %s in snapshot %s", p.Until.UTC().Format(time.RFC3339), p.Kept, p.Snapshot)
 }
 
 // dropPause deletes m, what a pause of l kept when l ended meanwhile (released or expired),
@@ -267,7 +262,10 @@ func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
 	// the same, or the running lease would be listed as paused too, and once released could be
 	// resumed again from what the pause kept.
 	if err := k.catalog.Delete(context.WithoutCancel(ctx), req.Tenant, m.Ref()); err != nil {
+		// The claim is kept (until it lapses), so the pause left listed is not resumed again
+		// meanwhile; once it lapses the running lease refuses a resume.
 		k.log.Error("deleting a resumed lease's pause", "lease", l.ID, "snapshot", m.ID, "err", err)
+		return l, nil
 	}
 	unclaim()
 	return l, nil
@@ -297,17 +295,29 @@ func (k *keeper) reapPaused(ctx context.Context, tenants []string) {
 			if time.Now().Before(p.Until) {
 				continue
 			}
+			// Not while a resume or a release of it is under way.
+			unclaim, err := k.claimPaused(ctx, p.Lease, "expire")
+			if err != nil {
+				continue
+			}
 			fate := "its state is deleted"
-			if p.Keep {
+			if p.Keep && m.Labels[labelForm] == formCheckpoint {
+				// Never written so by this node (a pause with keep keeps files): a checkpoint is
+				// no snapshot of files, and keeping it would be tried at every pass.
+				fate = "its state, a checkpoint, cannot be kept as a snapshot of files, and is deleted"
+			} else if p.Keep {
 				kept, err := k.keepAsSnapshot(ctx, m)
 				if err != nil {
 					// Deleted only once kept: the next pass tries again.
 					k.log.Error("keeping an expired pause as a snapshot", "lease", p.Lease, "err", err)
+					unclaim()
 					continue
 				}
 				fate = fmt.Sprintf("its state is kept, as asked, as snapshot %s (%q)", kept.ID, kept.Name)
 			}
-			if err := k.catalog.Delete(ctx, tenant, m.Ref()); err != nil {
+			err = k.catalog.Delete(ctx, tenant, m.Ref())
+			unclaim()
+			if err != nil {
 				k.log.Error("releasing a paused lease", "lease", p.Lease, "err", err)
 				continue
 			}

@@ -125,7 +125,8 @@ type keeper struct {
 	supply       *supply
 	catalog      Snapshots // nil: this node keeps no snapshots
 	// scratch is where a checkpoint is written on its way to or from the catalog (Config.Scratch).
-	scratch string
+	scratch     string
+	checkpoints checkpoints
 	// claim takes a name for this node for a while, or fails when another holds it (the
 	// store's ClaimJTI): two resumes of one paused lease cannot both win.
 	claim   func(ctx context.Context, name, holder string, until time.Time) error

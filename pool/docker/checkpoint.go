@@ -108,6 +108,12 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb pool.Sandbox, dir string) e
 	// stopped, or not, with a directory that may be whole, or not.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancel()
+	if isMainAgent(ins.Config) {
+		// Detached first, between two of the node's frames, so that the agent the checkpoint
+		// keeps is not halfway through reading one (its commands run on; their callers here
+		// see the agent gone). Restore attaches again.
+		r.agents.drop(sb.ID)
+	}
 	if err := r.checkpointRunning(cctx, sb.ID, dir); err != nil {
 		emptyDir(dir)
 		return fmt.Errorf("docker: checkpoint %s: %w", short(sb.ID), err) // it runs on, untouched
@@ -170,7 +176,7 @@ func (r *Runtime) checkpointRunning(ctx context.Context, id, dir string) error {
 // Restore starts sb from the checkpoint in dir: a running sb is killed first, the checkpoint's
 // files are linked (or copied) into sb's checkpoint directory in the engine's data root for the
 // start, and removed after, with the copy containerd leaves (removeExtracted). sb keeps its
-// address when no other sandbox took it meanwhile. A sandbox unlike the checkpointed one is
+// address, and the restore fails when another sandbox took it meanwhile. A sandbox unlike the checkpointed one is
 // refused by runsc, naming what differs ("Args" does not match across checkpoint restore...).
 func (r *Runtime) Restore(ctx context.Context, sb pool.Sandbox, dir string) (pool.Sandbox, error) {
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
@@ -206,14 +212,14 @@ func (r *Runtime) Restore(ctx context.Context, sb pool.Sandbox, dir string) (poo
 		return sb, fmt.Errorf("restore of %s: staging the checkpoint in the engine's data root: %w", short(sb.ID), err)
 	}
 	defer removeExtracted(nonce)
-	pinned := r.keepAddress(cctx, ins.ID, sb.Addr)
-	err = r.cli.ContainerStart(cctx, sb.ID, container.StartOptions{CheckpointID: name})
-	if err != nil && pinned {
-		// The address was taken between the look and the start: any address will do.
-		if r.reconnect(cctx, ins.ID, netip.Addr{}) == nil {
-			err = r.cli.ContainerStart(cctx, sb.ID, container.StartOptions{CheckpointID: name})
-		}
+	// The restored processes run from the moment it starts, before anything is bound to the
+	// sandbox: at its own address, which was no one else's, never at whichever the engine has
+	// free (an address a stopped sandbox gave back may still be bound to that sandbox's lease
+	// for a moment). A restore that cannot have it fails.
+	if !r.keepAddress(cctx, ins.ID, sb.Addr) {
+		return sb, fmt.Errorf("docker: restore %s: its address %s was taken meanwhile", short(sb.ID), sb.Addr)
 	}
+	err = r.cli.ContainerStart(cctx, sb.ID, container.StartOptions{CheckpointID: name})
 	if err != nil {
 		return sb, fmt.Errorf("docker: restore %s: %w", short(sb.ID), err)
 	}

@@ -429,11 +429,13 @@ func TestMemoryTemplateKeepsWhatItsCommandsStarted(t *testing.T) {
 	}
 	go r.Exec(context.Background(), sb, pool.ExecRequest{Cmd: []string{"sleep", "600"}}, nil, io.Discard, io.Discard)
 	before := counting(t, r, sb, 5)
+	// Made first: one made after the checkpoint may be given the address sb gave back, and
+	// sb's restore then fails, as it must, rather than run elsewhere.
+	other := newSandbox(t, r, tmpl)
 	dir := filepath.Join(t.TempDir(), "checkpoint")
 	if err := r.Checkpoint(context.Background(), sb, dir); err != nil {
 		t.Fatal(err)
 	}
-	other := newSandbox(t, r, tmpl)
 	for name, into := range map[string]pool.Sandbox{"itself": sb, "another warm sandbox": other} {
 		restored, err := r.Restore(context.Background(), into, dir)
 		if err != nil {

@@ -251,6 +251,10 @@ func (s *Store) Unclaim(ctx context.Context, jti, holder string) error {
 	return wrap(unclaimScript.Run(ctx, s.rdb, []string{s.key("jti", jti)}, holder).Err())
 }
 
+// ErrAddrBound is what a renewal or token swap of a lease whose address another lease is
+// bound to now fails with.
+var ErrAddrBound = errors.New("the address is bound to another lease")
+
 // Bind records l and b and announces b, returning the version the binding was given.
 func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) (int64, error) {
 	lb, bb, ev, err := encode(l, b)
@@ -272,12 +276,26 @@ func (s *Store) Bind(ctx context.Context, l pool.Lease, b binding.Binding) (int6
 	return v, wrap(err)
 }
 
-// rebindScript replaces a lease that still exists: its token id (moved when a token swap brings
+// rebindScript replaces a lease that still exists and whose address is still its own (a lease
+// whose sandbox stopped gives its address back to the engine, and the lease of the sandbox
+// made there binds it: a renewal must not take it back, which would hand that sandbox this
+// lease's scopes and credentials): its token id (moved when a token swap brings
 // a new one, which must be free), the record, the binding and their expiries, and announces the
 // new binding. It returns the binding's version.
 var rebindScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return redis.error_reply('LEASE_GONE')
+end
+local held = redis.call('GET', KEYS[3])
+if held then
+  local ok, b = pcall(cjson.decode, held)
+  if not (ok and type(b) == 'table' and b.lease == ARGV[1]) then
+    local owner = '?'
+    if ok and type(b) == 'table' and type(b.lease) == 'string' then
+      owner = b.lease
+    end
+    return redis.error_reply('ADDR_BOUND ' .. owner)
+  end
 end
 if KEYS[1] ~= KEYS[6] then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[5]) == false then
@@ -309,6 +327,10 @@ func (s *Store) Rebind(ctx context.Context, l pool.Lease, oldJTI string, b bindi
 	v, err := rebindScript.Run(ctx, s.rdb, keys, l.ID, lb, bb, ev, l.Expires.UnixMilli(), l.Expires.Add(recordGrace).UnixMilli()).Int64()
 	if strings.HasPrefix(errText(err), "LEASE_GONE") {
 		return 0, fmt.Errorf("%w: %s", pool.ErrLeaseNotFound, l.ID)
+	}
+	if owner, ok := strings.CutPrefix(errText(err), "ADDR_BOUND "); ok {
+		return 0, fmt.Errorf("%w: address %s of lease %s's sandbox %s is bound to lease %s now (its sandbox stopped, and the engine gave the address to another)",
+			ErrAddrBound, b.Addr, l.ID, l.Sandbox.ID, owner)
 	}
 	if holder, ok := strings.CutPrefix(errText(err), "JTI_IN_USE "); ok {
 		return 0, fmt.Errorf("%w: jti %s is held by %s", pool.ErrJTIInUse, l.JTI, holder)
@@ -360,8 +382,8 @@ func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lea
 	return out, nil
 }
 
-// unbindScript removes a lease's binding, announcing the removal under a new version, then its
-// records, and returns 1; it changes nothing and returns 0 when the lease's record is gone or
+// unbindScript removes a lease's binding (only its own: the address may be another lease's
+// now), announcing the removal under a new version, then its records, and returns 1; it changes nothing and returns 0 when the lease's record is gone or
 // names another sandbox than ARGV[3] (when set): that lease has ended already, or been paused
 // and resumed in another sandbox, whose binding and records are not this caller's to remove.
 var unbindScript = redis.NewScript(`
@@ -376,9 +398,17 @@ if ARGV[3] ~= '' then
   end
 end
 if KEYS[1] ~= '' then
-  local v = redis.call('INCR', KEYS[7])
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], (string.gsub(ARGV[2], '"version":%-1', '"version":' .. v, 1)))
+  local held = redis.call('GET', KEYS[1])
+  local mine = false
+  if held then
+    local ok, b = pcall(cjson.decode, held)
+    mine = ok and type(b) == 'table' and b.lease == ARGV[1]
+  end
+  if mine then
+    local v = redis.call('INCR', KEYS[7])
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', KEYS[2], (string.gsub(ARGV[2], '"version":%-1', '"version":' .. v, 1)))
+  end
 end
 redis.call('DEL', KEYS[3])
 if KEYS[4] ~= '' then

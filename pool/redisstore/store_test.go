@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,4 +212,42 @@ func TestCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	check([]int{2, 1, 0}, []int{0, 1, 0})
+}
+
+// An address is bound to the lease of the sandbox there: a lease whose sandbox stopped (and
+// gave its address to a new sandbox, whose lease bound it) cannot take it back by a renewal or
+// a token swap, and its end removes only its own binding, not the one the new lease holds.
+func TestAddressBoundToOneLease(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	addr := netip.MustParseAddr("10.0.0.9")
+	set, _ := scope.Parse([]scope.Scope{{Host: "a.example"}})
+	lease := func(id string) (pool.Lease, binding.Binding) {
+		l := pool.Lease{ID: id, JTI: "j-" + id, Node: "n1", Task: "t", Template: "default",
+			Sandbox: pool.Sandbox{ID: "sb-" + id, Addr: addr}, Expires: time.Now().Add(time.Minute)}
+		return l, binding.Binding{Lease: id, Node: "n1", Addr: addr, Task: "t", Expires: l.Expires, Scopes: set}
+	}
+	a, ab := lease("l-a")
+	if _, err := s.Bind(ctx, a, ab); err != nil {
+		t.Fatal(err)
+	}
+	b, bb := lease("l-b")
+	if _, err := s.Bind(ctx, b, bb); err != nil {
+		t.Fatalf("the lease of the sandbox now at %s: %v", addr, err)
+	}
+	a.Expires, ab.Expires = time.Now().Add(time.Hour), time.Now().Add(time.Hour)
+	if _, err := s.Rebind(ctx, a, a.JTI, ab); !errors.Is(err, ErrAddrBound) || !strings.Contains(err.Error(), "l-b") {
+		t.Fatalf("a renewal of l-a, whose address l-b holds now: %v", err)
+	}
+	if err := s.Unbind(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Lookup(ctx, "n1", addr); err != nil || got.Lease != "l-b" {
+		t.Fatalf("after l-a's end, %s is bound to %+v (%v); want l-b still", addr, got, err)
+	}
+	// Its own renewal goes on as ever.
+	b.Expires, bb.Expires = time.Now().Add(time.Hour), time.Now().Add(time.Hour)
+	if _, err := s.Rebind(ctx, b, b.JTI, bb); err != nil {
+		t.Fatalf("l-b's renewal: %v", err)
+	}
 }

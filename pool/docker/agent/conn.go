@@ -64,7 +64,10 @@ func (c *Conn) Alive() bool {
 // Close ends the agent and every command still running through it.
 func (c *Conn) Close() { c.stop(ErrGone) }
 
-func (c *Conn) stop(err error) {
+func (c *Conn) stop(err error) { c.end(err, false) }
+
+// end is stop; holdingW says the caller holds wmu (a send that failed).
+func (c *Conn) end(err error, holdingW bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -74,6 +77,13 @@ func (c *Conn) stop(err error) {
 	c.calls = map[uint32]*call{}
 	close(c.done)
 	c.mu.Unlock()
+	// Between two frames, never in one: an agent that outlives the connection (a sandbox's main
+	// process) reads whole frames only, and reads the next connection's first frame as one. A
+	// write under way ends within writeTimeout.
+	if !holdingW {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+	}
 	c.close()
 }
 
@@ -134,7 +144,7 @@ func (c *Conn) send(f Frame) error {
 		d.SetWriteDeadline(time.Now().Add(writeTimeout))
 	}
 	if _, err := c.w.Write(c.wbuf); err != nil {
-		c.stop(fmt.Errorf("%w: %v", ErrGone, err))
+		c.end(fmt.Errorf("%w: %v", ErrGone, err), true)
 		return ErrGone
 	}
 	return nil
