@@ -25,11 +25,13 @@ import (
 // (Redis, a Vault dev server with its transit engine) and snapshots kept in the default
 // directory store under its state dir, on this machine's disk. Its two templates are the
 // runtime's: big, sized for the largest workspace, and fork, which keeps a warm sandbox for
-// each lease of a fork.
+// each lease of a fork; under runsc, mem is big with snapshot.memory, whose pauses keep running
+// processes (a checkpoint of the sandbox), when the plan asks for it.
 type benchNode struct {
 	rt     string
 	big    pool.Template
 	fork   pool.Template
+	mem    *pool.Template
 	c      *client.Client
 	minter api.Minter
 	vault  *vaultapi.Client
@@ -43,6 +45,8 @@ type nodePlan struct {
 	// of a fork.
 	BigMiB, ForkMiB, Fork int
 	Vault                 string
+	// ForkTemplate adds the fork template; MemoryTemplate, on a runsc node, the mem template.
+	ForkTemplate, MemoryTemplate bool
 }
 
 // Sandboxes of the node's templates: the default template's hardening (one CPU among them),
@@ -84,9 +88,21 @@ func startNode(ctx context.Context, rt string, p nodePlan, log *slog.Logger) (*b
 	fail := func(err error) (*benchNode, error) { n.stop(); return nil, err }
 	n.big = sized("state-"+rt, rt, p.BigMiB)
 	n.big.MinWarm, n.big.MaxWarm, n.big.MaxTotal = 2, 2, 4
-	n.fork = sized("fork-"+rt, rt, p.ForkMiB)
-	n.fork.MinWarm, n.fork.MaxWarm, n.fork.MaxTotal = p.Fork, p.Fork, p.Fork+2
-	cfg.Templates = []pool.Template{n.big, n.fork}
+	cfg.Templates = []pool.Template{n.big}
+	if p.ForkTemplate {
+		n.fork = sized("fork-"+rt, rt, p.ForkMiB)
+		n.fork.MinWarm, n.fork.MaxWarm, n.fork.MaxTotal = p.Fork, p.Fork, p.Fork+2
+		cfg.Templates = append(cfg.Templates, n.fork)
+	}
+	if p.MemoryTemplate && rt == "runsc" {
+		// One warm sandbox, not two: a resume takes one, as from big, and CI's run of the
+		// harness makes one sandbox fewer.
+		mem := n.big
+		mem.Name, mem.Snapshot.Memory = "memory-"+rt, true
+		mem.MinWarm, mem.MaxWarm, mem.MaxTotal = 1, 1, 3
+		n.mem = &mem
+		cfg.Templates = append(cfg.Templates, mem)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fail(err)
 	}
@@ -120,28 +136,36 @@ func startNode(ctx context.Context, rt string, p nodePlan, log *slog.Logger) (*b
 		return fail(err)
 	}
 	n.vault.SetToken(stack.VaultToken)
-	for _, t := range []pool.Template{n.big, n.fork} {
+	for _, t := range cfg.Templates {
 		if err := n.full(ctx, t); err != nil {
 			return fail(err)
 		}
 	}
-	if err := n.warmUp(ctx); err != nil {
+	if err := n.warmUp(ctx, n.big, true); err != nil {
 		return fail(fmt.Errorf("the warm-up: %w", err))
+	}
+	if n.mem != nil {
+		if err := n.warmUp(ctx, *n.mem, false); err != nil {
+			return fail(fmt.Errorf("the warm-up of template %s: %w", n.mem.Name, err))
+		}
 	}
 	return n, nil
 }
 
-// warmUp takes a snapshot of an empty workspace, pauses a lease and resumes it, unmeasured: the
-// tenant's transit key is made at its first snapshot, and the runtime's answer to whether it
-// can keep memory is probed at the first pause, once each as on a node that has served before.
-func (n *benchNode) warmUp(ctx context.Context) error {
-	id, err := n.lease(ctx, n.big)
+// warmUp takes a snapshot of an empty workspace (when snap), pauses a lease of t and resumes
+// it, unmeasured: the tenant's transit key is made at its first snapshot, and the runtime's
+// answer to whether it can keep memory is probed at the first pause (and, where it can, the
+// engine's first checkpoint and restore made), once each as on a node that has served before.
+func (n *benchNode) warmUp(ctx context.Context, t pool.Template, snap bool) error {
+	id, err := n.lease(ctx, t)
 	if err != nil {
 		return err
 	}
-	snap, err := n.c.Snapshot(ctx, id, "", nil)
-	if err == nil {
-		err = n.c.DeleteSnapshot(ctx, snap.ID)
+	if snap {
+		var s apitype.SnapshotView
+		if s, err = n.c.Snapshot(ctx, id, "", nil); err == nil {
+			err = n.c.DeleteSnapshot(ctx, s.ID)
+		}
 	}
 	var p apitype.PauseView
 	if err == nil {

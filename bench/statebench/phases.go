@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/api/apitype"
+	"github.com/airlock-dev/airlock/internal/wait"
+	"github.com/airlock-dev/airlock/pool"
 )
 
 // sizeResult is one runtime's snapshots and restores of one workspace size over its rounds.
@@ -107,33 +110,55 @@ func (n *benchNode) same(ctx context.Context, id, want string) error {
 	return err
 }
 
-// pauseResult is one runtime's pauses and resumes of one workspace size.
+// pauseResult is one runtime's pauses and resumes of one workspace size on one template.
 type pauseResult struct {
 	rt      string
+	memory  bool // the template's snapshot.memory
 	sizeMiB int
 	kept    apitype.Kept
 	why     string
 	// pause and resume are the calls as the client sees them; pauseTook what the node
 	// reports; restore the part of the resume the answer reports as restored.took_ms.
 	pause, pauseTook, resume, restore samples
+	// size and stored are the pause's archive (of the workspace's files, or of a checkpoint's)
+	// and what the store holds of it, as its manifest says (the last round's).
+	size, stored int64
+	// back counts the resumes after which the process started before the pause still ran.
+	back int
 }
 
-// pauseResume measures, rounds times, a pause asking to keep memory of a fresh lease of the big
-// template with a workspace of sizeMiB, and its resume with a token minted for its task (as a
-// backend holds one before it resumes); the resumed workspace must match.
-func (n *benchNode) pauseResume(ctx context.Context, sizeMiB, rounds int) (pauseResult, error) {
-	r := pauseResult{rt: n.rt, sizeMiB: sizeMiB}
+// procFile is where the process a pause is measured with writes its pid and a number it drew:
+// in /tmp, which a pause that keeps files does not keep, and a checkpoint does.
+const procFile = "/tmp/statebench-proc"
+
+// procScript is that process: it writes its pid and the number, then sleeps, as sh.
+const procScript = `echo "$$ $(od -An -N4 -tu4 /dev/urandom | tr -d ' ')" > ` + procFile + `.tmp && mv ` + procFile + `.tmp ` + procFile + ` && exec sleep 86400`
+
+// procCheck prints what procScript wrote when the process it names still runs, and fails
+// otherwise.
+const procCheck = `read p n < ` + procFile + ` && kill -0 "$p" && echo "$p $n"`
+
+// pauseResume measures, rounds times, a pause asking to keep memory of a fresh lease of template
+// t with a workspace of sizeMiB and a process started in the background, and its resume with a
+// token minted for its task (as a backend holds one before it resumes); the resumed workspace
+// must match, and whether the process came back is counted.
+func (n *benchNode) pauseResume(ctx context.Context, t pool.Template, sizeMiB, rounds int) (pauseResult, error) {
+	r := pauseResult{rt: n.rt, memory: t.Snapshot.Memory, sizeMiB: sizeMiB}
 	for range rounds {
-		if err := n.full(ctx, n.big); err != nil {
+		if err := n.full(ctx, t); err != nil {
 			return r, err
 		}
-		id, err := n.lease(ctx, n.big)
+		id, err := n.lease(ctx, t)
 		if err != nil {
 			return r, err
 		}
 		want, err := fill(ctx, n.c, id, sizeMiB)
+		var proc string
 		if err == nil {
-			err = n.full(ctx, n.big)
+			proc, err = n.startProcess(ctx, id)
+		}
+		if err == nil {
+			err = n.full(ctx, t)
 		}
 		if err != nil {
 			return r, errors.Join(err, n.release(ctx, id))
@@ -146,11 +171,16 @@ func (n *benchNode) pauseResume(ctx context.Context, sizeMiB, rounds int) (pause
 		}
 		r.pause, r.pauseTook = append(r.pause, d), append(r.pauseTook, tookMS(p.TookMS))
 		r.kept, r.why = p.Kept, p.Why
+		info, err := n.c.SnapshotInfo(ctx, "pause:"+id)
+		if err != nil {
+			return r, errors.Join(fmt.Errorf("what the pause of %s kept: %w", id, err), n.release(ctx, id))
+		}
+		r.size, r.stored = info.Size, info.Stored
 		tok, err := n.minter.Mint("dev", p.Task, []string{}, 10*time.Minute)
 		if err != nil {
 			return r, errors.Join(err, n.release(ctx, id))
 		}
-		if err := n.full(ctx, n.big); err != nil {
+		if err := n.full(ctx, t); err != nil {
 			return r, errors.Join(err, n.release(ctx, id))
 		}
 		s = time.Now()
@@ -163,11 +193,29 @@ func (n *benchNode) pauseResume(ctx context.Context, sizeMiB, rounds int) (pause
 		if lv.Restored != nil {
 			r.restore = append(r.restore, tookMS(lv.Restored.TookMS))
 		}
+		if got, err := run(ctx, n.c, id, "sh", "-c", procCheck); err == nil && strings.TrimSpace(got) == proc {
+			r.back++
+		}
 		if err := errors.Join(n.same(ctx, id, want), n.release(ctx, id)); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
+}
+
+// startProcess starts procScript in lease id in the background and returns what it wrote once
+// it has.
+func (n *benchNode) startProcess(ctx context.Context, id string) (string, error) {
+	if _, err := n.c.StartProcess(ctx, id, apitype.ExecRequest{Cmd: []string{"sh", "-c", procScript}}); err != nil {
+		return "", fmt.Errorf("a background process in %s: %w", id, err)
+	}
+	var got string
+	err := wait.Until(30*time.Second, "the background process in "+id+" to write "+procFile, func() bool {
+		out, err := run(ctx, n.c, id, "sh", "-c", procCheck)
+		got = strings.TrimSpace(out)
+		return err == nil && got != ""
+	})
+	return got, err
 }
 
 // forkResult is one runtime's forks of one snapshot into k leases at once.
