@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/api/apitype"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/pool"
 )
 
 // TestPauseKeepsRunningProcesses: on a gVisor template whose pauses keep memory
@@ -66,6 +69,15 @@ func TestPauseKeepsRunningProcesses(t *testing.T) {
 	kinds := n.logKinds(t, l.ID, "lease/pause", "lease/resume")
 	if !kinds["lease/pause"] || !kinds["lease/resume"] {
 		t.Errorf("logs --lease lacks the pause or the resume: %v", kinds)
+	}
+	// Each pause's ledger read the workspace before the checkpoint stopped the sandbox.
+	recs := n.trailUntil(t, l.ID, func(recs []audit.Record) bool {
+		return len(slices.DeleteFunc(slices.Clone(recs), func(r audit.Record) bool { return r.Event != pool.EventWorkspace })) >= 2
+	})
+	for _, r := range recs {
+		if r.Event == pool.EventWorkspace && strings.Contains(r.Reason, "could not be read") {
+			t.Errorf("a pause's workspace record of sandbox %.12s: %s", r.Sandbox, r.Reason)
+		}
 	}
 }
 

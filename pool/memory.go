@@ -94,12 +94,14 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 	}
 	state := filepath.Join(dir, "state")
 	var m snapshot.Manifest
+	// The lease's ledger reads its workspace at its end, which a stopped sandbox cannot tell.
+	unrecord := k.table.recordBefore(ctx, l)
 	if err := cp.Checkpoint(ctx, l.Sandbox, state); err != nil {
 		p.Why = "the checkpoint failed, so the pause keeps the files: " + strings.ReplaceAll(err.Error(), dir, "the checkpoint's folder")
 		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
 		k.record(ctx, l, EventSnapshot, m, err)
 		if err != nil {
-			return Paused{}, k.runOn(ctx, l, fmt.Errorf("the pause could not keep the files either: %w", err))
+			return Paused{}, k.runOn(ctx, l, unrecord, fmt.Errorf("the pause could not keep the files either: %w", err))
 		}
 	} else {
 		meta := snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptMemory),
@@ -117,7 +119,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 			if back.Addr != l.Sandbox.Addr {
 				return Paused{}, k.release(ctx, l, fmt.Errorf("%w; and its sandbox, restored, came back at %s, not at %s", err, back.Addr, l.Sandbox.Addr))
 			}
-			return Paused{}, k.runOn(ctx, l, fmt.Errorf("%w (its sandbox was restored from the checkpoint; connections open then are cut)", err))
+			return Paused{}, k.runOn(ctx, l, unrecord, fmt.Errorf("%w (its sandbox was restored from the checkpoint; connections open then are cut)", err))
 		}
 		p.Kept = apitype.KeptMemory
 	}
@@ -132,10 +134,12 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 
 // runOn binds l again after a pause that could not keep its state (cause), so that it runs on,
 // or releases it when it cannot be bound again; the error says which.
-func (k *keeper) runOn(ctx context.Context, l Lease, cause error) error {
+// unrecord undoes the record of its workspace taken for the pause: its end will record it.
+func (k *keeper) runOn(ctx context.Context, l Lease, unrecord func(), cause error) error {
 	if err := k.table.bindAgain(ctx, l, "the pause could not keep its state, and the lease runs on: "+cause.Error()); err != nil {
 		return k.release(ctx, l, fmt.Errorf("%w; and the lease could not be bound again (%v)", cause, err))
 	}
+	unrecord()
 	return fmt.Errorf("the lease runs on, not paused: %w", cause)
 }
 

@@ -28,12 +28,39 @@ type sandboxOps struct {
 	procMu  sync.Mutex
 	procs   map[string]*leaseProcesses     // per lease id: its background processes
 	uploads map[string]map[string]FileInfo // per lease id: the files the tenant put there, by path
+	// recorded holds the sandboxes whose workspace was recorded before their lease's end
+	// (recordBefore), which ended does not record again.
+	recorded map[string]bool
 }
 
 // ended stops l's background processes and records what its workspace holds, as its lease ends.
 func (op *sandboxOps) ended(ctx context.Context, l Lease) {
 	op.endProcesses(l.ID)
+	op.procMu.Lock()
+	done := op.recorded[l.Sandbox.ID]
+	delete(op.recorded, l.Sandbox.ID)
+	op.procMu.Unlock()
+	if !done {
+		op.recordWorkspace(ctx, l)
+	}
+}
+
+// recordBefore records what l's workspace holds now, for an end that will not find the sandbox
+// able to tell (a pause that checkpoints it stops it first); ended then does not record it,
+// unless undo is called (the end did not come: the lease runs on).
+func (op *sandboxOps) recordBefore(ctx context.Context, l Lease) (undo func()) {
 	op.recordWorkspace(ctx, l)
+	op.procMu.Lock()
+	if op.recorded == nil {
+		op.recorded = map[string]bool{}
+	}
+	op.recorded[l.Sandbox.ID] = true
+	op.procMu.Unlock()
+	return func() {
+		op.procMu.Lock()
+		delete(op.recorded, l.Sandbox.ID)
+		op.procMu.Unlock()
+	}
 }
 
 // Exec runs req in tenant's lease id.

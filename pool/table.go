@@ -33,6 +33,8 @@ type leaseTable struct {
 	// ended is what a lease's end does inside its sandbox, after unbinding and before revoking
 	// and destroying: its processes stop and its workspace is recorded (sandboxOps.ended).
 	ended func(ctx context.Context, l Lease)
+	// recordBefore records a lease's workspace ahead of its end (sandboxOps.recordBefore).
+	recordBefore func(ctx context.Context, l Lease) (undo func())
 	// from finds tenant's snapshot ref for a lease from it, with what restores it in a claimed
 	// sandbox (keeper.from); nil when the node keeps no snapshots.
 	from func(ctx context.Context, tenant, ref string) (snapshot.Manifest, func(context.Context, Template, Sandbox) (Restored, error), error)
