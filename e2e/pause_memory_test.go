@@ -27,7 +27,8 @@ func TestPauseKeepsRunningProcesses(t *testing.T) {
 	l := n.lease(t, "api.example.test=vault-task")
 	// The number it drew and the count it keeps are in its memory only; the file shows them.
 	loop := `n=$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); i=0; while :; do i=$((i+1)); echo "$$ $n $i" > /workspace/counter.tmp; mv /workspace/counter.tmp /workspace/counter; sleep 0.05; done`
-	if _, err := c.StartProcess(ctx, l.ID, api.ExecRequest{Cmd: []string{"sh", "-c", loop}}); err != nil {
+	proc, err := c.StartProcess(ctx, l.ID, api.ExecRequest{Cmd: []string{"sh", "-c", loop}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	before := readLoop(t, n, l.ID, 3)
@@ -66,6 +67,19 @@ func TestPauseKeepsRunningProcesses(t *testing.T) {
 			t.Fatalf("curl after resume %d: exit %d %s %s", round, code, out, errs)
 		}
 	}
+	// The resumed lease lists the loop again, under its id, and a signal reaches it.
+	ps, err := c.Processes(ctx, l.ID)
+	if err != nil || len(ps) != 1 || ps[0].ID != proc.ID || !ps[0].Running || !ps[0].Resumed {
+		t.Fatalf("the resumed lease's processes: %+v %v; want %s, running, resumed", ps, err, proc.ID)
+	}
+	if err := c.SignalProcess(ctx, l.ID, proc.ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	// Its entry ends once the loop is found gone from the sandbox's processes.
+	eventually(t, 30*time.Second, "the killed loop's entry to end", func() bool {
+		ps, err := c.Processes(ctx, l.ID)
+		return err == nil && len(ps) == 1 && !ps[0].Running
+	})
 	kinds := n.logKinds(t, l.ID, "lease/pause", "lease/resume")
 	if !kinds["lease/pause"] || !kinds["lease/resume"] {
 		t.Errorf("logs --lease lacks the pause or the resume: %v", kinds)

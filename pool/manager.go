@@ -151,7 +151,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	tb.ended, tb.recordBefore = op.ended, op.recordBefore
 	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, checkpointer: backend, audit: cfg.Audit, table: tb, supply: s,
-		catalog: cfg.Snapshots, scratch: cfg.Scratch, checkpoints: make(checkpoints, maxCheckpoints), log: cfg.Logger,
+		catalog: cfg.Snapshots, scratch: cfg.Scratch, checkpoints: make(checkpoints, maxCheckpoints), ops: op, log: cfg.Logger,
 		claim: func(ctx context.Context, name, holder string, until time.Time) error {
 			return cfg.Store.ClaimJTI(ctx, name, holder, until)
 		},

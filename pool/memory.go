@@ -96,6 +96,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 	var m snapshot.Manifest
 	// The lease's ledger reads its workspace at its end, which a stopped sandbox cannot tell.
 	unrecord := k.table.recordBefore(ctx, l)
+	carried := k.ops.carry(l.ID)
 	if err := cp.Checkpoint(ctx, l.Sandbox, state); err != nil {
 		p.Why = "the checkpoint failed, so the pause keeps the files: " + strings.ReplaceAll(err.Error(), dir, "the checkpoint's folder")
 		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
@@ -104,7 +105,11 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 			return Paused{}, k.runOn(ctx, l, unrecord, fmt.Errorf("the pause could not keep the files either: %w", err))
 		}
 	} else {
-		meta := snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptMemory),
+		withProcs := labels(apitype.KeptMemory)
+		for k, v := range carried {
+			withProcs[k] = v
+		}
+		meta := snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: withProcs,
 			Tenant: l.Tenant, Template: t.Name, Image: l.Sandbox.Image, Lease: l.ID,
 			Paths: append([]string{t.Workdir}, t.Snapshot.Paths...), MaxSize: checkpointCap(t),
 			Cap: fmt.Sprintf("the checkpoint cap of template %s (memory_mb + workspace_mb + tmp_mb)", t.Name)}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -363,5 +365,88 @@ func TestCheckpointNotRestoredAtABoundAddress(t *testing.T) {
 	}
 	if all, _ := m.PausedLeases(ctx, "acme"); len(all) != 1 {
 		t.Fatalf("after the refused resume the lease is not paused still: %+v", all)
+	}
+}
+
+// A background process running at a pause that keeps memory is carried across it: its entry
+// says why it stopped being followed, the resumed lease lists it again under its id (resumed,
+// running, signalled by its marker), and once it is gone from the sandbox its entry ends.
+func TestPauseCarriesProcesses(t *testing.T) {
+	var mu sync.Mutex
+	alive := map[string]bool{}
+	var signalled []string
+	n, _ := memoryNode(t, true, func(rt *pooltest.Runtime) {
+		ws := rt.ExecFunc
+		rt.ExecFunc = func(ctx context.Context, sb pool.Sandbox, req pool.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+			switch {
+			case len(req.Cmd) > 3 && req.Cmd[3] == "alive":
+				mu.Lock()
+				for _, m := range req.Cmd[4:] {
+					if alive[m] {
+						fmt.Fprintln(stdout, m)
+					}
+				}
+				mu.Unlock()
+				return 0, nil
+			case req.Cmd[0] == "forever":
+				mu.Lock()
+				alive[req.Marker] = true
+				mu.Unlock()
+				<-ctx.Done()
+				return -1, errors.New("the sandbox's exec agent stopped")
+			}
+			return ws(ctx, sb, req, stdin, stdout, stderr)
+		}
+		rt.SignalFunc = func(_ context.Context, _ pool.Sandbox, marker, sig string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			signalled = append(signalled, marker+" "+sig)
+			return nil
+		}
+	})
+	ctx := context.Background()
+	m := n.e.Manager
+	l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.StartProcess(ctx, "acme", l.ID, pool.ExecRequest{Cmd: []string{"forever", "--and", "ever"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The pause's end of the old entry signals its marker in the paused sandbox, which a real
+	// runtime has stopped by then (it takes no signal): only what follows the resume counts.
+	mu.Lock()
+	signalled = nil
+	mu.Unlock()
+	if _, err := m.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: n.token(t, "task-1", "acme")}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := m.Processes(ctx, "acme", l.ID)
+	if err != nil || len(ps) != 1 || ps[0].ID != p.ID || !ps[0].Running || !ps[0].Resumed || strings.Join(ps[0].Cmd, " ") != "forever --and ever" {
+		t.Fatalf("the resumed lease's processes: %+v %v; want %s listed again, running, resumed", ps, err, p.ID)
+	}
+	if err := m.SignalProcess(ctx, "acme", l.ID, p.ID, "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	var marker string
+	for mk := range alive {
+		marker = mk
+	}
+	got := strings.Join(signalled, ",")
+	mu.Unlock()
+	if got != marker+" TERM" {
+		t.Fatalf("signalled %q; want the process's marker %s with TERM", got, marker)
+	}
+	mu.Lock()
+	alive[marker] = false
+	mu.Unlock()
+	w, err := m.WaitProcess(ctx, "acme", l.ID, p.ID, 10*time.Second)
+	if err != nil || w.Running || !strings.Contains(w.Error, "ended after the lease's resume") {
+		t.Fatalf("the carried process, gone from the sandbox: %+v %v", w, err)
 	}
 }

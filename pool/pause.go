@@ -258,6 +258,9 @@ func (k *keeper) Resume(ctx context.Context, req ResumeRequest) (Lease, error) {
 		unclaim()
 		return Lease{}, err
 	}
+	if m.Labels[labelForm] == formCheckpoint {
+		k.ops.adopt(l, carriedOf(m.Labels))
+	}
 	// The lease is resumed whether or not its caller waits for the answer: its pause goes all
 	// the same, or the running lease would be listed as paused too, and once released could be
 	// resumed again from what the pause kept.

@@ -63,6 +63,9 @@ type process struct {
 	done           chan struct{}
 	input          *inputBuf     // nil: it takes no input
 	resize         chan TermSize // a terminal's, until it ends; nil otherwise
+	// pausing is set when a pause that keeps memory carries it (carried.go): its end here
+	// is the agent's connection cut by the checkpoint, not its exit.
+	pausing bool
 }
 
 // leaseProcesses are a lease's background processes, ended with it.
@@ -236,10 +239,15 @@ func (op *sandboxOps) StartProcess(ctx context.Context, tenant, id string, req E
 		} else {
 			p.info.ExitCode = &code
 		}
+		pausing := p.pausing
 		op.procMu.Unlock()
 		reason := ""
 		if err != nil {
 			reason = err.Error()
+		}
+		if pausing && err != nil {
+			reason = "its lease paused, and the agent that ran it was cut from the node: where the pause kept memory it runs on, " +
+				"and is listed again as " + p.info.ID + " after the resume (" + reason + ")"
 		}
 		took := time.Since(start)
 		// The end is recorded before anyone learns of it: a release waiting for its processes

@@ -127,6 +127,8 @@ type keeper struct {
 	// scratch is where a checkpoint is written on its way to or from the catalog (Config.Scratch).
 	scratch     string
 	checkpoints checkpoints
+	// ops carries a lease's background processes across a pause that keeps memory.
+	ops *sandboxOps
 	// claim takes a name for this node for a while, or fails when another holds it (the
 	// store's ClaimJTI): two resumes of one paused lease cannot both win.
 	claim   func(ctx context.Context, name, holder string, until time.Time) error

@@ -22,6 +22,10 @@ type ProcessInfo struct {
 	// (ProcessInput) until that is closed.
 	TTY   bool `json:"tty,omitempty"`
 	Stdin bool `json:"stdin,omitempty"`
+	// Resumed says it came back with its lease's resume from a pause that kept memory: it is
+	// listed, signalled and ended with the lease as before, but its output from then on is not
+	// followed, and its exit code is not known (Ended says when it was found gone).
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // FileInfo describes a transferred file.

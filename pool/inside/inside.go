@@ -110,6 +110,14 @@ func ResolvConf(resolver string) []byte {
 	return []byte("nameserver " + resolver + "\noptions ndots:0 attempts:1 timeout:2\n")
 }
 
+// AliveCmd prints each of markers that a process of the sandbox still carries in its
+// environment, one per line (what SignalCmd would reach).
+func AliveCmd(markers []string) []string {
+	sweep := `for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = $$ ] && continue; ` +
+		`for m; do grep -qxz "` + Marker + `=$m" "$p/environ" 2>/dev/null && echo "$m"; done; done | sort -u; exit 0`
+	return append([]string{"sh", "-c", sweep, "alive"}, markers...)
+}
+
 // SignalCmd sends sig, as the sandbox user, to every process whose environment carries marker:
 // the only way to signal a background process and what it started. A process that cleared its
 // environment is left to the lease's end and its pids limit.

@@ -1,0 +1,183 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/pool/inside"
+)
+
+// A pause that keeps memory keeps a lease's background processes running in its checkpoint, but
+// the node's entries for them (StartProcess) end with the agent connection the checkpoint cuts.
+// The pause carries each running one's entry in its manifest's labels (carry), and the resume
+// lists them again (adopt): listed, signalled by their marker, ended with the lease, counted
+// against MaxRunningProcesses; their output from then on is not followed and their exit code
+// not known, so a watch (follow) finds when each is gone.
+
+// labelProcess prefixes the label that carries a process: "proc.ID".
+const labelProcess = "proc."
+
+// carried is a running background process as a pause carries it.
+type carried struct {
+	ID      string    `json:"id"`
+	Marker  string    `json:"m"`
+	Cmd     []string  `json:"c"`
+	Started time.Time `json:"s"`
+	Workdir string    `json:"w,omitempty"`
+	TTY     bool      `json:"t,omitempty"`
+}
+
+// followEvery is how often a resumed lease's carried processes are looked for.
+const followEvery = time.Second
+
+// carry marks lease's running background processes as pausing (their end, when the checkpoint
+// cuts the agent, is recorded so) and returns them as labels for the pause's manifest.
+func (op *sandboxOps) carry(lease string) map[string]string {
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
+	lp := op.procs[lease]
+	if lp == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, id := range lp.order {
+		p := lp.byID[id]
+		if p == nil || !p.info.Running {
+			continue
+		}
+		p.pausing = true
+		c := carried{ID: p.info.ID, Marker: p.marker, Started: p.info.Started, Workdir: p.info.Workdir, TTY: p.info.TTY}
+		// A label holds at most 1 KiB: a long command line is cut, and says so.
+		for _, a := range p.info.Cmd {
+			if b, _ := json.Marshal(append(c.Cmd, a)); len(b)+len(c.Workdir) > 800 {
+				c.Cmd = append(c.Cmd, "…")
+				break
+			}
+			c.Cmd = append(c.Cmd, a)
+		}
+		b, _ := json.Marshal(c)
+		out[labelProcess+p.info.ID] = string(b)
+	}
+	return out
+}
+
+// carriedOf reads the processes a pause's labels carry; a label that does not read is skipped
+// (labels are not signed: the worst one can do is name a marker to look for in the lease's own
+// sandbox).
+func carriedOf(labels map[string]string) []carried {
+	var out []carried
+	for k, v := range labels {
+		if !strings.HasPrefix(k, labelProcess) {
+			continue
+		}
+		var c carried
+		if json.Unmarshal([]byte(v), &c) != nil || c.ID != strings.TrimPrefix(k, labelProcess) || !hexMarker(c.Marker) || len(c.Cmd) == 0 {
+			continue
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	if len(out) > MaxRunningProcesses {
+		out = out[:MaxRunningProcesses]
+	}
+	return out
+}
+
+// hexMarker reports whether m has the form of a process marker (16 hex digits).
+func hexMarker(m string) bool {
+	return len(m) == 16 && strings.Trim(m, "0123456789abcdef") == ""
+}
+
+// adopt lists cs again as l's background processes, l resumed from the pause that carried
+// them, and follows whether they run.
+func (op *sandboxOps) adopt(l Lease, cs []carried) {
+	if len(cs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mine []*process
+	op.procMu.Lock()
+	lp := op.procs[l.ID]
+	if lp == nil {
+		lp = &leaseProcesses{byID: map[string]*process{}}
+		op.procs[l.ID] = lp
+	}
+	for _, c := range cs {
+		if lp.byID[c.ID] != nil {
+			continue
+		}
+		p := &process{
+			info:   ProcessInfo{ID: c.ID, Cmd: c.Cmd, Started: c.Started, Running: true, Workdir: c.Workdir, TTY: c.TTY, Resumed: true},
+			marker: c.Marker, cancel: cancel, stdout: newOutBuf(), stderr: newOutBuf(), done: make(chan struct{}),
+		}
+		lp.byID[c.ID] = p
+		lp.order = append(lp.order, c.ID)
+		mine = append(mine, p)
+	}
+	op.procMu.Unlock()
+	go func() {
+		defer cancel()
+		op.follow(ctx, l, mine)
+	}()
+}
+
+// follow looks, every followEvery, for which of ps still run in l's sandbox, and ends the
+// entries of those gone; when ctx ends (the lease's end) it ends what it still follows.
+func (op *sandboxOps) follow(ctx context.Context, l Lease, ps []*process) {
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for len(ps) > 0 {
+		select {
+		case <-ctx.Done():
+			for _, p := range ps {
+				op.procMu.Lock()
+				why := "its lease ended"
+				if p.pausing {
+					why = "its lease paused; where the pause kept memory it runs on, and is listed again after the resume"
+				}
+				op.procMu.Unlock()
+				op.gone(l, p, why)
+			}
+			return
+		case <-t.C:
+		}
+		markers := make([]string, len(ps))
+		for i, p := range ps {
+			markers[i] = p.marker
+		}
+		var out strings.Builder
+		code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: inside.AliveCmd(markers)}, nil, &out, io.Discard)
+		if err != nil || code != 0 {
+			continue // asked again at the next tick
+		}
+		alive := map[string]bool{}
+		for _, m := range strings.Fields(out.String()) {
+			alive[m] = true
+		}
+		kept := ps[:0]
+		for _, p := range ps {
+			if alive[p.marker] {
+				kept = append(kept, p)
+				continue
+			}
+			op.gone(l, p, "it ended after the lease's resume; its exit code is not known")
+		}
+		ps = kept
+	}
+}
+
+// gone ends the entry of p, a carried process of l, saying why, and records its end.
+func (op *sandboxOps) gone(l Lease, p *process, why string) {
+	now := time.Now().UTC()
+	op.procMu.Lock()
+	p.info.Running, p.info.Ended, p.info.Error = false, &now, why
+	op.procMu.Unlock()
+	op.processEvent(context.Background(), l, p, EventProcessExit, why)
+	close(p.done)
+	p.stdout.Write(nil)
+	p.stderr.Write(nil)
+}
