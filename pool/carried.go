@@ -31,8 +31,12 @@ type carried struct {
 	TTY     bool      `json:"t,omitempty"`
 }
 
-// followEvery is how often a resumed lease's carried processes are looked for.
-const followEvery = time.Second
+// followEvery is how often a resumed lease's carried processes are looked for, and
+// maxFollowFailures how many looks in a row may fail before they are followed no more.
+const (
+	followEvery       = time.Second
+	maxFollowFailures = 30
+)
 
 // carry marks lease's running background processes as pausing (their end, when the checkpoint
 // cuts the agent, is recorded so) and returns them as labels for the pause's manifest.
@@ -107,7 +111,10 @@ func (op *sandboxOps) adopt(l Lease, cs []carried) {
 		op.procs[l.ID] = lp
 	}
 	for _, c := range cs {
-		if lp.byID[c.ID] != nil {
+		// An entry of the same id that still runs is followed already; one the pause's cut
+		// of the agent ended (a pause that failed, its lease running on) is replaced.
+		q := lp.byID[c.ID]
+		if q != nil && q.info.Running {
 			continue
 		}
 		p := &process{
@@ -115,10 +122,16 @@ func (op *sandboxOps) adopt(l Lease, cs []carried) {
 			marker: c.Marker, cancel: cancel, stdout: newOutBuf(), stderr: newOutBuf(), done: make(chan struct{}),
 		}
 		lp.byID[c.ID] = p
-		lp.order = append(lp.order, c.ID)
+		if q == nil {
+			lp.order = append(lp.order, c.ID)
+		}
 		mine = append(mine, p)
 	}
 	op.procMu.Unlock()
+	if len(mine) == 0 {
+		cancel()
+		return
+	}
 	go func() {
 		defer cancel()
 		op.follow(ctx, l, mine)
@@ -130,6 +143,7 @@ func (op *sandboxOps) adopt(l Lease, cs []carried) {
 func (op *sandboxOps) follow(ctx context.Context, l Lease, ps []*process) {
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
+	failed := 0
 	for len(ps) > 0 {
 		select {
 		case <-ctx.Done():
@@ -152,8 +166,17 @@ func (op *sandboxOps) follow(ctx context.Context, l Lease, ps []*process) {
 		var out strings.Builder
 		code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: inside.AliveCmd(markers)}, nil, &out, io.Discard)
 		if err != nil || code != 0 {
-			continue // asked again at the next tick
+			// Asked again at the next tick; a sandbox that stays silent (its lease ended as it
+			// was resumed) is followed no more.
+			if failed++; failed >= maxFollowFailures {
+				for _, p := range ps {
+					op.gone(l, p, "its sandbox stopped answering, so it is followed no more")
+				}
+				return
+			}
+			continue
 		}
+		failed = 0
 		alive := map[string]bool{}
 		for _, m := range strings.Fields(out.String()) {
 			alive[m] = true

@@ -102,7 +102,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
 		k.record(ctx, l, EventSnapshot, m, err)
 		if err != nil {
-			return Paused{}, k.runOn(ctx, l, unrecord, fmt.Errorf("the pause could not keep the files either: %w", err))
+			return Paused{}, k.runOn(ctx, l, unrecord, carried, fmt.Errorf("the pause could not keep the files either: %w", err))
 		}
 	} else {
 		withProcs := labels(apitype.KeptMemory)
@@ -124,7 +124,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 			if back.Addr != l.Sandbox.Addr {
 				return Paused{}, k.release(ctx, l, fmt.Errorf("%w; and its sandbox, restored, came back at %s, not at %s", err, back.Addr, l.Sandbox.Addr))
 			}
-			return Paused{}, k.runOn(ctx, l, unrecord, fmt.Errorf("%w (its sandbox was restored from the checkpoint; connections open then are cut)", err))
+			return Paused{}, k.runOn(ctx, l, unrecord, carried, fmt.Errorf("%w (its sandbox was restored from the checkpoint; connections open then are cut)", err))
 		}
 		p.Kept = apitype.KeptMemory
 	}
@@ -140,11 +140,14 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 // runOn binds l again after a pause that could not keep its state (cause), so that it runs on,
 // or releases it when it cannot be bound again; the error says which.
 // unrecord undoes the record of its workspace taken for the pause: its end will record it.
-func (k *keeper) runOn(ctx context.Context, l Lease, unrecord func(), cause error) error {
+// carried are the background processes the pause carried (their entries ended when the agent
+// was cut), listed again as a resume lists them.
+func (k *keeper) runOn(ctx context.Context, l Lease, unrecord func(), carried map[string]string, cause error) error {
 	if err := k.table.bindAgain(ctx, l, "the pause could not keep its state, and the lease runs on: "+cause.Error()); err != nil {
 		return k.release(ctx, l, fmt.Errorf("%w; and the lease could not be bound again (%v)", cause, err))
 	}
 	unrecord()
+	k.ops.adopt(l, carriedOf(carried))
 	return fmt.Errorf("the lease runs on, not paused: %w", cause)
 }
 
