@@ -76,11 +76,11 @@ func (k *keeper) checkpointable(ctx context.Context, t Template, keep bool) stri
 // not answer, or came back elsewhere), is released: it is never left unbound and running.
 func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused, labels func(apitype.Kept) map[string]string, start time.Time) (Paused, error) {
 	cp := k.checkpointer.(Checkpointer)
-	release, err := k.checkpoints.take(ctx)
+	turn, err := k.checkpoints.take(ctx)
 	if err != nil {
 		return Paused{}, err
 	}
-	defer release()
+	defer turn()
 	dir, err := k.scratchDir()
 	if err != nil {
 		return Paused{}, fmt.Errorf("the lease runs on, not paused: no folder for its checkpoint: %w", err)
@@ -106,8 +106,8 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 		}
 	} else {
 		withProcs := labels(apitype.KeptMemory)
-		for k, v := range carried {
-			withProcs[k] = v
+		for key, v := range carried {
+			withProcs[key] = v
 		}
 		meta := snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: withProcs,
 			Tenant: l.Tenant, Template: t.Name, Image: l.Sandbox.Image, Lease: l.ID,
@@ -175,8 +175,8 @@ type checkpoints chan struct{}
 // maxCheckpoints is how many checkpoints a node handles at once.
 const maxCheckpoints = 2
 
-// take waits for a turn, as long as ctx allows; release gives it back.
-func (c checkpoints) take(ctx context.Context) (release func(), err error) {
+// take waits for a turn, as long as ctx allows; done gives it back.
+func (c checkpoints) take(ctx context.Context) (done func(), err error) {
 	select {
 	case c <- struct{}{}:
 		return func() { <-c }, nil
@@ -321,11 +321,11 @@ func (k *keeper) checkpointRestorer(m snapshot.Manifest) func(context.Context, T
 			}
 			return Restored{}, fmt.Errorf("the warm sandbox's address %s cannot take a checkpoint now: %w", sb.Addr, err)
 		}
-		release, err := k.checkpoints.take(ctx)
+		turn, err := k.checkpoints.take(ctx)
 		if err != nil {
 			return Restored{}, err
 		}
-		defer release()
+		defer turn()
 		dir, err := k.scratchDir()
 		if err != nil {
 			return Restored{}, err
