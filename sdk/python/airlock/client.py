@@ -260,17 +260,21 @@ class Explanation:
 
 @dataclass
 class Restored:
-    """What a sandbox from a snapshot, or a resumed one, started with, and how long that took."""
+    """What a sandbox from a snapshot, or a resumed one, started with, and how long that took;
+    kept is what came back ("files", or "memory+files" for a resume of a pause that kept memory:
+    its processes run on)."""
     snapshot: str
     files: int
     size: int
     took_ms: int
+    kept: str = ""
 
     @classmethod
     def of(cls, v: Optional[dict[str, Any]]) -> Optional["Restored"]:
         if not v:
             return None
-        return cls(snapshot=v["snapshot"], files=v.get("files", 0), size=v.get("size", 0), took_ms=v.get("took_ms", 0))
+        return cls(snapshot=v["snapshot"], files=v.get("files", 0), size=v.get("size", 0), took_ms=v.get("took_ms", 0),
+                   kept=v.get("kept", ""))
 
 
 @dataclass
