@@ -117,16 +117,30 @@ func newFullHarness(t testing.TB, mod func(*Config)) *fullHarness {
 		mod(&cfg)
 	}
 	r := New(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	l, _ := net.ListenPacket("udp", "127.0.0.1:0")
-	addr := l.LocalAddr().String()
-	l.Close()
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	go func() { r.Serve(ctx, addr, func() { close(ready) }); close(done) }()
-	<-ready
-	t.Cleanup(func() { cancel(); <-done })
-	return &fullHarness{addr: addr, up: up, sink: sink, r: r}
+	// The resolver takes a UDP and a TCP port of one number: one free for UDP a moment ago may
+	// be another's for TCP (or UDP) by the time it listens, so a start that fails tries another.
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		l, _ := net.ListenPacket("udp", "127.0.0.1:0")
+		addr := l.LocalAddr().String()
+		l.Close()
+		ready := make(chan struct{})
+		done := make(chan error, 1)
+		go func() { done <- r.Serve(ctx, addr, func() { close(ready) }) }()
+		select {
+		case <-ready:
+			t.Cleanup(func() { cancel(); <-done })
+			return &fullHarness{addr: addr, up: up, sink: sink, r: r}
+		case err := <-done:
+			cancel()
+			if try == 5 {
+				t.Fatalf("the resolver did not start in %d tries, the last on %s: %v", try, addr, err)
+			}
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatalf("the resolver on %s neither started nor failed in 10 s", addr)
+		}
+	}
 }
 
 func (h *fullHarness) ask(t *testing.T, name string, qtype uint16, edns bool, net string) *dns.Msg {
