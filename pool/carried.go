@@ -3,10 +3,13 @@ package pool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-dev/airlock/pool/inside"
 )
@@ -34,7 +37,7 @@ type carried struct {
 // followEvery is how often a resumed lease's carried processes are looked for, and
 // maxFollowFailures how many looks in a row may fail before they are followed no more.
 const (
-	followEvery       = time.Second
+	followEvery       = 2 * time.Second
 	maxFollowFailures = 30
 )
 
@@ -53,20 +56,57 @@ func (op *sandboxOps) carry(lease string) map[string]string {
 		if p == nil || !p.info.Running {
 			continue
 		}
-		p.pausing = true
-		c := carried{ID: p.info.ID, Marker: p.marker, Started: p.info.Started, Workdir: p.info.Workdir, TTY: p.info.TTY}
-		// A label holds at most 1 KiB: a long command line is cut, and says so.
-		for _, a := range p.info.Cmd {
-			if b, _ := json.Marshal(append(c.Cmd, a)); len(b)+len(c.Workdir) > 800 {
-				c.Cmd = append(c.Cmd, "…")
-				break
-			}
-			c.Cmd = append(c.Cmd, a)
+		if len(out) == MaxRunningProcesses {
+			break
 		}
-		b, _ := json.Marshal(c)
-		out[labelProcess+p.info.ID] = string(b)
+		p.pausing = true
+		out[labelProcess+p.info.ID] = fitLabel(carried{ID: p.info.ID, Marker: p.marker, Cmd: slices.Clone(p.info.Cmd),
+			Started: p.info.Started, Workdir: p.info.Workdir, TTY: p.info.TTY})
 	}
 	return out
+}
+
+// maxCarriedLabel is the most a carried process's label holds (a manifest's label value holds
+// 1 KiB): the command line is cut to fit, then the working folder dropped, and say so.
+const maxCarriedLabel = 1000
+
+// fitLabel is c as a label, cut to fit maxCarriedLabel.
+func fitLabel(c carried) string {
+	for {
+		b, _ := json.Marshal(c)
+		if len(b) <= maxCarriedLabel {
+			return string(b)
+		}
+		cut := len(c.Cmd) > 1 && c.Cmd[len(c.Cmd)-1] == "…" // the command was cut already
+		switch {
+		case c.Workdir != "":
+			c.Workdir = ""
+		case cut && len(c.Cmd) > 2:
+			c.Cmd = append(c.Cmd[:len(c.Cmd)-2], "…")
+		case !cut && len(c.Cmd) > 1:
+			c.Cmd[len(c.Cmd)-1] = "…"
+		default:
+			// Its first argument alone is too long: halved, at a rune's start.
+			a := c.Cmd[0]
+			n := len(a) / 2
+			for n > 0 && !utf8.RuneStart(a[n]) {
+				n--
+			}
+			c.Cmd = []string{a[:n], "…"}
+		}
+	}
+}
+
+// uncarry clears what carry marked: lease's processes were not carried after all (the pause
+// kept files, or failed and the lease runs on).
+func (op *sandboxOps) uncarry(lease string) {
+	op.procMu.Lock()
+	defer op.procMu.Unlock()
+	if lp := op.procs[lease]; lp != nil {
+		for _, p := range lp.byID {
+			p.pausing = false
+		}
+	}
 }
 
 // carriedOf reads the processes a pause's labels carry; a label that does not read is skipped
@@ -79,7 +119,7 @@ func carriedOf(labels map[string]string) []carried {
 			continue
 		}
 		var c carried
-		if json.Unmarshal([]byte(v), &c) != nil || c.ID != strings.TrimPrefix(k, labelProcess) || !hexMarker(c.Marker) || len(c.Cmd) == 0 {
+		if json.Unmarshal([]byte(v), &c) != nil || c.ID != strings.TrimPrefix(k, labelProcess) || !processID(c.ID) || !hexMarker(c.Marker) || len(c.Cmd) == 0 {
 			continue
 		}
 		out = append(out, c)
@@ -91,9 +131,15 @@ func carriedOf(labels map[string]string) []carried {
 	return out
 }
 
-// hexMarker reports whether m has the form of a process marker (16 hex digits).
+// hexMarker reports whether m has the form of a process marker (16 hex digits), processID
+// whether id has a process id's ("p-" and 8).
 func hexMarker(m string) bool {
 	return len(m) == 16 && strings.Trim(m, "0123456789abcdef") == ""
+}
+
+func processID(id string) bool {
+	h, ok := strings.CutPrefix(id, "p-")
+	return ok && len(h) == 8 && strings.Trim(h, "0123456789abcdef") == ""
 }
 
 // adopt lists cs again as l's background processes, l resumed from the pause that carried
@@ -110,7 +156,16 @@ func (op *sandboxOps) adopt(l Lease, cs []carried) {
 		lp = &leaseProcesses{byID: map[string]*process{}}
 		op.procs[l.ID] = lp
 	}
+	running := 0
+	for _, q := range lp.byID {
+		if q.info.Running {
+			running++
+		}
+	}
 	for _, c := range cs {
+		if running >= MaxRunningProcesses {
+			break
+		}
 		// An entry of the same id that still runs is followed already; one the pause's cut
 		// of the agent ended (a pause that failed, its lease running on) is replaced.
 		q := lp.byID[c.ID]
@@ -126,9 +181,21 @@ func (op *sandboxOps) adopt(l Lease, cs []carried) {
 			lp.order = append(lp.order, c.ID)
 		}
 		mine = append(mine, p)
+		running++
 	}
 	op.procMu.Unlock()
 	if len(mine) == 0 {
+		cancel()
+		return
+	}
+	// A lease ended between its bind and this (released as it was resumed) was unbound before
+	// its processes were ended: what was listed here for it goes.
+	if _, err := op.table.Held(ctx, l.Tenant, l.ID); errors.Is(err, ErrLeaseNotFound) {
+		op.procMu.Lock()
+		if op.procs[l.ID] == lp {
+			delete(op.procs, l.ID)
+		}
+		op.procMu.Unlock()
 		cancel()
 		return
 	}
@@ -164,7 +231,8 @@ func (op *sandboxOps) follow(ctx context.Context, l Lease, ps []*process) {
 			markers[i] = p.marker
 		}
 		var out strings.Builder
-		code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: inside.AliveCmd(markers)}, nil, &out, io.Discard)
+		code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: inside.AliveCmd(markers), Timeout: 10 * time.Second}, nil,
+			&limitWriter{w: &out, n: int64(17 * len(markers))}, io.Discard)
 		if err != nil || code != 0 {
 			// Asked again at the next tick; a sandbox that stays silent (its lease ended as it
 			// was resumed) is followed no more.

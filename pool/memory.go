@@ -99,6 +99,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 	carried := k.ops.carry(l.ID)
 	if err := cp.Checkpoint(ctx, l.Sandbox, state); err != nil {
 		p.Why = "the checkpoint failed, so the pause keeps the files: " + strings.ReplaceAll(err.Error(), dir, "the checkpoint's folder")
+		k.ops.uncarry(l.ID)
 		m, err = k.save(ctx, l, snapshot.Meta{Kind: snapshot.KindPause, Pinned: true, Labels: labels(apitype.KeptFiles)}, t.Snapshot.Paths)
 		k.record(ctx, l, EventSnapshot, m, err)
 		if err != nil {
@@ -147,6 +148,7 @@ func (k *keeper) runOn(ctx context.Context, l Lease, unrecord func(), carried ma
 		return k.release(ctx, l, fmt.Errorf("%w; and the lease could not be bound again (%v)", cause, err))
 	}
 	unrecord()
+	k.ops.uncarry(l.ID)
 	k.ops.adopt(l, carriedOf(carried))
 	return fmt.Errorf("the lease runs on, not paused: %w", cause)
 }

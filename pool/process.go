@@ -234,20 +234,21 @@ func (op *sandboxOps) StartProcess(ctx context.Context, tenant, id string, req E
 			p.resize = nil
 		}
 		p.info.Running, p.info.Ended, p.info.Stdin = false, &now, false
+		pausing := p.pausing
+		if pausing {
+			// Not an exit, whatever the exec said: the pause cut the node's hold on it.
+			err = errors.New("its lease paused with its memory, which cut the node's hold on it: it runs on in the pause, " +
+				"and is listed again as " + p.info.ID + " after the resume")
+		}
 		if err != nil {
 			p.info.Error = err.Error()
 		} else {
 			p.info.ExitCode = &code
 		}
-		pausing := p.pausing
 		op.procMu.Unlock()
 		reason := ""
 		if err != nil {
 			reason = err.Error()
-		}
-		if pausing && err != nil {
-			reason = "its lease paused, and the agent that ran it was cut from the node: where the pause kept memory it runs on, " +
-				"and is listed again as " + p.info.ID + " after the resume (" + reason + ")"
 		}
 		took := time.Since(start)
 		// The end is recorded before anyone learns of it: a release waiting for its processes

@@ -110,11 +110,11 @@ func ResolvConf(resolver string) []byte {
 	return []byte("nameserver " + resolver + "\noptions ndots:0 attempts:1 timeout:2\n")
 }
 
-// AliveCmd prints each of markers that a process of the sandbox still carries in its
-// environment, one per line (what SignalCmd would reach).
+// AliveCmd prints each of markers (hex, as markers are) that a process of the sandbox still
+// carries in its environment, one per line (what SignalCmd would reach): one grep over every
+// process's environment.
 func AliveCmd(markers []string) []string {
-	sweep := `for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = $$ ] && continue; ` +
-		`for m; do grep -qxz "` + Marker + `=$m" "$p/environ" 2>/dev/null && echo "$m"; done; done | sort -u; exit 0`
+	sweep := `IFS='|'; grep -ohzxE "` + Marker + `=($*)" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | sed 's/^` + Marker + `=//' | sort -u; exit 0`
 	return append([]string{"sh", "-c", sweep, "alive"}, markers...)
 }
 
