@@ -67,7 +67,7 @@ func (op *sandboxOps) carry(lease string) map[string]string {
 }
 
 // maxCarriedLabel is the most a carried process's label holds (a manifest's label value holds
-// 1 KiB): the command line is cut to fit, then the working folder dropped, and say so.
+// 1 KiB): past it the working folder is dropped, then the command line cut, ending in "…".
 const maxCarriedLabel = 1000
 
 // fitLabel is c as a label, cut to fit maxCarriedLabel.
