@@ -66,6 +66,10 @@ func TestPauseAndResume(t *testing.T) {
 			if i < 0 || j < 0 || recs[i].Time.Add(time.Duration(recs[i].DurationMS*float64(time.Millisecond))).After(recs[j].Time) {
 				t.Errorf("the download in flight at the pause has no record that ends with it")
 			}
+			// Cut by the gateway as the lease was unbound, before its sandbox went: recorded as cut.
+			if i >= 0 && recs[i].Event != audit.EventCut {
+				t.Errorf("the download in flight at the pause is recorded as %q, not as cut: %+v", recs[i].Event, recs[i])
+			}
 			// Paused: listed so, no sandbox, nothing runs, nothing minted before is valid.
 			out, errs, code := n.cli(t, "leases", "--json")
 			var listed []apitype.LeaseView

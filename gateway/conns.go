@@ -208,10 +208,22 @@ func (hs *holds) snapshot() []*hold {
 	return out
 }
 
+// Ended rechecks at once what client src holds: a node calls it when it has unbound a lease of
+// src, so that the lease's requests and connections are cut, and recorded as cut, before its
+// sandbox goes (the tick would, within recheckEvery; by then the sandbox may be gone, and what
+// it held ended as if the sandbox had hung up).
+func (p *Proxy) Ended(ctx context.Context, src netip.Addr) {
+	src = src.Unmap()
+	p.recheckWhere(ctx, func(h *hold) bool { return h.src == src })
+}
+
 // recheck cuts every hold whose lease is gone, replaced, or whose scopes no longer allow it.
 // Requests are cut before connections: a request inside a session closed in the same pass is
 // recorded with why it was cut, not as a connection that went away under it.
-func (p *Proxy) recheck(ctx context.Context) {
+func (p *Proxy) recheck(ctx context.Context) { p.recheckWhere(ctx, nil) }
+
+// recheckWhere is recheck of the holds only (nil: all) selects.
+func (p *Proxy) recheckWhere(ctx context.Context, only func(*hold) bool) {
 	d := p.dyn.Load()
 	type client struct {
 		src    netip.Addr
@@ -234,7 +246,7 @@ func (p *Proxy) recheck(ctx context.Context) {
 	held := p.held.snapshot()
 	for _, requests := range []bool{true, false} {
 		for _, h := range held {
-			if (h.method != "") != requests {
+			if (h.method != "") != requests || only != nil && !only(h) {
 				continue
 			}
 			if why := p.refuses(d, h, who); why != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -257,4 +258,21 @@ func TestHeldTokenConnectionsCloseWhenTheStoreIsDown(t *testing.T) {
 func readFull(r io.Reader, b []byte) bool {
 	_, err := io.ReadFull(r, b)
 	return err == nil
+}
+
+// Ended cuts at once what the client it names holds and its lease no longer allows, without
+// waiting for the tick (a node calls it when it unbinds a lease, before its sandbox goes), and
+// leaves every other client's alone.
+func TestEndedCutsTheClientAtOnce(t *testing.T) {
+	h := streamHarness(t)
+	p := h.proxyHandler()
+	c := dialTimed(t, h.proxy.Listener.Addr().String())
+	br := upgrade(t, c, "http://ws.example.test/ws", "ws.example.test")
+	h.mu.Lock()
+	h.bindErr = binding.ErrUnknown // its lease is unbound
+	h.mu.Unlock()
+	p.Ended(context.Background(), netip.MustParseAddr("10.9.9.9"))
+	echoes(t, c, br) // another client's end touches nothing of this one
+	p.Ended(context.Background(), netip.MustParseAddr("::ffff:127.0.0.1"))
+	closed(t, br)
 }

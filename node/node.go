@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -100,7 +101,12 @@ func Run(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger, re
 	// The pool decides on every use of a task token (a lease, a token swap, a client outside the
 	// pool at the gateway), under the catalog the gateway has at that moment.
 	var gw *gatewayPart
-	mgr, err := newPool(cfg, deps, backend, store, cache, sink, creds, verifier, func() broker.Catalog { return gw.proxy.Catalog() }, apiURL, log)
+	mgr, err := newPool(cfg, deps, backend, store, cache, sink, creds, verifier, func() broker.Catalog { return gw.proxy.Catalog() },
+		func(ctx context.Context, a netip.Addr) {
+			if gw != nil {
+				gw.proxy.Ended(ctx, a)
+			}
+		}, apiURL, log)
 	if err != nil {
 		apiLn.Close()
 		return err

@@ -399,16 +399,30 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// cutter is the binding cache as the pool's Binder, with the gateway's Ended as its Cut (nil
+// until the gateway is made).
+type cutter struct {
+	*binding.Cache
+	ended func(ctx context.Context, addr netip.Addr)
+}
+
+func (c cutter) Cut(ctx context.Context, addr netip.Addr) {
+	if c.ended != nil {
+		c.ended(ctx, addr)
+	}
+}
+
 // newPool builds the pool manager; it runs in runPool. catalog returns the catalog in force,
-// which lease-time checks apply.
+// which lease-time checks apply; ended is the gateway's Ended, which an unbind calls.
 func newPool(cfg config.Config, deps Deps, backend pool.Backend, store *redisstore.Store, cache *binding.Cache, sink audit.Sink,
-	creds credentials, verifier *token.Verifier, catalog func() broker.Catalog, apiURL string, log *slog.Logger) (*pool.Manager, error) {
+	creds credentials, verifier *token.Verifier, catalog func() broker.Catalog, ended func(context.Context, netip.Addr), apiURL string,
+	log *slog.Logger) (*pool.Manager, error) {
 	snaps, err := newSnapshots(cfg, creds.vault.Client(), sink, log)
 	if err != nil {
 		return nil, err
 	}
 	pc := pool.Config{
-		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cache, Audit: sink,
+		Node: cfg.Node, Templates: cfg.Templates, Runtime: backend, Store: store, Binder: cutter{Cache: cache, ended: ended}, Audit: sink,
 		Verify: verifier.VerifyFor, CheckTask: func(t token.Task) error { return checkCredentials(catalog(), t) },
 		HealthEvery: cfg.Pool.HealthEvery, RefillParallel: cfg.Pool.RefillParallel, MemoryBudgetMB: memoryBudget(cfg.Pool.MemoryBudgetMB, log),
 		KeepOnStop: cfg.Pool.KeepOnStop, Release: creds.vault.Release, Revoke: creds.vault.Revoke, Logger: log,

@@ -128,7 +128,13 @@ func (tb *leaseTable) cut(ctx context.Context, l Lease) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	tb.unbindLocal(l)
-	return tb.leases.Unbind(ctx, l)
+	if err := tb.leases.Unbind(ctx, l); err != nil {
+		return err
+	}
+	if c, ok := tb.binder.(Cutter); ok && l.Node == tb.node {
+		c.Cut(ctx, l.Sandbox.Addr)
+	}
+	return nil
 }
 
 // finish ends l, which cut has unbound, as endAs says.

@@ -24,6 +24,13 @@ type Binder interface {
 	Lookup(ctx context.Context, addr netip.Addr) (binding.Binding, error)
 }
 
+// Cutter is a Binder that also closes at once what a sandbox's address holds through this
+// node's gateway once its lease is unbound (the gateway's Ended): the lease's connections are
+// then cut, and recorded as cut, before its sandbox goes.
+type Cutter interface {
+	Cut(ctx context.Context, addr netip.Addr)
+}
+
 // Config is what a Manager needs.
 type Config struct {
 	Node      string
