@@ -132,10 +132,7 @@ func TestPauseKeepsMemory(t *testing.T) {
 	n, ck := memoryNode(t, true)
 	ctx := context.Background()
 	m := n.e.Manager
-	l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := n.lease(t)
 	n.ws.Put(l.Sandbox.ID, "workspace/notes.txt", "in memory")
 	p, err := m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true})
 	if err != nil {
@@ -198,10 +195,7 @@ func TestPauseKeepsFilesWhereMemoryCannotBe(t *testing.T) {
 			ck.fail = c.fail
 			ctx := context.Background()
 			m := n.e.Manager
-			l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := n.lease(t)
 			n.ws.Put(l.Sandbox.ID, "workspace/notes.txt", "on disk")
 			p, err := m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true, Keep: c.keep})
 			if err != nil {
@@ -242,11 +236,8 @@ func TestPauseWhoseCheckpointIsNotKept(t *testing.T) {
 			ck.extra, ck.keepAddr, ck.failRestore = "not a checkpoint's file", c.keepAddr, c.failRestore
 			ctx := context.Background()
 			m := n.e.Manager
-			l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true})
+			l := n.lease(t)
+			_, err := m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true})
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "not a file a checkpoint is made of") {
 				t.Fatalf("a pause whose checkpoint cannot be kept: %v; want it to say %q", err, c.want)
 			}
@@ -280,10 +271,7 @@ func TestPauseFormIsNotTakenFromTheManifest(t *testing.T) {
 	n, ck := memoryNode(t, true)
 	ctx := context.Background()
 	m := n.e.Manager
-	l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := n.lease(t)
 	// A workspace that holds what a checkpoint would.
 	n.ws.Put(l.Sandbox.ID, "workspace/checkpoint.img", "crafted")
 	n.ws.Put(l.Sandbox.ID, "workspace/pages.img", "crafted")
@@ -306,7 +294,7 @@ func TestPauseFormIsNotTakenFromTheManifest(t *testing.T) {
 	if edited != 1 || !strings.Contains(mustRead(manifests), `"form": "checkpoint"`) {
 		t.Fatalf("edited %d manifests of lease %s among %v", edited, l.ID, manifests)
 	}
-	_, err = m.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: n.token(t, "task-1", "acme")})
+	_, err := m.Resume(ctx, pool.ResumeRequest{Tenant: "acme", Lease: l.ID, Token: n.token(t, "task-1", "acme")})
 	if !errors.Is(err, snapshot.ErrCorrupt) || !strings.Contains(err.Error(), "not a file a checkpoint is made of") {
 		t.Fatalf("resuming a files pause whose manifest says checkpoint: %v", err)
 	}
@@ -345,10 +333,7 @@ func TestCheckpointNotRestoredAtABoundAddress(t *testing.T) {
 	n, ck := memoryNode(t, true, func(rt *pooltest.Runtime) { rt.Addr = netip.MustParseAddr("10.0.0.7") })
 	ctx := context.Background()
 	m := n.e.Manager
-	l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := n.lease(t)
 	if p, err := m.PauseWith(ctx, "acme", l.ID, pool.PauseOptions{Memory: true}); err != nil || p.Kept != apitype.KeptMemory {
 		t.Fatalf("the pause: %+v %v", p, err)
 	}
@@ -406,10 +391,7 @@ func TestPauseCarriesProcesses(t *testing.T) {
 	})
 	ctx := context.Background()
 	m := n.e.Manager
-	l, err := m.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := n.lease(t)
 	p, err := m.StartProcess(ctx, "acme", l.ID, pool.ExecRequest{Cmd: []string{"forever", "--and", "ever"}})
 	if err != nil {
 		t.Fatal(err)

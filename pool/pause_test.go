@@ -44,6 +44,16 @@ func newPauseNode(t *testing.T, maxPaused time.Duration) *pauseNode {
 	return n
 }
 
+// lease leases a sandbox of the default template for acme's task-1.
+func (n *pauseNode) lease(t *testing.T) pool.Lease {
+	t.Helper()
+	l, err := n.e.Manager.Lease(context.Background(), pool.LeaseRequest{Tenant: "acme", Template: "default", Token: n.token(t, "task-1", "acme")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func (n *pauseNode) token(t *testing.T, task, tenant string) string {
 	t.Helper()
 	tok, err := n.e.Issuer.Mint(task, tenant, []scope.Scope{{Host: "a.example"}}, time.Hour)
