@@ -34,7 +34,7 @@ func (s *supply) claim(ctx context.Context, t Template, local bool) (Sandbox, St
 	s.unclaim(ctx, t, nil)
 	// Whatever on_empty says, this lease found nothing warm: the target rises for it.
 	s.queue.Lock()
-	s.sizers[t.Name].waited(s.now(), 1)
+	s.sizers[t.Name].waited(s.now(), len(s.waiters[t.Name])+1)
 	s.queue.Unlock()
 	switch t.OnEmpty {
 	case OnEmptyRefuse:

@@ -62,8 +62,8 @@ func (s *supply) fill(ctx context.Context, name string) {
 		return
 	}
 	s.queue.Lock()
-	target := s.sizers[name].update(s.now())
 	waiting := len(s.waiters[name])
+	target := s.sizers[name].update(s.now(), c.leased[name], waiting)
 	s.queue.Unlock()
 	warm := c.warm[name]
 	// No more than the engine makes at once is asked for: a creation queued behind the parallel

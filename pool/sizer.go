@@ -6,16 +6,28 @@ import (
 )
 
 // sizer decides how many warm sandboxes one template's pool aims to hold: its target, between
-// the template's min_warm and max_warm. The target follows Little's law: the leases asked for per
-// second times the time a new sandbox takes to be created and checked is how many leases arrive
-// while one is made, so that many (and a margin for the spread of arrivals, its square root)
-// must be warm already for none of them to wait. It rises at once by the number of leases that
-// found nothing warm, and it falls slowly: only after a quiet minute, and then by half of what
-// it holds above what the rate calls for, every half minute, so an idle pool is back at its
-// floor within a few minutes while a pause between two bursts keeps what the first one grew.
+// the template's min_warm and max_warm. Two figures bound what the pool needs, and the target
+// follows the smaller:
+//
+//   - Little's law: the leases asked for per second times the time a new sandbox takes to be
+//     created and checked is how many leases arrive while one is made, so that many (and a
+//     margin for the spread of arrivals, its square root) must be warm already for none of
+//     them to wait. It is what open arrivals (many tasks, each leasing now and then) need.
+//   - The clients in use: leases held and leases waiting, at their peak over the last minute,
+//     with the same margin. However fast they loop, that many clients never ask for more
+//     sandboxes at once than there are of them: two clients looping lease, command, release
+//     ask for two at a time, and a pool of four serves them, where Little's law counted each
+//     of their many leases as an arrival and grew the pool to its ceiling.
+//
+// It rises at once when leases find nothing warm, to as many clients as are in use (held and
+// waiting), never by more: a lease that waits because the engine cannot make sandboxes as fast
+// as a few clients use them grows nothing a larger pool would help. It falls slowly: only after
+// a quiet minute, and then by half of what it holds above what it calls for, every half
+// minute, so an idle pool is back at its floor within a few minutes while a pause between two
+// bursts keeps what the first one grew.
 //
 // It is driven with the time of each event, so tests run it on a clock of their own. Not safe
-// for concurrent use (the manager's counts lock guards it).
+// for concurrent use (the supply's queue lock guards it).
 type sizer struct {
 	min, max int
 	target   int
@@ -23,15 +35,22 @@ type sizer struct {
 	// the last rateWindow.
 	arrivals [rateWindow]int
 	at       [rateWindow]int64
+	// used[i] is the most clients in use (leases held, and leases waiting) seen in
+	// the second usedAt[i], a ring over the last rateWindow.
+	used   [rateWindow]int
+	usedAt [rateWindow]int64
+	// held is the leases held at the last update: with the leases waiting, the clients in use.
+	held     int
 	create   time.Duration // a moving average of the time to create and check one sandbox
 	measured bool          // create is measured, not the first guess
-	grown    time.Time     // when the target last rose
+	grown    time.Time     // when the target last rose, or leases last waited on a pool no larger than their clients
 	shrunk   time.Time     // when it last fell
 }
 
 const (
-	// rateWindow is the long view of the lease rate, in seconds; burstWindow the short one,
-	// which sees a burst before the long one has averaged it away.
+	// rateWindow is the long view of the lease rate and of the clients in use, in seconds;
+	// burstWindow the short view of the rate, which sees a burst before the long one has
+	// averaged it away.
 	rateWindow  = 60
 	burstWindow = 10
 	// holdGrowth is how long the target keeps what it grew before it may fall; shrinkEvery
@@ -70,14 +89,22 @@ func (s *sizer) created(d time.Duration) {
 	s.create += (d - s.create) / 4
 }
 
-// waited records that n leases found nothing warm at now: the target rises by n at once, and
-// a pool whose leases still wait does not shrink, even at its ceiling.
-func (s *sizer) waited(now time.Time, n int) {
-	if n <= 0 {
-		return
+// waited records that a lease found nothing warm at now, when waiting leases wait (it among
+// them). The target rises by one at once, up to the clients in use (the leases held at the
+// last update and those waiting), and a pool no larger than its clients does not shrink while
+// they wait, even at its ceiling. A pool larger than its clients whose leases still wait is
+// paced by the engine, not by its size: its waits neither grow it nor hold it.
+func (s *sizer) waited(now time.Time, waiting int) {
+	s.grow(now, 1, s.held+max(waiting, 1))
+}
+
+// grow raises the target by n, up to clients, the clients in use at now, and holds it while
+// it is no larger than they are.
+func (s *sizer) grow(now time.Time, n, clients int) {
+	s.raise(now, min(s.target+n, clients))
+	if s.target <= clients {
+		s.grown = now
 	}
-	s.raise(now, s.target+n)
-	s.grown = now
 }
 
 // rate is the lease rate at now, per second: the higher of the last minute's and the last ten
@@ -98,16 +125,47 @@ func (s *sizer) rate(now time.Time) float64 {
 	return math.Max(float64(long)/rateWindow, float64(short)/burstWindow)
 }
 
-// desired is what the lease rate at now calls for: the leases that arrive while one sandbox is
-// made, and the square root of that as a margin, rounded up.
-func (s *sizer) desired(now time.Time) int {
-	inFlight := s.rate(now) * s.create.Seconds()
-	return int(math.Ceil(inFlight + math.Sqrt(inFlight)))
+// peak is the most clients in use in the last rateWindow seconds up to now, the second under
+// way included.
+func (s *sizer) peak(now time.Time) int {
+	sec := now.Unix()
+	p := 0
+	for i := range rateWindow {
+		if age := sec - s.usedAt[i]; age >= 0 && age < rateWindow {
+			p = max(p, s.used[i])
+		}
+	}
+	return p
 }
 
-// update moves the target for now and returns it: up at once to what the rate calls for, down
-// by half the excess once the growth is a minute old and the last fall half a minute old.
-func (s *sizer) update(now time.Time) int {
+// withMargin is n and its square root, rounded up: n clients (or leases in flight) and a
+// margin for their spread.
+func withMargin(n float64) int {
+	return int(math.Ceil(n + math.Sqrt(n)))
+}
+
+// desired is what now calls for: the leases that arrive while one sandbox is made (Little's
+// law), at most the clients in use at their peak, each with its margin.
+func (s *sizer) desired(now time.Time) int {
+	return min(withMargin(s.rate(now)*s.create.Seconds()), withMargin(float64(s.peak(now))))
+}
+
+// update records the clients using the pool at now, held (leases bound in the store; one
+// between its claim and its binding is left out for that moment, a waiting lease that looks
+// for a sandbox being pending too) and waiting, then moves the target for now and returns it: up at once by the leases waiting, up
+// to the clients in use, and to what desired calls for; down by half the excess once the
+// growth is a minute old and the last fall half a minute old.
+func (s *sizer) update(now time.Time, held, waiting int) int {
+	sec := now.Unix()
+	i := int(sec % rateWindow)
+	if s.usedAt[i] != sec {
+		s.usedAt[i], s.used[i] = sec, 0
+	}
+	s.used[i] = max(s.used[i], held+waiting)
+	s.held = held
+	if waiting > 0 {
+		s.grow(now, waiting, held+waiting)
+	}
 	want := min(max(s.desired(now), s.min), s.max)
 	switch {
 	case want > s.target:
