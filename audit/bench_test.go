@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -62,7 +63,7 @@ func BenchmarkWriterStep(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		r := recs[i%len(recs)]
-		s.append(&r)
+		s.appendRecords([]Record{r}, math.MaxInt64)
 		if i++; i%(1<<16) == 0 {
 			s.active, s.size = newIndex(), 0 // a segment's worth: sealed
 		}

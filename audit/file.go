@@ -2,12 +2,14 @@ package audit
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,7 +107,8 @@ type FileSink struct {
 	prev       string
 	enc        encoder
 	buf        []byte
-	hashed     []byte // scratch for the hash input
+	hashed     []byte     // scratch for the hash input
+	spans      [][2]int64 // scratch: the byte span of each record appendRecords wrote
 	batch      []Record
 	lastSigned uint64 // seq the last checkpoint signed
 	lastCkpt   time.Time
@@ -419,9 +422,11 @@ func (s *FileSink) run() {
 		s.batch, s.pending = s.pending, s.batch[:0]
 		closed := s.closed
 		s.mu.Unlock()
-		for i := range s.batch {
-			s.fail(s.append(&s.batch[i]))
-			s.batch[i] = Record{} // drop references to the strings it held
+		for i := 0; i < len(s.batch); {
+			n, err := s.appendRecords(s.batch[i:min(i+indexChunk, len(s.batch))], s.cfg.SegmentBytes)
+			s.fail(err)
+			clear(s.batch[i : i+n]) // drop references to the strings they held
+			i += n
 			if s.size >= s.cfg.SegmentBytes {
 				s.fail(s.seal(fmt.Sprintf("the last segment reached audit.segment_bytes (%d bytes)", s.cfg.SegmentBytes)))
 			}
@@ -551,26 +556,51 @@ func (s *FileSink) checkpoint() (Checkpoint, error) {
 // appendOwn writes a record of the trail's own.
 func (s *FileSink) appendOwn(r Record) error {
 	r.Time, r.Node = s.cfg.clock(), s.cfg.Node
-	return s.append(&r)
+	_, err := s.appendRecords([]Record{r}, math.MaxInt64)
+	return err
 }
 
-// append writes r to the active segment and indexes it. Only the writer loop seals a full
-// segment, after a queued record: the trail's own records never start a new one, so sealing,
-// retention and checkpoints cannot call each other without end.
-func (s *FileSink) append(r *Record) error {
-	line := s.line(r)
-	if _, err := s.w.Write(line); err != nil {
-		return err
+// indexChunk bounds the records appendRecords indexes under one hold of the index's lock, so a
+// query waits for at most that many (tens of microseconds) to take its view.
+const indexChunk = 256
+
+// appendRecords writes recs to the active segment in order, stopping after the one that brings
+// it to full bytes, and indexes those it wrote: the index's lock and the counters are taken once
+// per call, not once per record. It returns how many of recs it took and the first write error
+// (a record that could not be written still took its seq, as before, and is not indexed). Only
+// the writer loop seals a full segment, after a queued record: the trail's own records never
+// start a new one, so sealing, retention and checkpoints cannot call each other without end.
+func (s *FileSink) appendRecords(recs []Record, full int64) (int, error) {
+	spans := s.spans[:0]
+	var err error
+	n, from := 0, s.size
+	for n < len(recs) && (n == 0 || s.size < full) {
+		line := s.line(&recs[n])
+		n++
+		if _, werr := s.w.Write(line); werr != nil {
+			err = cmp.Or(err, werr)
+			spans = append(spans, [2]int64{-1, -1})
+			continue
+		}
+		spans = append(spans, [2]int64{s.size, s.size + int64(len(line))})
+		s.size += int64(len(line))
 	}
-	start := s.size
-	s.size += int64(len(line))
+	s.spans = spans
+	written := 0
 	s.xmu.Lock()
-	s.active.add(r, start, s.size)
+	for i, sp := range spans {
+		if sp[0] >= 0 {
+			s.active.add(&recs[i], sp[0], sp[1])
+			written++
+		}
+	}
 	s.xmu.Unlock()
-	s.m.written.Add(1)
-	s.m.bytes.Add(int64(len(line)))
-	s.m.leases.observe(r)
-	return nil
+	s.m.written.Add(uint64(written))
+	s.m.bytes.Add(s.size - from)
+	for i := range n {
+		s.m.leases.observe(&recs[i])
+	}
+	return n, err
 }
 
 // line gives r the next seq and its link in the chain and returns its line of the trail (valid
