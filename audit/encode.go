@@ -24,6 +24,11 @@ import (
 type encoder struct {
 	b   []byte
 	raw []rawField // fields of the record being written that are not valid UTF-8
+	// The last record's time as text up to its seconds, and its zone: a record in the same
+	// second of the same location reuses both and formats only its fraction (see appendTime).
+	sec               int64
+	loc               *time.Location
+	secText, zoneText []byte
 }
 
 type rawField struct{ name, value string }
@@ -32,7 +37,7 @@ type rawField struct{ name, value string }
 func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.b, e.raw = b, e.raw[:0]
 	e.b = append(e.b, `{"time":"`...)
-	e.b = r.Time.AppendFormat(e.b, time.RFC3339Nano)
+	e.appendTime(r.Time)
 	e.b = append(e.b, `","kind":`...)
 	e.text("kind", string(r.Kind))
 	e.str("node", r.Node)
@@ -109,6 +114,33 @@ func (e *encoder) appendJSON(b []byte, r *Record) []byte {
 	e.str("hash", r.Hash)
 	e.b = append(e.b, '}')
 	return e.b
+}
+
+// appendTime appends t as t.AppendFormat(b, time.RFC3339Nano) does. That layout is the seconds
+// text, the fraction with its trailing zeros (and, for none, its dot) dropped, and the zone, and
+// the first and last are the same for every time in one second of one location, so they are
+// formatted once per second.
+func (e *encoder) appendTime(t time.Time) {
+	if sec, loc := t.Unix(), t.Location(); sec != e.sec || loc != e.loc || e.secText == nil {
+		e.sec, e.loc = sec, loc
+		e.secText = t.AppendFormat(e.secText[:0], "2006-01-02T15:04:05")
+		e.zoneText = t.AppendFormat(e.zoneText[:0], "Z07:00")
+	}
+	e.b = append(e.b, e.secText...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var f [10]byte
+		f[0] = '.'
+		for i := 9; i > 0; i-- {
+			f[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := len(f)
+		for f[n-1] == '0' {
+			n--
+		}
+		e.b = append(e.b, f[:n]...)
+	}
+	e.b = append(e.b, e.zoneText...)
 }
 
 // list appends a list of strings unless it is empty; an element that is not valid UTF-8 is kept

@@ -66,3 +66,33 @@ func BenchmarkAppend(b *testing.B) {
 		s.line(&r)
 	}
 }
+
+// The encoder formats a record's time once per second and only the fraction per record: what it
+// writes must still be time.RFC3339Nano's text for every time, location and fraction, including
+// the ones that follow each other within a second.
+func TestAppendTimeMatchesRFC3339Nano(t *testing.T) {
+	locs := []*time.Location{time.UTC, time.Local, time.FixedZone("", -(3*3600 + 30*60)), time.FixedZone("X", 5*3600+45*60)}
+	base := []time.Time{
+		time.Date(2026, 12, 3, 18, 5, 26, 0, time.UTC),
+		time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 100, time.UTC),
+		time.Date(-5, 3, 1, 0, 0, 0, 10, time.UTC),
+		time.Now(),
+	}
+	fracs := []int{0, 1, 10, 100, 120, 123456789, 500000000, 999999999, 100000000, 1000}
+	var e encoder
+	for _, b := range base {
+		for _, loc := range locs {
+			for _, f := range fracs {
+				tm := b.Truncate(time.Second).Add(time.Duration(f)).In(loc)
+				want := tm.AppendFormat(nil, time.RFC3339Nano)
+				e.b = e.b[:0]
+				e.appendTime(tm)
+				if string(e.b) != string(want) {
+					t.Errorf("%v: got %s, want %s", tm, e.b, want)
+				}
+			}
+		}
+	}
+}
