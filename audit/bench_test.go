@@ -45,8 +45,8 @@ func BenchmarkSinkWrite(b *testing.B) {
 	}
 }
 
-// BenchmarkWriterStep is the writer goroutine's cost per record: encoding, hashing, indexing and
-// the buffered write (to a discarding file).
+// BenchmarkWriterStep is the writer goroutine's cost per record when records arrive one at a
+// time: encoding, hashing, indexing and the buffered write (to a discarding file).
 func BenchmarkWriterStep(b *testing.B) {
 	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
@@ -64,6 +64,34 @@ func BenchmarkWriterStep(b *testing.B) {
 	for b.Loop() {
 		r := recs[i%len(recs)]
 		s.appendRecords([]Record{r}, math.MaxInt64)
+		if i++; i%(1<<16) == 0 {
+			s.active, s.size = newIndex(), 0 // a segment's worth: sealed
+		}
+	}
+}
+
+// BenchmarkWriterBatch is the writer goroutine's cost per record when records arrive faster
+// than one at a time, as under load: its batches are written and indexed indexChunk at a time.
+func BenchmarkWriterBatch(b *testing.B) {
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	s := &FileSink{f: f, w: bufio.NewWriterSize(f, 64<<10), active: newIndex()}
+	recs := make([]Record, 64)
+	for i := range recs {
+		recs[i] = benchRecord(i)
+		recs[i].Time = time.Now()
+	}
+	chunk := make([]Record, 0, indexChunk)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if chunk = append(chunk, recs[i%len(recs)]); len(chunk) == indexChunk {
+			s.appendRecords(chunk, math.MaxInt64)
+			chunk = chunk[:0]
+		}
 		if i++; i%(1<<16) == 0 {
 			s.active, s.size = newIndex(), 0 // a segment's worth: sealed
 		}

@@ -211,14 +211,34 @@ func (e *encoder) num(name string, v int64) {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonPlain is true for the bytes appendString copies as they are: ASCII from space up, except
+// the quote and the backslash.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string: quotes, backslashes, control characters, U+2028 and
 // U+2029 escaped, invalid UTF-8 replaced with U+FFFD, as encoding/json does (without its HTML
 // escaping). It reports whether s was valid UTF-8.
 func (e *encoder) appendString(s string) (valid bool) {
 	b := append(e.b, '"')
+	// Most strings (names, rules, addresses) need no escape: one table lookup a byte finds the
+	// first that does, and all before it is copied at once.
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		b = append(b, s...)
+		e.b = append(b, '"')
+		return true
+	}
 	valid = true
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
