@@ -14,7 +14,8 @@
 // input), InputEnd, Kill (the command's process group, SIGKILL). From the agent: Output and
 // Errors (the command's standard output and error), Exit (payload: the exit code, 4 bytes
 // big-endian; after all of the command's output), and Failed (the command could not start; the
-// payload says why, and an Exit follows).
+// payload says why, and an Exit follows). From a keeper (the sandbox's main process, which
+// relays frames to and from an agent it started: keep.go), Gone: that agent stopped.
 //
 // The agent runs as the sandbox's user, so code in the sandbox can kill or trace it; that gives
 // it nothing it does not have (its commands are its own), and the node falls back to the
@@ -51,6 +52,7 @@ const (
 	Errors   byte = 'R'
 	Exit     byte = 'X'
 	Failed   byte = 'F'
+	// Gone is a keeper's (keep.go).
 )
 
 // MaxPayload bounds one frame's payload either way.
@@ -88,7 +90,7 @@ func ReadFrame(r io.Reader, buf []byte) (Frame, []byte, error) {
 	f := Frame{Type: head[0], ID: binary.BigEndian.Uint32(head[1:5])}
 	n := binary.BigEndian.Uint32(head[5:9])
 	switch f.Type {
-	case Start, Input, InputEnd, Kill, Output, Errors, Exit, Failed:
+	case Start, Input, InputEnd, Kill, Output, Errors, Exit, Failed, Gone:
 	default:
 		return Frame{}, buf, fmt.Errorf("%w: type %q", ErrFrame, f.Type)
 	}

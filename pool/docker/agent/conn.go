@@ -103,6 +103,10 @@ func (c *Conn) read(r io.Reader) {
 			c.stop(err)
 			return
 		}
+		if f.Type == Gone {
+			c.stop(ErrGone) // as at the end of an agent's own stream
+			return
+		}
 		c.mu.Lock()
 		cl := c.calls[f.ID]
 		if f.Type == Exit {

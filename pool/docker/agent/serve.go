@@ -16,8 +16,12 @@ import (
 
 // The agent takes over a binary that imports this package when Env is set to "1", or when
 // ServeArg is its one argument: it serves the node on its standard streams and exits when its
-// input ends. Env is removed from the environment first, so no command it runs inherits it.
+// input ends. KeepArg as the one argument makes it a keeper instead (keep.go). Env is removed from the environment first, so no command it runs inherits it.
 func init() {
+	if len(os.Args) == 2 && os.Args[1] == KeepArg {
+		keepMain()
+		os.Exit(0)
+	}
 	if os.Getenv(Env) != "1" && (len(os.Args) != 2 || os.Args[1] != ServeArg) {
 		return
 	}
