@@ -15,6 +15,9 @@ ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-6s}
 BULK_GET=${BULK_GET:-1073741824}
 BULK_PUT=${BULK_PUT:-268435456}
+# BEFORE: the commit whose gateway runs beside this tree's as airlock-before (the rows of #34's
+# before-and-after, from one run); empty leaves those rows out.
+BEFORE=${BEFORE-b4b9ad8}
 mkdir -p "$tools"
 # The memory rows hold 10,000 connections open in one process, through one proxy.
 ulimit -n "$(ulimit -Hn)"
@@ -37,11 +40,17 @@ go build -o "$tools/gatewaybench" ./bench/gatewaybench
 gb="$tools/gatewaybench"
 
 . scripts/bench-lib.sh
+if [ -n "$BEFORE" ]; then
+	mkdir -p "$work/before"
+	git archive "$BEFORE" | tar -x -C "$work/before"
+	(cd "$work/before" && go build -o "$work/gatewaybench-before" ./bench/gatewaybench)
+fi
 
 aside upstream "$gb" upstream -http 127.0.0.1:18081 -https 127.0.0.1:18443 -cert "$work"
 waitport 18081 upstream
 waitport 18443 upstream
 bg gateway "$gb" gateway -listen 127.0.0.1:18080 -http-upstream 127.0.0.1:18081 -https-upstream 127.0.0.1:18443 -cert "$work" -audit "$work/audit"
+[ -n "$BEFORE" ] && bg gateway_before "$work/gatewaybench-before" gateway -listen 127.0.0.1:18087 -http-upstream 127.0.0.1:18081 -https-upstream 127.0.0.1:18443 -cert "$work" -audit "$work/audit-before"
 bg relay "$gb" relay -listen 127.0.0.1:18086 -to 127.0.0.1:18081
 bg smokescreen "$tools/smokescreen" --listen-ip 127.0.0.1 --listen-port 18083 --allow-range 127.0.0.0/8
 
@@ -87,6 +96,7 @@ for s in squid squid_log squid_bump; do bg "$s" "$(command -v squid)" -N -f "$wo
 waitport 18080 gateway
 waitport 18083 smokescreen
 waitport 18086 relay
+[ -z "$BEFORE" ] || waitport 18087 gateway_before
 waitport 18082 squid
 waitport 18084 squid_log
 waitport 18085 squid_bump
@@ -130,6 +140,10 @@ runbulk() { # name host proxy(or "") -get|-put bytes
 ours=$(lua "http://upstream.bench:18081/" "upstream.bench:18081" ours)
 peer=$(lua "http://127.0.0.1:18081/" "127.0.0.1:18081" peer)
 gw=http://127.0.0.1:18080
+gwb=http://127.0.0.1:18087
+# steal: the clock ticks the hypervisor gave core 1 to someone else, so far.
+steal() { awk '$1=="cpu1" {print $9}' /proc/stat; }
+steal0=$(steal)
 bump="-roots $work/squid-ca.pem"
 for round in $(seq 1 "$ROUNDS"); do
 	echo "round $round of $ROUNDS" >&2
@@ -137,14 +151,17 @@ for round in $(seq 1 "$ROUNDS"); do
 		runwrk direct "$c" 127.0.0.1:18081 ""
 		runwrk relay "$c" 127.0.0.1:18086 ""
 		runwrk airlock "$c" 127.0.0.1:18080 "$ours"
+		[ -z "$BEFORE" ] || runwrk airlock-before "$c" 127.0.0.1:18087 "$ours"
 		runwrk smokescreen "$c" 127.0.0.1:18083 "$peer"
 		runwrk squid "$c" 127.0.0.1:18082 "$peer"
 		runwrk squid-log "$c" 127.0.0.1:18084 "$peer"
 		runload direct-tls "$c" ""
 		runload airlock-intercepted "$c" "$gw"
+		[ -z "$BEFORE" ] || runload airlock-before-intercepted "$c" "$gwb"
 		runload squid-bump "$c" http://127.0.0.1:18085 $bump
 		runload direct-tls-new "$c" "" -new
 		runload airlock-new "$c" "$gw" -new
+		[ -z "$BEFORE" ] || runload airlock-before-new "$c" "$gwb" -new
 		runload squid-bump-new "$c" http://127.0.0.1:18085 $bump -new
 	done
 	for dir in "-get $BULK_GET" "-put $BULK_PUT"; do
@@ -156,6 +173,7 @@ for round in $(seq 1 "$ROUNDS"); do
 		runbulk injected secret.bench "$gw" $dir
 	done
 done
+steal1=$(steal)
 [ "$(grep -c "^squid-log " "$work/results")" -gt 0 ] && [ -s "$work/squid_log/access.log" ] ||
 	{ echo "Squid's access log stayed empty: the logged rows would not be logging" >&2; exit 1; }
 
@@ -175,25 +193,39 @@ table() { # base name...
 		done
 	done
 }
-plain=$(table direct relay airlock smokescreen squid squid-log)
-tls=$(table direct-tls airlock-intercepted squid-bump)
-fresh=$(table direct-tls-new airlock-new squid-bump-new)
+b() { [ -n "$BEFORE" ] && echo "$1"; }
+plain=$(table direct relay airlock $(b airlock-before) smokescreen squid squid-log)
+tls=$(table direct-tls airlock-intercepted $(b airlock-before-intercepted) squid-bump)
+fresh=$(table direct-tls-new airlock-new $(b airlock-before-new) squid-bump-new)
 target() { # what got want
 	local ok=no
 	[ "$(echo "$2 >= $3" | bc -l)" = 1 ] && ok=yes
 	echo "- $1: $2 (target $3: $ok)"
 }
+# own NAME: what NAME adds at one connection above the bare relay's p50, in µs.
+own() { echo "$(col "$1" 1 4) - $(col relay 1 4)" | bc -l | sed 's/\..*//'; }
 added1=$(echo "$(col airlock 1 4) - $(col direct 1 4)" | bc -l)
 floor1=$(echo "$(col relay 1 4) - $(col direct 1 4)" | bc -l)
+atmost() { # what got want
+	echo "- $1: $2 µs (target at most $3: $([ "$(echo "$2 <= $3" | bc -l)" = 1 ] && echo yes || echo no))"
+}
 summary=$(
 	target "airlock / Squid with its access log on, req/s at 32 connections" "$(ratio airlock squid-log 32)" 1.5
+	[ -z "$BEFORE" ] || echo "- airlock-before ($BEFORE) / Squid with its access log on, req/s at 32 connections: $(ratio airlock-before squid-log 32)"
 	target "airlock / Squid with its access log off, req/s at 32 connections" "$(ratio airlock squid 32)" 1.2
 	echo "- airlock / smokescreen, req/s at 32 connections: $(ratio airlock smokescreen 32)"
-	echo "- added p50 at 1 connection over direct: ${added1%.*} µs (target at most 100 µs: $([ "$(echo "$added1 <= 100" | bc -l)" = 1 ] && echo yes || echo no)); a bare TCP relay on the same core adds ${floor1%.*} µs, airlock ${added1%.*} µs, so its own work adds $(echo "$added1 - $floor1" | bc -l | sed 's/\..*//') µs"
-	target "intercepted / Squid ssl-bump, kept-alive req/s at 1 connection" "$(ratio airlock-intercepted squid-bump 1)" 1.5
+	atmost "airlock's own added p50 at 1 connection, above the bare relay's (the relay adds ${floor1%.*} µs over direct, airlock ${added1%.*} µs)" "$(own airlock)" 50
+	[ -z "$BEFORE" ] || echo "- airlock-before's own added p50 at 1 connection, above the bare relay's: $(own airlock-before) µs"
+	target "intercepted / Squid ssl-bump, kept-alive req/s at 1 connection" "$(ratio airlock-intercepted squid-bump 1)" 1.0
 	target "intercepted / Squid ssl-bump, kept-alive req/s at 32 connections" "$(ratio airlock-intercepted squid-bump 32)" 1.5
-	target "intercepted / Squid ssl-bump, new connections/s at 1 connection" "$(ratio airlock-new squid-bump-new 1)" 1.5
+	target "intercepted / Squid ssl-bump, new connections/s at 1 connection" "$(ratio airlock-new squid-bump-new 1)" 1.0
 	target "intercepted / Squid ssl-bump, new connections/s at 32 connections" "$(ratio airlock-new squid-bump-new 32)" 1.5
+	if [ -n "$BEFORE" ]; then
+		for c in 1 32; do
+			echo "- airlock-before ($BEFORE) / Squid ssl-bump at $c connection(s): kept-alive $(ratio airlock-before-intercepted squid-bump "$c"), new $(ratio airlock-before-new squid-bump-new "$c")"
+		done
+	fi
+	echo "- core 1 (the proxies') was stolen by the hypervisor for $(echo "($steal1 - $steal0) / $(getconf CLK_TCK)" | bc -l | sed 's/^\./0./; s/\(\.[0-9][0-9]\).*/\1/') s of the throughput rounds; the clock source was $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 )
 echo "$plain"; echo; echo "$tls"; echo; echo "$fresh"; echo; echo "$summary"
 
@@ -271,6 +303,7 @@ echo "$allocs"
 	echo "squid-openssl) runs with caching off, three ways: access log off (\`squid\`), access log on"
 	echo "(\`squid-log\`, one line per request to a file: the work airlock's audit does), and intercepting"
 	echo "TLS with ssl-bump and its own P-256 CA (\`squid-bump\`, log off)."
+	[ -z "$BEFORE" ] || echo "\`airlock-before\` is the gateway built from $BEFORE (before #34's work on it), run the same way beside it."
 	echo
 	echo "Plain HTTP, kept-alive connections, wrk (absolute-form requests). \`relay\` is a bare TCP relay"
 	echo "on core 1 (bench/gatewaybench relay: two io.Copy loops, no HTTP): the floor of what any proxy"
