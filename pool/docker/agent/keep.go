@@ -42,20 +42,31 @@ const keepWriteTimeout = 5 * time.Second
 const keepRestartGap = time.Second
 
 // Keep is the keeper's work (see KeepArg): it runs agents started by spawn, one after another,
-// relaying frames from in to the running one and from it to out, until in ends (then it goes
-// on reaping, as an idle sandbox's main process) or the process ends. spawn starts an agent
-// on the given streams and returns its process id.
+// relaying frames from in to the running one and from it to out. When in ends it goes on as
+// an idle sandbox's main process; when in is malformed (only code in the sandbox reading the
+// node's stream from under the keeper does that) it kills the running agent and returns, and
+// the sandbox ends with it: a stream out of step cannot be trusted to frame a command again.
+// spawn starts an agent on the given streams and returns its process id.
 func Keep(in io.Reader, out io.Writer, spawn func(stdin, stdout *os.File) (int, error)) {
 	k := &keeper{out: out}
 	k.started.L = &k.mu
-	go k.relayIn(in)
-	for {
-		began := time.Now()
-		k.serveOne(spawn)
-		if d := keepRestartGap - time.Since(began); d > 0 {
-			time.Sleep(d)
+	go func() {
+		for {
+			began := time.Now()
+			k.serveOne(spawn)
+			if d := keepRestartGap - time.Since(began); d > 0 {
+				time.Sleep(d)
+			}
 		}
+	}()
+	if err := k.relayIn(in); errors.Is(err, io.EOF) {
+		select {}
 	}
+	k.mu.Lock()
+	if k.pid != 0 {
+		syscall.Kill(k.pid, syscall.SIGKILL)
+	}
+	k.mu.Unlock()
 }
 
 type keeper struct {
@@ -122,14 +133,14 @@ func (k *keeper) serveOne(spawn func(stdin, stdout *os.File) (int, error)) {
 // told Gone that the next agent runs is one whose command that connection said may have run
 // (ErrStarted). An agent that does not take a frame within keepWriteTimeout is killed, which
 // ends its output and so serveOne's relay.
-func (k *keeper) relayIn(in io.Reader) {
+func (k *keeper) relayIn(in io.Reader) error {
 	r := bufio.NewReaderSize(in, 64<<10)
 	var buf, wbuf []byte
 	for {
 		f, b, err := ReadFrame(r, buf)
 		buf = b
 		if err != nil {
-			return
+			return err
 		}
 		wbuf = AppendFrame(wbuf[:0], f)
 		k.mu.Lock()
@@ -164,9 +175,11 @@ func reap() {
 }
 
 // keepMain is the keeper's process: it reaps, and keeps agents that are this executable
-// started with ServeArg, relaying the container's standard streams to them. Its own standard
-// error goes nowhere, so that what it holds open is only what it relays.
+// started with ServeArg, relaying the container's standard streams to them. It makes itself
+// undumpable, so that code in the sandbox, whose user it runs as, cannot open its files under
+// /proc (the node's stream among them); the agents it starts are as an engine exec's were.
 func keepMain() {
+	syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
 	go reap()
 	self, err := os.Executable()
 	if err != nil {

@@ -11,14 +11,22 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // startKeeper runs this test binary as a keeper (KeepArg), as a sandbox's main process runs
 // the node's executable; connect opens a connection over its streams as the node attaches to
 // a container's, which a connection's end detaches from without ending them.
 func startKeeper(t *testing.T) (connect func() *Conn) {
+	connect, _, _ = startKeeperProc(t)
+	return connect
+}
+
+// startKeeperProc is startKeeper, with the keeper's process and its input.
+func startKeeperProc(t *testing.T) (connect func() *Conn, cmd *exec.Cmd, in io.WriteCloser) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], KeepArg)
+	cmd = exec.Command(os.Args[0], KeepArg)
 	cmd.Env = append(os.Environ(), "AGENT_TEST_BASE=from-keeper")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -44,7 +52,7 @@ func startKeeper(t *testing.T) (connect func() *Conn) {
 		c := NewConn(out, in, func() {})
 		conns = append(conns, c)
 		return c
-	}
+	}, cmd, in
 }
 
 // agentPid runs a command through c that prints its parent's pid and command name: the agent's.
@@ -122,4 +130,23 @@ func TestKeeperReplacesAStoppedAgent(t *testing.T) {
 	if next, _ := agentPid(t, connect()); next == first {
 		t.Fatalf("the stopped agent (pid %d) still serves", next)
 	}
+}
+
+// TestKeeperEndsOnAStreamOutOfStep: input that is no frame (what reading the node's stream from
+// under the keeper leaves) ends the keeper and its agent, and so the sandbox, instead of
+// framing commands from a stream out of step.
+func TestKeeperEndsOnAStreamOutOfStep(t *testing.T) {
+	connect, cmd, in := startKeeperProc(t)
+	agent, _ := agentPid(t, connect())
+	if _, err := in.Write([]byte{'Z', 0, 0, 0, 1, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the keeper still runs after input that is no frame")
+	}
+	wait.For(t, 10*time.Second, "the keeper's agent to end with the keeper", func() bool { return syscall.Kill(agent, 0) != nil })
 }
