@@ -38,6 +38,9 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	q.Tenant = tenant
+	if !s.awaitEnd(w, r, tenant, q.Lease) {
+		return
+	}
 	if err := s.cfg.Audit.Flush(r.Context()); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
 		return
@@ -83,6 +86,9 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request, tenant string) 
 		writeError(w, http.StatusNotFound, "not_found", "this node makes no receipts (it keeps no signed audit trail)")
 		return
 	}
+	if !s.awaitEnd(w, r, tenant, r.PathValue("id")) {
+		return
+	}
 	msg, err := s.cfg.Receipt(r.Context(), tenant, r.PathValue("id"))
 	switch {
 	case errors.Is(err, receipt.ErrNoRecords):
@@ -94,4 +100,19 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Write(msg)
+}
+
+// awaitEnd waits, when lease is set and its end is under way on this node, until it is over
+// (its workspace recorded, its sandbox destroyed, its end recorded): a release answers before
+// that, and a receipt or a query of the lease's records must find them whole. It reports
+// whether the call may go on, having answered it when not.
+func (s *Server) awaitEnd(w http.ResponseWriter, r *http.Request, tenant, lease string) bool {
+	if lease == "" || s.cfg.Pool == nil {
+		return true
+	}
+	if err := s.cfg.Pool.AwaitEnd(r.Context(), tenant, lease); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
+		return false
+	}
+	return true
 }

@@ -86,6 +86,9 @@ func (n *cacheNode) release(t *testing.T, l pool.Lease) {
 	if err := n.e.Manager.Release(context.Background(), l.Tenant, l.ID); err != nil {
 		t.Fatalf("release of %s: %v", l.ID, err)
 	}
+	if err := n.e.Manager.AwaitEnd(context.Background(), l.Tenant, l.ID); err != nil {
+		t.Fatalf("the end of %s: %v", l.ID, err)
+	}
 }
 
 // seed leases python for tenant asking to write its caches back, leaves content in its pip
@@ -391,6 +394,9 @@ func TestCacheReadAfterItsCapIsLowered(t *testing.T) {
 	if err := before.Manager.Release(ctx, "acme", a.ID); err != nil {
 		t.Fatal(err)
 	}
+	if err := before.Manager.AwaitEnd(ctx, "acme", a.ID); err != nil {
+		t.Fatal(err)
+	}
 	before.Close()
 
 	after, ws, sink := node(1)
@@ -399,6 +405,9 @@ func TestCacheReadAfterItsCapIsLowered(t *testing.T) {
 		t.Fatalf("the cache kept under max_mb 2 read %d bytes under max_mb 1, want %d", len(got), len(big))
 	}
 	if err := after.Manager.Release(ctx, "acme", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := after.Manager.AwaitEnd(ctx, "acme", b.ID); err != nil {
 		t.Fatal(err)
 	}
 	var writes []audit.Record

@@ -232,6 +232,12 @@ func (tb *leaseTable) bindAgain(ctx context.Context, l Lease, why string) error 
 		return err
 	}
 	tb.bindLocal(b)
+	// The end cut journaled did not come. Should the node stop before this, the next start
+	// finishes that end: the lease is bound then, and Reconcile ends it for its sandbox gone
+	// (an end, never a sandbox left running unbound).
+	if err := tb.uncut(ctx, l); err != nil {
+		tb.log.Error("undoing the journaled end of a lease bound again", "lease", l.ID, "err", err)
+	}
 	tb.grantEvent(ctx, l, audit.EventBind, why, task)
 	return nil
 }

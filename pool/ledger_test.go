@@ -120,6 +120,9 @@ func TestLedger(t *testing.T) {
 	if err := e.Manager.Release(ctx, "acme", l.ID); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.Manager.AwaitEnd(ctx, "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	var printed audit.Record
 	for _, r := range sink.kind(audit.KindExec) {

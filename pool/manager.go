@@ -150,6 +150,7 @@ func New(cfg Config) (*Manager, error) {
 		node: cfg.Node, api: cfg.API, templates: s.templates, leases: cfg.Store, nodes: cfg.Store, binder: cfg.Binder,
 		audit: cfg.Audit, runtime: cfg.Runtime, supply: s, verify: cfg.Verify, checkTask: cfg.CheckTask,
 		release: cfg.Release, revoke: cfg.Revoke, started: make(chan struct{}), log: cfg.Logger,
+		ender: newEnder(engineSlots(s.sem)),
 	}
 	op := &sandboxOps{
 		node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, audit: cfg.Audit, table: tb,
@@ -177,10 +178,16 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{supply: s, leaseTable: tb, sandboxOps: op, keeper: k, cfg: cfg}, nil
 }
 
-// Run settles what an earlier run of this node left behind (Reconcile with KeepOnStop, else
-// Cleanup), warms every template and keeps the pools full, healthy and reaped until ctx ends;
+// Run settles what an earlier run of this node left behind (the ends it journaled, then
+// Reconcile with KeepOnStop, else Cleanup), warms every template and keeps the pools full, healthy and reaped until ctx ends;
 // then, without KeepOnStop, it destroys this node's sandboxes.
 func (m *Manager) Run(ctx context.Context) error {
+	// Ends an earlier run left under way first: their sandboxes, which no lease or warm set
+	// refers to, would be destroyed unread by either sweep.
+	if err := m.finishEnds(ctx); err != nil {
+		m.startFailed(err)
+		return err
+	}
 	if m.cfg.KeepOnStop {
 		if err := m.Reconcile(ctx); err != nil {
 			m.startFailed(err)
@@ -199,6 +206,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	// At stop, before the sweep: the ends under way finish (their own contexts bound them), and
+	// ends begun from now on run in their callers.
+	defer m.ender.drain()
 	close(m.started)
 	m.refreshImages(ctx)
 	for _, name := range m.names {

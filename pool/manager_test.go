@@ -367,6 +367,9 @@ func TestReleaseRunsToTheEnd(t *testing.T) {
 	if err := e.Manager.Release(reqCtx, "acme", l.ID); err != nil {
 		t.Fatalf("release with the client gone mid-way: %v", err)
 	}
+	if err := e.Manager.AwaitEnd(context.Background(), "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
 	if revokeErr != nil {
 		t.Fatalf("revocation ran on the client's ended context: %v", revokeErr)
 	}
@@ -381,6 +384,9 @@ func TestReleaseRunsToTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Manager.Release(context.Background(), "acme", l2.ID)
+	if err := e.Manager.AwaitEnd(context.Background(), "acme", l2.ID); err != nil {
+		t.Fatal(err)
+	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	var reasons []string

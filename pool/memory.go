@@ -86,7 +86,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 		return Paused{}, fmt.Errorf("the lease runs on, not paused: no folder for its checkpoint: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if err := k.table.cut(ctx, l); err != nil {
+	if err := k.table.cut(ctx, l, audit.EventPause); err != nil {
 		if errors.Is(err, ErrLeaseNotFound) {
 			return Paused{}, fmt.Errorf("%w: lease %s ended (released or expired) as it was being paused; nothing is kept", ErrLeaseNotFound, l.ID)
 		}
@@ -131,7 +131,7 @@ func (k *keeper) pauseMemory(ctx context.Context, l Lease, t Template, p Paused,
 	}
 	p.Snapshot = m.ID
 	// Paused: what follows is the table's to record and retry, as at a release.
-	if err := k.table.finish(ctx, l, audit.EventPause, k.table.revoke, pauseNote(p)); err != nil {
+	if err := k.table.finish(ctx, l, audit.EventPause, pauseNote(p), true); err != nil {
 		return Paused{}, err
 	}
 	p.Took = time.Since(start)
@@ -157,7 +157,7 @@ func (k *keeper) runOn(ctx context.Context, l Lease, unrecord func(), carried ma
 // nor leave it running (cause).
 func (k *keeper) release(ctx context.Context, l Lease, cause error) error {
 	cause = fmt.Errorf("the pause failed and the lease is released: %w", cause)
-	if err := k.table.finish(ctx, l, audit.EventRelease, k.table.release, cause.Error()); err != nil {
+	if err := k.table.finish(ctx, l, audit.EventRelease, cause.Error(), true); err != nil {
 		k.log.Error("releasing a lease whose pause failed", "lease", l.ID, "err", err)
 	}
 	return cause

@@ -452,6 +452,13 @@ type Leases interface {
 	// ErrLeaseNotFound, so of two ends of one lease at once (a release and a pause, a release
 	// and an expiry) one wins, and a late one never touches a resumed lease.
 	Unbind(ctx context.Context, l Lease) error
+	// BeginEnd is Unbind that also journals end, what finishes l's end (its workspace read,
+	// its sandbox destroyed, its record written), under l's node and sandbox, in the same
+	// step: a lease is never unbound with its end unjournaled, whatever the node does next.
+	BeginEnd(ctx context.Context, l Lease, end []byte) error
+	// Ending returns node's journaled ends, by sandbox id; Ended removes one, once finished.
+	Ending(ctx context.Context, node string) (map[string][]byte, error)
+	Ended(ctx context.Context, node, sandbox string) error
 }
 
 // WarmSet holds the warm sandboxes of each node and template. Claim must be atomic: two callers

@@ -160,6 +160,9 @@ func TestBackgroundProcesses(t *testing.T) {
 	if err := e.Manager.Release(ctx, "acme", l.ID); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.Manager.AwaitEnd(ctx, "acme", l.ID); err != nil {
+		t.Fatal(err)
+	}
 	f.mu.Lock()
 	_, started := f.stop[""]
 	f.mu.Unlock()

@@ -41,6 +41,8 @@ type leaseTable struct {
 	// caches restores a lease's caches before it is bound and writes them back at its end
 	// (the keeper, cache.go).
 	caches leaseCaches
+	// ender runs the second part of each lease's end (ender.go).
+	ender *ender
 	// started is closed once Run has made the store and the runtime agree (Cleanup or
 	// Reconcile); startErr says why that failed. A lease waits for it: a lease granted before
 	// would be dropped by the start's own sweep (its record unbound, its sandbox destroyed).

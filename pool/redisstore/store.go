@@ -34,6 +34,8 @@ import (
 //	node:{node}              the node's API address, expiring unless the node heartbeats
 //	node-secret              the deployment's node secret (hex), unless nodes are given one
 //	binding-version          the counter that orders every binding change of the deployment
+//	ending:{node}            hash of the node's lease ends under way (unbound, sandbox not yet
+//	                         destroyed), by sandbox id: what a restart finishes
 type Store struct {
 	rdb    *redis.Client
 	prefix string
@@ -386,6 +388,8 @@ func (s *Store) leasesScored(ctx context.Context, node, upTo string) ([]pool.Lea
 // now), announcing the removal under a new version, then its records, and returns 1; it changes nothing and returns 0 when the lease's record is gone or
 // names another sandbox than ARGV[3] (when set): that lease has ended already, or been paused
 // and resumed in another sandbox, whose binding and records are not this caller's to remove.
+// With KEYS[8] set, the end it begins is journaled there (field ARGV[3], value ARGV[4]) in the
+// same step: no crash can leave a lease unbound whose end is not journaled.
 var unbindScript = redis.NewScript(`
 local rec = redis.call('GET', KEYS[3])
 if not rec then
@@ -418,14 +422,49 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 if KEYS[6] ~= '' then
   redis.call('SREM', KEYS[6], ARGV[1])
 end
+if KEYS[8] ~= '' then
+  redis.call('HSET', KEYS[8], ARGV[3], ARGV[4])
+end
 return 1
 `)
 
 // Unbind removes l's binding (announcing it) and then its records, if l is still the live
 // lease of its id; ErrLeaseNotFound, having changed nothing, if not.
 func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
+	return s.unbind(ctx, l, nil)
+}
+
+// BeginEnd implements pool.Store: Unbind, journaling end under l's node and sandbox in the
+// same step.
+func (s *Store) BeginEnd(ctx context.Context, l pool.Lease, end []byte) error {
+	if l.Sandbox.ID == "" || len(end) == 0 {
+		return fmt.Errorf("redisstore: the end of lease %s names no sandbox or nothing to journal", l.ID)
+	}
+	return s.unbind(ctx, l, end)
+}
+
+// Ending implements pool.Store: node's ends under way, by sandbox id.
+func (s *Store) Ending(ctx context.Context, node string) (map[string][]byte, error) {
+	m, err := s.rdb.HGetAll(ctx, s.key("ending", node)).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = []byte(v)
+	}
+	return out, nil
+}
+
+// Ended implements pool.Store: the end of sandbox on node is over.
+func (s *Store) Ended(ctx context.Context, node, sandbox string) error {
+	return wrap(s.rdb.HDel(ctx, s.key("ending", node), sandbox).Err())
+}
+
+// unbind is Unbind, journaling end when set.
+func (s *Store) unbind(ctx context.Context, l pool.Lease, end []byte) error {
 	ev, _ := json.Marshal(binding.Event{Addr: l.Sandbox.Addr, Lease: l.ID, Version: -1})
-	keys := []string{"", s.key("bindings", l.Node), s.key("lease", l.ID), "", s.key("leases", l.Node), "", s.key("binding-version")}
+	keys := []string{"", s.key("bindings", l.Node), s.key("lease", l.ID), "", s.key("leases", l.Node), "", s.key("binding-version"), ""}
 	if l.Sandbox.Addr.IsValid() {
 		keys[0] = s.key("binding", l.Node, l.Sandbox.Addr.String())
 	}
@@ -435,7 +474,10 @@ func (s *Store) Unbind(ctx context.Context, l pool.Lease) error {
 	if l.Template != "" {
 		keys[5] = s.key("tleases", l.Node, l.Template)
 	}
-	n, err := unbindScript.Run(ctx, s.rdb, keys, l.ID, ev, l.Sandbox.ID).Int()
+	if end != nil {
+		keys[7] = s.key("ending", l.Node)
+	}
+	n, err := unbindScript.Run(ctx, s.rdb, keys, l.ID, ev, l.Sandbox.ID, end).Int()
 	if err != nil {
 		return wrap(err)
 	}
