@@ -42,6 +42,7 @@ type burstLevel struct {
 	cycles   int
 	took     time.Duration
 	lease    []time.Duration // leases that were granted
+	release  []time.Duration // releases that answered
 	starts   map[string]int  // warm, waited, cold
 	refused  int             // leases refused (no sandbox, or max_total)
 	failed   []error         // anything else that went wrong: an exec or a release
@@ -70,8 +71,8 @@ func burstBench(ctx context.Context, runs []burstRun, plan burstPlan) error {
 		}
 		results = append(results, result{r.Name, levels, floor})
 	}
-	fmt.Println("| build | clients | cycles | cycles/s | lease p50 ms | lease p99 ms | warm | waited | cold | refused | other failures | warm at start |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| build | clients | cycles | cycles/s | lease p50 ms | lease p99 ms | release p50 ms | release p99 ms | warm | waited | cold | refused | other failures | warm at start |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, res := range results {
 		for _, l := range res.levels {
 			granted := len(l.lease)
@@ -81,8 +82,8 @@ func burstBench(ctx context.Context, runs []burstRun, plan burstPlan) error {
 				}
 				return fmt.Sprintf("%.0f %%", 100*float64(l.starts[kind])/float64(granted))
 			}
-			fmt.Printf("| %s | %d | %d | %.2f | %.1f | %.1f | %s | %s | %s | %d | %d | %d |\n", res.name, l.clients, l.cycles,
-				float64(l.cycles)/l.took.Seconds(), ms(pct(l.lease, 0.5)), ms(pct(l.lease, 0.99)),
+			fmt.Printf("| %s | %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %s | %s | %s | %d | %d | %d |\n", res.name, l.clients, l.cycles,
+				float64(l.cycles)/l.took.Seconds(), ms(pct(l.lease, 0.5)), ms(pct(l.lease, 0.99)), ms(pct(l.release, 0.5)), ms(pct(l.release, 0.99)),
 				share("warm"), share("waited"), share("cold"), l.refused, len(l.failed), l.warmAt)
 		}
 	}
@@ -291,10 +292,15 @@ func burstLevelRun(ctx context.Context, c *client.Client, n int, d time.Duration
 					continue
 				}
 				code, xerr := c.Exec(cctx, lv.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+				rs := time.Now()
 				rerr := c.Release(cctx, lv.ID)
+				released := time.Since(rs)
 				cancel()
 				mu.Lock()
 				l.lease = append(l.lease, took)
+				if rerr == nil {
+					l.release = append(l.release, released)
+				}
 				l.starts[string(lv.Start)]++
 				switch {
 				case xerr != nil:
