@@ -113,6 +113,9 @@ func TestReleaseAnswersBeforeTheDestroy(t *testing.T) {
 	if err != nil || len(journal[l.Sandbox.ID]) == 0 {
 		t.Fatalf("the journal at the answer: %v, %v; want the end of sandbox %s", journal, err, l.Sandbox.ID)
 	}
+	if strings.Contains(string(journal[l.Sandbox.ID]), tok) {
+		t.Fatal("the journal of the end keeps the lease's task token")
+	}
 	for _, r := range sink.kind(audit.KindLease) {
 		if r.Lease == l.ID && r.Event == audit.EventRelease {
 			t.Fatalf("the release was recorded before its sandbox was destroyed: %+v", r)

@@ -133,6 +133,9 @@ func (tb *leaseTable) cut(ctx context.Context, l Lease, event audit.Event) error
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	e := &ending{Lease: l, Event: event, Began: time.Now()}
+	// The end needs no task token, and the journal keeps it no longer than the end lasts: the
+	// token is left out, as it is of everything but the live lease's record.
+	e.Lease.Token = ""
 	journal, err := json.Marshal(e)
 	if err != nil {
 		return err
