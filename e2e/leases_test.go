@@ -124,6 +124,11 @@ func TestLeasesExclusiveAndEphemeral(t *testing.T) {
 			if _, errs, code := n.cli(t, "release", a.ID); code != 0 {
 				t.Fatalf("release: %s", errs)
 			}
+			// The release answers before its sandbox is destroyed; the lease's records are
+			// served once its end is over.
+			if _, errs, code := n.cli(t, "logs", "--lease", a.ID, "--json"); code != 0 {
+				t.Fatalf("logs --lease: %s", errs)
+			}
 			if out, err := docker("inspect", a.Sandbox); err == nil || !strings.Contains(strings.ToLower(out), "no such") {
 				t.Fatalf("container %s still exists after release: %s", a.Sandbox[:12], out)
 			}
