@@ -77,6 +77,9 @@ func TestTwoNodesShareRedis(t *testing.T) {
 		t.Fatalf("release through A with a forged routing header: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	// The release answers before B destroys the container; B's records of the lease wait for
+	// its end.
+	b.trailUntil(t, l.ID, func(recs []audit.Record) bool { return hasAll(events(recs), "lease/release") })
 	if out, err := docker("inspect", l.Sandbox); err == nil {
 		t.Fatalf("B's container survived a release through A: %s", out[:80])
 	}
