@@ -101,6 +101,9 @@ func TestLeaseWarmReleaseAndRefill(t *testing.T) {
 	if _, err := e.cache.Lookup(ctx, l.Sandbox.Addr); !errors.Is(err, binding.ErrUnknown) {
 		t.Fatalf("binding after release = %v", err)
 	}
+	if err := e.m.AwaitEnd(ctx, "acme", l.ID); err != nil { // the destroy follows the answer
+		t.Fatal(err)
+	}
 	if !e.rt.Destroyed(l.Sandbox.ID) {
 		t.Fatalf("sandbox %s not destroyed", l.Sandbox.ID)
 	}
@@ -174,6 +177,9 @@ func TestReaperEndsExpiredLeases(t *testing.T) {
 		_, err := e.m.Get(ctx, "acme", l.ID)
 		return errors.Is(err, pool.ErrLeaseNotFound)
 	})
+	if err := e.m.AwaitEnd(ctx, "acme", l.ID); err != nil { // the destroy follows the unbind
+		t.Fatal(err)
+	}
 	if !e.rt.Destroyed(l.Sandbox.ID) {
 		t.Fatal("expired lease's sandbox not destroyed")
 	}

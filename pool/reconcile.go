@@ -71,8 +71,8 @@ func (tb *leaseTable) Reconcile(ctx context.Context) error {
 		case ok && now.Before(l.Expires):
 			keep[l.Sandbox.ID] = true
 		case ok:
-			keep[l.Sandbox.ID] = true // end destroys it
-			if err := tb.end(ctx, l, audit.EventExpiry); err != nil && !errors.Is(err, ErrLeaseNotFound) {
+			keep[l.Sandbox.ID] = true // its end destroys it, before the start goes on
+			if err := tb.endAs(ctx, l, audit.EventExpiry, "", true); err != nil && !errors.Is(err, ErrLeaseNotFound) {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 		default:
