@@ -104,25 +104,51 @@ waitport 18085 squid_bump
 # wrk through a forward proxy: the absolute-form URL goes in the request path.
 lua() { printf 'wrk.path = "%s"\nwrk.headers["Host"] = "%s"\n' "$1" "$2" >"$work/$3.lua"; echo "$work/$3.lua"; }
 to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000000} else print v}'; }
+# proxypid NAME: the process of the proxy a row measures; none for the direct rows.
+proxypid() {
+	case $1 in
+	relay) echo "$pid_relay" ;;
+	airlock-before*) echo "$pid_gateway_before" ;;
+	airlock*) echo "$pid_gateway" ;;
+	smokescreen) echo "$pid_smokescreen" ;;
+	squid) echo "$pid_squid" ;;
+	squid-log) echo "$pid_squid_log" ;;
+	squid-bump*) echo "$pid_squid_bump" ;;
+	esac
+}
+# cpuper NAME TICKS RPS: the proxy's own CPU time per request in µs over a run of DUR, from the
+# clock ticks it used; "-" for the direct rows. Unlike req/s it does not move with what else ran
+# on the proxy's core meanwhile (other processes, the hypervisor's steal).
+cpuper() {
+	[ -n "$(proxypid "$1")" ] || { echo -; return; }
+	echo "$2 * 1000000 / $(getconf CLK_TCK) / ($3 * ${DUR%s})" | bc -l
+}
 runwrk() { # name conns addr script
-	local out
+	local out pid t0 t1
+	pid=$(proxypid "$1")
+	t0=$([ -n "$pid" ] && cpu "$pid" || echo 0)
 	if [ -n "$4" ]; then
 		out=$(taskset -c 0 wrk -t1 -c"$2" -d"$DUR" --latency -s "$4" "http://$3" 2>&1)
 	else
 		out=$(taskset -c 0 wrk -t1 -c"$2" -d"$DUR" --latency "http://$3/" 2>&1)
 	fi
+	t1=$([ -n "$pid" ] && cpu "$pid" || echo 0)
 	local rps p50 p99
 	rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
 	p50=$(echo "$out" | awk '$1=="50%" {print $2}' | to_us)
 	p99=$(echo "$out" | awk '$1=="99%" {print $2}' | to_us)
 	if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk $1: errors" >&2; echo "$out" >&2; exit 1; fi
-	echo "$1 $2 $rps $p50 $p99" >>"$work/results"
+	echo "$1 $2 $rps $p50 $p99 $(cpuper "$1" $((t1 - t0)) "$rps")" >>"$work/results"
 }
 runload() { # name conns proxy(or "") extra...
-	local name=$1 c=$2 proxy=$3 out
+	local name=$1 c=$2 proxy=$3 out pid t0 t1 fields
 	shift 3
+	pid=$(proxypid "$name")
+	t0=$([ -n "$pid" ] && cpu "$pid" || echo 0)
 	out=$(taskset -c 0 "$gb" load -url "https://upstream.bench:18443/" ${proxy:+-proxy "$proxy"} -cert "$work" -c "$c" -d "$DUR" "$@")
-	echo "$name $c $(echo "$out" | sed -E 's/.*rps=([0-9.]+) p50_us=([0-9]+) p99_us=([0-9]+).*/\1 \2 \3/')" >>"$work/results"
+	t1=$([ -n "$pid" ] && cpu "$pid" || echo 0)
+	fields=$(echo "$out" | sed -E 's/.*rps=([0-9.]+) p50_us=([0-9]+) p99_us=([0-9]+).*/\1 \2 \3/')
+	echo "$name $c $fields $(cpuper "$name" $((t1 - t0)) "${fields%% *}")" >>"$work/results"
 }
 # cpu PID: the process's user and system time so far, in clock ticks.
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
@@ -183,13 +209,16 @@ ratio() { echo "scale=2; $(col "$1" "$3" 3) / $(col "$2" "$3" 3)" | bc -l | sed 
 table() { # base name...
 	local base=$1
 	shift
-	printf '| path | conns | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs |\n|---|---|---|---|---|---|---|\n'
+	printf '| path | conns | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs | proxy CPU µs per request |\n|---|---|---|---|---|---|---|---|\n'
 	for c in 1 32; do
 		for name in "$base" "$@"; do
-			printf '| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f |\n' "$name" "$c" "$(col "$name" "$c" 3)" \
+			local per
+			per=$(col "$name" "$c" 6)
+			[ "$per" = - ] || per=$(printf '%.1f' "$per")
+			printf '| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s |\n' "$name" "$c" "$(col "$name" "$c" 3)" \
 				"$(col "$name" "$c" 4)" "$(col "$name" "$c" 5)" \
 				"$(echo "$(col "$name" "$c" 4) - $(col "$base" "$c" 4)" | bc -l)" \
-				"$(echo "$(col "$name" "$c" 5) - $(col "$base" "$c" 5)" | bc -l)"
+				"$(echo "$(col "$name" "$c" 5) - $(col "$base" "$c" 5)" | bc -l)" "$per"
 		done
 	done
 }
@@ -202,6 +231,8 @@ target() { # what got want
 	[ "$(echo "$2 >= $3" | bc -l)" = 1 ] && ok=yes
 	echo "- $1: $2 (target $3: $ok)"
 }
+# cpuratio A B CONNS: B's CPU per request over A's (how many times A's work B's is).
+cpuratio() { echo "scale=2; $(col "$2" "$3" 6) / $(col "$1" "$3" 6)" | bc -l | sed 's/^\./0./'; }
 # own NAME: what NAME adds at one connection above the bare relay's p50, in µs.
 own() { echo "$(col "$1" 1 4) - $(col relay 1 4)" | bc -l | sed 's/\..*//'; }
 added1=$(echo "$(col airlock 1 4) - $(col direct 1 4)" | bc -l)
@@ -212,6 +243,7 @@ atmost() { # what got want
 summary=$(
 	target "airlock / Squid with its access log on, req/s at 32 connections" "$(ratio airlock squid-log 32)" 1.5
 	[ -z "$BEFORE" ] || echo "- airlock-before ($BEFORE) / Squid with its access log on, req/s at 32 connections: $(ratio airlock-before squid-log 32)"
+	echo "- Squid with its access log on / airlock, CPU per request at 32 connections (the ratio that does not move with the machine's load): $(cpuratio airlock squid-log 32)$([ -z "$BEFORE" ] || echo "; for airlock-before $(cpuratio airlock-before squid-log 32)")"
 	target "airlock / Squid with its access log off, req/s at 32 connections" "$(ratio airlock squid 32)" 1.2
 	echo "- airlock / smokescreen, req/s at 32 connections: $(ratio airlock smokescreen 32)"
 	atmost "airlock's own added p50 at 1 connection, above the bare relay's (the relay adds ${floor1%.*} µs over direct, airlock ${added1%.*} µs)" "$(own airlock)" 50
@@ -220,6 +252,7 @@ summary=$(
 	target "intercepted / Squid ssl-bump, kept-alive req/s at 32 connections" "$(ratio airlock-intercepted squid-bump 32)" 1.5
 	target "intercepted / Squid ssl-bump, new connections/s at 1 connection" "$(ratio airlock-new squid-bump-new 1)" 1.0
 	target "intercepted / Squid ssl-bump, new connections/s at 32 connections" "$(ratio airlock-new squid-bump-new 32)" 1.5
+	echo "- Squid ssl-bump / intercepted, CPU per request at 32 connections: kept-alive $(cpuratio airlock-intercepted squid-bump 32), new $(cpuratio airlock-new squid-bump-new 32)"
 	if [ -n "$BEFORE" ]; then
 		for c in 1 32; do
 			echo "- airlock-before ($BEFORE) / Squid ssl-bump at $c connection(s): kept-alive $(ratio airlock-before-intercepted squid-bump "$c"), new $(ratio airlock-before-new squid-bump-new "$c")"
