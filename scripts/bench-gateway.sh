@@ -340,7 +340,10 @@ echo "$allocs"
 	echo
 	echo "Plain HTTP, kept-alive connections, wrk (absolute-form requests). \`relay\` is a bare TCP relay"
 	echo "on core 1 (bench/gatewaybench relay: two io.Copy loops, no HTTP): the floor of what any proxy"
-	echo "placed on its own core adds, the request's two extra hops between cores:"
+	echo "placed on its own core adds, the request's two extra hops between cores. The last column of"
+	echo "each table is the proxy's own CPU time (user and system, from /proc) per request: req/s moves"
+	echo "with whatever else runs on the proxy's core and with the hypervisor's steal, CPU per request"
+	echo "much less (docs/design-notes.md, on why the ratio moved between runs and machines):"
 	echo
 	echo "$plain"
 	echo
