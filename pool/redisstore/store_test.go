@@ -251,3 +251,44 @@ func TestAddressBoundToOneLease(t *testing.T) {
 		t.Fatalf("l-b's renewal: %v", err)
 	}
 }
+
+// TestBeginEndJournalsWithTheUnbind: the unbind that begins a lease's end journals it in the
+// same step; of two ends of one lease, the one that comes second neither unbinds nor journals
+// anything; Ended removes the entry.
+func TestBeginEndJournalsWithTheUnbind(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	sb := pool.Sandbox{ID: "sb-end", Template: "default", Node: "n1", Addr: netip.MustParseAddr("10.0.0.9")}
+	l := pool.Lease{ID: "l-end", JTI: "j-end", Node: "n1", Template: "default", Sandbox: sb, Expires: time.Now().Add(time.Hour)}
+	if _, err := s.Bind(ctx, l, binding.Binding{Lease: l.ID, Node: "n1", Addr: sb.Addr, Expires: l.Expires}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginEnd(ctx, l, []byte(`{"first":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(ctx, "n1", sb.Addr); !errors.Is(err, binding.ErrUnknown) {
+		t.Fatalf("the binding after BeginEnd: %v", err)
+	}
+	if _, err := s.GetLease(ctx, l.ID); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("the lease after BeginEnd: %v", err)
+	}
+	if err := s.BeginEnd(ctx, l, []byte(`{"second":true}`)); !errors.Is(err, pool.ErrLeaseNotFound) {
+		t.Fatalf("a second end of the lease: %v, want ErrLeaseNotFound", err)
+	}
+	got, err := s.Ending(ctx, "n1")
+	if err != nil || len(got) != 1 || string(got[sb.ID]) != `{"first":true}` {
+		t.Fatalf("the journal: %q, %v; want the first end alone", got, err)
+	}
+	if other, err := s.Ending(ctx, "n2"); err != nil || len(other) != 0 {
+		t.Fatalf("another node's journal: %q, %v", other, err)
+	}
+	if err := s.BeginEnd(ctx, pool.Lease{ID: "l-x", Node: "n1"}, []byte("x")); err == nil {
+		t.Fatal("an end naming no sandbox was journaled")
+	}
+	if err := s.Ended(ctx, "n1", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Ending(ctx, "n1"); err != nil || len(got) != 0 {
+		t.Fatalf("the journal after Ended: %q, %v", got, err)
+	}
+}
