@@ -129,26 +129,38 @@ func (a *agents) started(id string, c *agent.Conn) {
 }
 
 // wait waits, at most d, for a start of id's agent under way to end.
-func (a *agents) wait(id string, d time.Duration) {
+func (a *agents) wait(id string, d time.Duration) { a.waitCtx(context.Background(), id, d) }
+
+// waitCtx is wait, cut short when ctx ends.
+func (a *agents) waitCtx(ctx context.Context, id string, d time.Duration) {
 	a.mu.Lock()
 	ch := a.starting[id]
 	a.mu.Unlock()
 	if ch == nil {
 		return
 	}
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-ch:
-	case <-time.After(d):
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
-// startAgent starts sb's agent in the background and checks that it runs a command; on any
-// failure the sandbox goes on without one (its commands are engine execs).
-func (r *Runtime) startAgent(ctx context.Context, sb pool.Sandbox) {
+// agentWait is how long a command waits for its sandbox's agent to start before it is left to
+// an engine exec.
+const agentWait = time.Second
+
+// startAgent starts sb's agent in the background (kept: its keeper's, known to serve on the
+// container's streams, is attached to without asking the engine how sb was made) and checks
+// that it runs a command; on any failure the sandbox goes on without one (its commands are
+// engine execs).
+func (r *Runtime) startAgent(ctx context.Context, sb pool.Sandbox, kept bool) {
 	if r.cfg.Agent == "" || !r.agents.claim(sb.ID) {
 		return
 	}
-	go r.runAgent(ctx, sb)
+	go r.runAgent(ctx, sb, kept)
 }
 
 // mainAgent makes cc's main process the exec agent, its streams the container's (which only the
@@ -169,14 +181,51 @@ func isMainAgent(cc *container.Config) bool {
 	return cc != nil && cc.OpenStdin && len(cc.Entrypoint) == 2 && cc.Entrypoint[0] == agent.Path && cc.Entrypoint[1] == agent.ServeArg
 }
 
-func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox) {
+// keeperAgent makes cc's main process the agent's keeper (agent.KeepArg), its streams the
+// container's, as mainAgent's: what every template runs but those whose pauses keep memory and
+// those under gVisor. The sandbox's agent then serves from its start, without the engine exec
+// that would start it (a runc exec, some 45 ms of a sandbox's making here, and its CPU); one
+// that code in the sandbox kills is replaced by the keeper, as an exec'd one is by the node.
+// The keeper is PID 1, in place of Docker's init, and reaps what commands leave behind as it
+// did; it runs as the sandbox's user, with every limit the idle process it replaces had.
+func keeperAgent(cc *container.Config, hc *container.HostConfig) {
+	cc.Entrypoint, cc.Cmd = []string{agent.Path, agent.KeepArg}, nil
+	cc.OpenStdin, cc.StdinOnce = true, false
+	cc.AttachStdin, cc.AttachStdout, cc.AttachStderr = true, true, true
+	hc.LogConfig = container.LogConfig{Type: "none"}
+	noInit := false
+	hc.Init = &noInit
+}
+
+// isKeeper reports whether cc runs the agent's keeper as its main process (keeperAgent).
+func isKeeper(cc *container.Config) bool {
+	return cc != nil && cc.OpenStdin && len(cc.Entrypoint) == 2 && cc.Entrypoint[0] == agent.Path && cc.Entrypoint[1] == agent.KeepArg
+}
+
+// runAgent reaches sb's agent: attached to, when sb's main process is the agent (mainAgent) or
+// its keeper (kept, or keeperAgent as the engine says), else started by an engine exec, as is
+// a keeper's whose attachment does not serve.
+func (r *Runtime) runAgent(ctx context.Context, sb pool.Sandbox, kept bool) {
 	var conn *agent.Conn
 	defer func() { r.agents.started(sb.ID, conn) }()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if ins, err := r.cli.ContainerInspect(ctx, sb.ID); err == nil && isMainAgent(ins.Config) {
-		conn = r.attachAgent(ctx, sb.ID)
-		return
+	if !kept {
+		ins, err := r.cli.ContainerInspect(ctx, sb.ID)
+		if err == nil && isMainAgent(ins.Config) {
+			conn = r.attachAgent(ctx, sb.ID)
+			return
+		}
+		kept = err == nil && isKeeper(ins.Config)
+	}
+	if kept {
+		// Bounded apart, so that an exec has time left to start an agent if this fails.
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		conn = r.attachAgent(actx, sb.ID)
+		acancel()
+		if conn != nil {
+			return
+		}
 	}
 	ex, err := r.cli.ContainerExecCreate(ctx, sb.ID, container.ExecOptions{
 		Cmd: []string{agent.Path}, Env: []string{agent.Env + "=1"},
@@ -234,15 +283,21 @@ func (r *Runtime) agentExec(ctx context.Context, sb pool.Sandbox, req pool.ExecR
 	}
 	c := r.agents.get(sb.ID)
 	if c == nil || !c.Alive() {
-		r.startAgent(ctx, sb)
-		return 0, false, nil
+		// A start under way (a sandbox just made, whose keeper's agent takes a few ms to attach
+		// to) is waited for a moment: an engine exec costs more, in time and CPU, than most
+		// starts take. One that takes longer leaves this command to the engine.
+		r.startAgent(ctx, sb, false)
+		r.agents.waitCtx(ctx, sb.ID, agentWait)
+		if c = r.agents.get(sb.ID); c == nil || !c.Alive() {
+			return 0, false, nil
+		}
 	}
 	code, err = c.Run(ctx, agent.Command{Argv: req.Cmd, Env: env, Dir: req.Workdir, Stdin: stdin != nil}, stdin, stdout, stderr)
 	switch {
 	case err == nil:
 		return code, true, nil
 	case errors.Is(err, agent.ErrGone) && !errors.Is(err, agent.ErrStarted):
-		r.startAgent(ctx, sb)
+		r.startAgent(ctx, sb, false)
 		return 0, false, nil
 	case errors.Is(err, agent.ErrTooLarge):
 		return 0, false, nil // the engine takes a command line as long as the kernel does

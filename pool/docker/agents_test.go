@@ -59,3 +59,15 @@ func TestFailedAgentStartWaits(t *testing.T) {
 	}
 	a.drop("sb")
 }
+
+// TestKeptSandboxServesItsFirstCommand: under runc a sandbox's main process is the agent's
+// keeper (PID 1), and its first command, right after Create, runs through the agent the keeper
+// started (its parent), as the sandbox's user, not through an engine exec.
+func TestKeptSandboxServesItsFirstCommand(t *testing.T) {
+	r := testRuntime(t)
+	sb := newSandbox(t, r, testTemplate("runc"))
+	got := runIn(t, r, sb, "sh", "-c", `echo "$(cat /proc/$PPID/comm) $(id -u) $(awk '/^PPid/{print $2}' /proc/$PPID/status)"; tr '\0' ' ' </proc/1/cmdline`)
+	if want := ".airlock-agent 10001 1\n" + agent.Path + " " + agent.KeepArg + " "; got != want {
+		t.Fatalf("the first command's parent, user, the parent's parent, and PID 1:\n%q\nwant\n%q", got, want)
+	}
+}

@@ -236,7 +236,7 @@ func (r *Runtime) Restore(ctx context.Context, sb pool.Sandbox, dir string) (poo
 	}
 	// The agent, when it is the sandbox's main process, came back with it: reattached before
 	// the sandbox is handed on, so that its first command finds it serving.
-	r.startAgent(ctx, sb)
+	r.startAgent(ctx, sb, false)
 	r.agents.wait(sb.ID, 10*time.Second)
 	return sb, nil
 }

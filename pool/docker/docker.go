@@ -300,8 +300,17 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		Labels:          map[string]string{LabelManaged: "true", LabelNode: r.cfg.Node, LabelTemplate: t.Name},
 		NetworkDisabled: false,
 	}
-	if t.Snapshot.Memory && r.cfg.Agent != "" {
+	kept := false
+	switch rt, _ := t.RuntimePlatform(); {
+	case r.cfg.Agent == "":
+	case t.Snapshot.Memory:
 		mainAgent(cc, hc)
+	case rt != "runsc":
+		// gVisor's sandboxes keep the agent an engine exec starts: a checkpoint of one whose
+		// memory is not kept restores its main process alone (TestRestoreEndsExecSessions),
+		// and a keeper's agent and commands are the main process's.
+		keeperAgent(cc, hc)
+		kept = true
 	}
 	// Created without the caller's cancellation: a create the engine carries out after the
 	// caller gave up would leave a container nobody knows about. Once its id is known it is
@@ -338,8 +347,8 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 	}
 	sb := pool.Sandbox{ID: created.ID, Template: t.Name, Node: r.cfg.Node, Addr: addr, Created: time.Now()}
 	// Started while the sandbox warms (Check waits for it), so that a lease's first command
-	// finds it serving.
-	r.startAgent(ctx, sb)
+	// finds it serving; a keeper's agent serves already, and is attached to.
+	r.startAgent(ctx, sb, kept)
 	return sb, nil
 }
 
