@@ -5,7 +5,8 @@
 # warm sandboxes under each runtime: warm leases and their first exec at 1 and 10 clients, and
 # the gateway's added latency seen from inside a sandbox; bursts of 1, 8, 16 and 32 clients
 # looping lease, `true`, release against `airlock up` on its embedded defaults (BEFORE=<git
-# revision> also runs that revision's build, side by side); the lease path alone (API, token
+# revision> also runs that revision's build, side by side, and its engine phase and cold
+# starts of the default image); the lease path alone (API, token
 # verification, Redis) at 1, 10 and 50 clients; and the runsc/runc ratio of each figure. With
 # the test cluster up (make kube; KUBE_ENV names its env file), cold Pods per RuntimeClass,
 # their idle memory and the whole node on the Kubernetes backend too, beside Docker's.
@@ -24,11 +25,19 @@ if [ -n "${BEFORE:-}" ]; then
 	# A revision since the client and the node were split has an airlock-node, which its airlock
 	# hands `up` to.
 	(cd "$wt" && go build -o bin/airlock ./cmd/airlock && CGO_ENABLED=0 go build -o bin/airlock-agent ./cmd/airlock-agent &&
+		go build -o bin/poolbench ./bench/poolbench &&
 		if [ -d cmd/airlock-node ]; then go build -o bin/airlock-node ./cmd/airlock-node; fi)
 	ln -s "$PWD/bin/vault" "$wt/bin/vault" # airlock up runs the Vault dev server it finds beside itself
 	builds="before=$wt/bin/airlock,$builds"
 fi
 engine=$(bin/poolbench -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}")
+if [ -n "${BEFORE:-}" ]; then
+	# The earlier revision's engine phase and cold starts of the default image (its poolbench,
+	# beside its own agent), run here beside this one's.
+	before_engine=$("$wt/bin/poolbench" -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}")
+	before_cold=$("$wt/bin/poolbench" -cold "${COLD:-20}" -images airlock/default:latest -n 10 | grep -E '^airlock/|^Memory' || true)
+	engine=$(printf 'before (%s):\n\n%s\n\n%s\n\nafter:\n\n%s' "$BEFORE" "$before_engine" "$before_cold" "$engine")
+fi
 echo "$engine"
 kube=()
 kube_env=${KUBE_ENV:-/var/lib/airlock/kube/env}
