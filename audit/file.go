@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -429,6 +430,12 @@ func (s *FileSink) run() {
 			i += n
 			if s.size >= s.cfg.SegmentBytes {
 				s.fail(s.seal(fmt.Sprintf("the last segment reached audit.segment_bytes (%d bytes)", s.cfg.SegmentBytes)))
+			}
+			if i < len(s.batch) {
+				// A batch can hold thousands of records, milliseconds of work: between
+				// chunks the traffic that writes them runs, so a query or request on a
+				// busy core waits for one chunk at most, not for the whole batch.
+				runtime.Gosched()
 			}
 		}
 		unflushed = unflushed || len(s.batch) > 0
