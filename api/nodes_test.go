@@ -96,6 +96,9 @@ func TestNodesTrustOnlyNodes(t *testing.T) {
 	if st, body := call(a, "DELETE", "/v1/leases/"+id, "", map[string]string{api.RoutedHeader: "n2"}); st != 204 {
 		t.Fatalf("release through n1 with a forged header: %d %s", st, body)
 	}
+	if err := b.m.AwaitEnd(ctx, "acme", id); err != nil { // the release answers before the destroy
+		t.Fatal(err)
+	}
 	if !b.rt.Destroyed(l.Sandbox.ID) || a.rt.Destroyed(l.Sandbox.ID) || stillThere(id) {
 		t.Fatalf("the owner did not release it (n2 destroyed %v, n1 destroyed %v, record left %v)",
 			b.rt.Destroyed(l.Sandbox.ID), a.rt.Destroyed(l.Sandbox.ID), stillThere(id))
