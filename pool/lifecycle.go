@@ -231,9 +231,6 @@ func (tb *leaseTable) complete(e *ending) {
 		problems = append(problems, "destroying the sandbox failed: "+err.Error())
 	} else {
 		tb.supply.unclaim(ctx, tb.templates[l.Template], nil)
-		if jerr := tb.leases.Ended(ctx, tb.node, l.Sandbox.ID); jerr != nil {
-			tb.log.Error("removing a finished end from the journal", "lease", l.ID, "sandbox", l.Sandbox.ID, "err", jerr)
-		}
 	}
 	e.err = err
 	tb.event(ctx, l, e.Event, strings.Join(problems, "; "))
@@ -241,6 +238,14 @@ func (tb *leaseTable) complete(e *ending) {
 	if cp, ok := tb.audit.(audit.Checkpointer); ok {
 		if _, cerr := cp.Checkpoint(ctx); cerr != nil && !errors.Is(cerr, audit.ErrNoSigner) {
 			tb.log.Error("audit checkpoint at lease end", "lease", l.ID, "err", cerr)
+		}
+	}
+	// Only now, with the end recorded and signed, does the journal let it go: a node that stops
+	// before this finishes the end again at its start (recording it twice at worst), where one
+	// that had dropped the entry first would leave the lease ended with no record of its end.
+	if err == nil {
+		if jerr := tb.leases.Ended(ctx, tb.node, l.Sandbox.ID); jerr != nil {
+			tb.log.Error("removing a finished end from the journal", "lease", l.ID, "sandbox", l.Sandbox.ID, "err", jerr)
 		}
 	}
 	tb.supply.kick(l.Template)
