@@ -40,6 +40,64 @@ type exposed struct {
 	secret string
 	url    string
 	tenant string
+
+	// conns are the proxy's connections to the sandbox's port. Closing the port closes them
+	// too: one the sandbox's service upgraded (a WebSocket) was handed off by srv, which does
+	// not close it, and a released lease's sandbox runs on until its end is finished.
+	connMu sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// dial connects to the sandbox's port for the proxy, keeping the connection in e.conns.
+func (e *exposed) dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		e.connMu.Lock()
+		defer e.connMu.Unlock()
+		if e.closed {
+			c.Close()
+			return nil, errors.New("airlock: the port is closed")
+		}
+		if e.conns == nil {
+			e.conns = map[net.Conn]struct{}{}
+		}
+		tc := &portConn{Conn: c, e: e}
+		e.conns[tc] = struct{}{}
+		return tc, nil
+	}
+}
+
+// close closes e's listener, its connections from clients and those to the sandbox.
+func (e *exposed) close() {
+	e.srv.Close()
+	e.connMu.Lock()
+	e.closed = true
+	cs := e.conns
+	e.conns = nil
+	e.connMu.Unlock()
+	for c := range cs {
+		c.Close()
+	}
+}
+
+// portConn is a connection to a sandbox's port that leaves its exposed port's set when closed.
+type portConn struct {
+	net.Conn
+	e    *exposed
+	once sync.Once
+}
+
+func (c *portConn) Close() error {
+	c.once.Do(func() {
+		c.e.connMu.Lock()
+		delete(c.e.conns, c)
+		c.e.connMu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // DefaultMaxPortsPerLease is how many ports one lease may expose when the configuration says
@@ -124,6 +182,9 @@ func (p *ports) expose(ctx context.Context, tenant, id string, port int) (PortVi
 			return nil
 		},
 	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = e.dial(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	rp.Transport = tr
 	e.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q := r.URL.Query().Get(portCookie); q != "" && subtle.ConstantTimeCompare([]byte(q), []byte(e.secret)) == 1 {
 			http.SetCookie(w, &http.Cookie{Name: cookie, Value: e.secret, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -176,7 +237,7 @@ func (p *ports) closeLease(id string) {
 	delete(p.open, id)
 	p.mu.Unlock()
 	for _, e := range es {
-		e.srv.Close()
+		e.close()
 	}
 }
 
