@@ -151,6 +151,9 @@ func (tb *leaseTable) cut(ctx context.Context, l Lease, event audit.Event) error
 	// Until it is destroyed, the sandbox counts against max_total and the memory budget as
 	// one pending for a lease does.
 	tb.supply.reserve(tb.templates[l.Template])
+	if tb.cutExecs != nil {
+		tb.cutExecs(l.ID)
+	}
 	if c, ok := tb.binder.(Cutter); ok && l.Node == tb.node {
 		c.Cut(ctx, l.Sandbox.Addr)
 	}

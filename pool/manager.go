@@ -157,7 +157,7 @@ func New(cfg Config) (*Manager, error) {
 		outputHead: cfg.OutputHead, redact: cfg.Redact, log: cfg.Logger,
 		procs: map[string]*leaseProcesses{}, uploads: map[string]map[string]FileInfo{},
 	}
-	tb.ended, tb.recordBefore = op.ended, op.recordBefore
+	tb.ended, tb.recordBefore, tb.cutExecs = op.ended, op.recordBefore, op.cutExecs
 	k := &keeper{node: cfg.Node, templates: s.templates, runtime: cfg.Runtime, checkpointer: backend, audit: cfg.Audit, table: tb, supply: s,
 		catalog: cfg.Snapshots, scratch: cfg.Scratch, checkpoints: make(checkpoints, maxCheckpoints), ops: op, log: cfg.Logger,
 		claim: func(ctx context.Context, name, holder string, until time.Time) error {

@@ -31,6 +31,8 @@ type sandboxOps struct {
 	// recorded holds the sandboxes whose workspace was recorded before their lease's end
 	// (recordBefore), which ended does not record again.
 	recorded map[string]bool
+	// execs are the commands under way, per lease id, which its end cuts (execcut.go).
+	execs map[string]map[*int]context.CancelCauseFunc
 }
 
 // ended stops l's background processes and records what its workspace holds, as its lease ends.
@@ -65,6 +67,8 @@ func (op *sandboxOps) recordBefore(ctx context.Context, l Lease) (undo func()) {
 
 // Exec runs req in tenant's lease id.
 func (op *sandboxOps) Exec(ctx context.Context, tenant, id string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	runCtx, done := op.execFor(ctx, id)
+	defer done()
 	l, err := op.table.Held(ctx, tenant, id)
 	if err != nil {
 		return -1, err
@@ -84,7 +88,10 @@ func (op *sandboxOps) Exec(ctx context.Context, tenant, id string, req ExecReque
 		stdin = io.TeeReader(stdin, tp.in)
 	}
 	out, errOut := &countWriter{w: io.MultiWriter(stdout, tp.out)}, &countWriter{w: io.MultiWriter(stderr, tp.err)}
-	code, err := op.runtime.Exec(ctx, l.Sandbox, req, stdin, out, errOut)
+	code, err := op.runtime.Exec(runCtx, l.Sandbox, req, stdin, out, errOut)
+	if err != nil && context.Cause(runCtx) == errLeaseEnded {
+		err = fmt.Errorf("%w: lease %s ended while the command ran", ErrLeaseNotFound, id)
+	}
 	rec := audit.Record{
 		Kind: audit.KindExec, Node: op.node, Tenant: l.Tenant, Lease: l.ID, Task: l.Task,
 		Sandbox: l.Sandbox.ID, Command: req.Cmd, ExitCode: &code, BytesDown: out.n + errOut.n,

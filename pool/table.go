@@ -33,6 +33,8 @@ type leaseTable struct {
 	// ended is what a lease's end does inside its sandbox, after unbinding and before revoking
 	// and destroying: its processes stop and its workspace is recorded (sandboxOps.ended).
 	ended func(ctx context.Context, l Lease)
+	// cutExecs ends the commands under way in a lease as its end begins (sandboxOps.cutExecs).
+	cutExecs func(id string)
 	// recordBefore records a lease's workspace ahead of its end (sandboxOps.recordBefore).
 	recordBefore func(ctx context.Context, l Lease) (undo func())
 	// from finds tenant's snapshot ref for a lease from it, with what restores it in a claimed
