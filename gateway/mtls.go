@@ -15,6 +15,8 @@ import (
 type transports struct {
 	base *http.Transport // HTTP/2 where the upstream offers it, for a sandbox that speaks it
 	h1   *http.Transport // HTTP/1.1 only, for a sandbox that speaks HTTP/1.1
+	fast *h1Transport    // h1's common case on the request's goroutine (h1conn.go)
+	pool *h1Pool         // fast's connections, and those of each client certificate's
 
 	mu   sync.Mutex
 	mtls map[string]*mtlsTransport // protocol + lease + "\x00" + certificate serial
@@ -29,7 +31,8 @@ func newTransports(base *http.Transport) *transports {
 	h1.ForceAttemptHTTP2 = false
 	h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // non-nil and empty: no HTTP/2
 	h1.TLSClientConfig.NextProtos = nil
-	return &transports{base: base, h1: h1}
+	pool := &h1Pool{}
+	return &transports{base: base, h1: h1, fast: &h1Transport{t: h1, pool: pool}, pool: pool}
 }
 
 // protoBase is the transport for x's protocol.
@@ -42,6 +45,7 @@ func (ts *transports) protoBase(x *exchange) *http.Transport {
 
 type mtlsTransport struct {
 	t     *http.Transport
+	fast  *h1Transport // t's common case, for HTTP/1.1 (nil for HTTP/2)
 	lease string
 	used  bool // handed out since prune last marked it; guarded by transports.mu
 }
@@ -49,16 +53,30 @@ type mtlsTransport struct {
 // of returns the transport x's request goes on.
 func (ts *transports) of(x *exchange) (http.RoundTripper, error) {
 	if x.entry == nil || x.entry.Inject.Kind != broker.InjectClientCert {
-		return ts.protoBase(x), nil
+		if x.h2 {
+			return ts.base, nil
+		}
+		return ts.fast, nil
 	}
-	t, err := ts.forCert(ts.protoBase(x), x.b.Lease, x.secret)
+	m, err := ts.mtlsOf(ts.protoBase(x), x.b.Lease, x.secret)
 	if err != nil {
 		return nil, refuse(http.StatusBadGateway, rule.CredentialDown, "credential "+x.entry.Name+": "+err.Error(), "")
 	}
-	return t, nil
+	if m.fast != nil {
+		return m.fast, nil
+	}
+	return m.t, nil
 }
 
 func (ts *transports) forCert(base *http.Transport, lease string, s broker.Secret) (*http.Transport, error) {
+	m, err := ts.mtlsOf(base, lease, s)
+	if err != nil {
+		return nil, err
+	}
+	return m.t, nil
+}
+
+func (ts *transports) mtlsOf(base *http.Transport, lease string, s broker.Secret) (*mtlsTransport, error) {
 	key := lease + "\x00" + s["serial"]
 	if base == ts.base {
 		key = "h2\x00" + key
@@ -67,7 +85,7 @@ func (ts *transports) forCert(base *http.Transport, lease string, s broker.Secre
 	defer ts.mu.Unlock()
 	if m := ts.mtls[key]; m != nil {
 		m.used = true
-		return m.t, nil
+		return m, nil
 	}
 	cert, err := s.ClientCertificate()
 	if err != nil {
@@ -80,8 +98,12 @@ func (ts *transports) forCert(base *http.Transport, lease string, s broker.Secre
 	if ts.mtls == nil {
 		ts.mtls = map[string]*mtlsTransport{}
 	}
-	ts.mtls[key] = &mtlsTransport{t: t, lease: lease, used: true}
-	return t, nil
+	m := &mtlsTransport{t: t, lease: lease, used: true}
+	if base == ts.h1 {
+		m.fast = &h1Transport{t: t, pool: ts.pool}
+	}
+	ts.mtls[key] = m
+	return m, nil
 }
 
 // prune closes the transports of leases for which live reports false. live is asked outside
@@ -107,6 +129,7 @@ func (ts *transports) prune(live func(lease string) bool) {
 	for k, m := range ts.mtls {
 		if alive, asked := leases[m.lease]; asked && !alive && !m.used {
 			m.t.CloseIdleConnections()
+			ts.pool.drop(m.t)
 			delete(ts.mtls, k)
 		}
 	}

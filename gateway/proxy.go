@@ -195,6 +195,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 
 // Close stops Serve and closes every connection.
 func (p *Proxy) Close() error {
+	p.transports.pool.close()
 	p.srvMu.Lock()
 	defer p.srvMu.Unlock()
 	if p.srv == nil {
