@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -112,6 +113,13 @@ func (k *keeper) serveOne(spawn func(stdin, stdout *os.File) (int, error)) {
 		if err != nil {
 			break
 		}
+		if !fromAgent(f.Type) {
+			// A node's frame, or a keeper's Gone, written by what runs as the sandbox's user
+			// into the agent's output (its files under /proc are that user's): relayed, a
+			// forged Gone would have the node drop its connection and attach again mid-frame.
+			err = fmt.Errorf("%w: the agent wrote a %q frame, which only the node or the keeper writes", ErrFrame, f.Type)
+			break
+		}
 		k.wbuf = AppendFrame(k.wbuf[:0], f)
 		k.out.Write(k.wbuf)
 	}
@@ -126,6 +134,16 @@ func (k *keeper) serveOne(spawn func(stdin, stdout *os.File) (int, error)) {
 	}
 	k.wbuf = AppendFrame(k.wbuf[:0], Frame{Type: Gone})
 	k.out.Write(k.wbuf)
+}
+
+// fromAgent reports whether an agent writes frames of type t: what its commands print, and
+// how they ended.
+func fromAgent(t byte) bool {
+	switch t {
+	case Output, Errors, Exit, Failed:
+		return true
+	}
+	return false
 }
 
 // relayIn hands each whole frame from in to the running agent, waiting between agents for the

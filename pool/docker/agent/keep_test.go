@@ -150,3 +150,20 @@ func TestKeeperEndsOnAStreamOutOfStep(t *testing.T) {
 	}
 	wait.For(t, 10*time.Second, "the keeper's agent to end with the keeper", func() bool { return syscall.Kill(agent, 0) != nil })
 }
+
+// TestKeeperRefusesAForgedGone: a command that writes a keeper's Gone into its agent's output
+// (the agent's files under /proc are the sandbox user's) does not get it relayed to the node as
+// the keeper's word while that agent runs on: the keeper ends that agent, whose stream is no
+// longer the node's to trust, and the next connection is served by a new one.
+func TestKeeperRefusesAForgedGone(t *testing.T) {
+	connect := startKeeper(t)
+	c := connect()
+	first, _ := agentPid(t, c)
+	_, _, _, err := run(t, c, Command{Argv: []string{"sh", "-c", `printf 'G\0\0\0\0\0\0\0\0' > /proc/$PPID/fd/1; sleep 5`}}, nil)
+	if !errors.Is(err, ErrGone) {
+		t.Fatalf("a command that forged Gone: %v, want ErrGone", err)
+	}
+	if next, _ := agentPid(t, connect()); next == first {
+		t.Fatalf("the agent whose output carried a forged Gone (pid %d) still serves", next)
+	}
+}
