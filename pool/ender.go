@@ -172,10 +172,14 @@ func (s engineSlots) take(ctx context.Context) func() {
 func (tb *leaseTable) AwaitEnd(ctx context.Context, tenant, id string) error {
 	e := tb.ender.of(id)
 	if e == nil {
+		started := false
 		select {
 		case <-tb.started:
-			return nil
+			started = true
 		default:
+		}
+		if started && tb.startErr == nil {
+			return nil // every journaled end was finished at start
 		}
 		journaled, err := tb.journaled(ctx, tenant, id)
 		if err != nil || !journaled {
@@ -187,6 +191,11 @@ func (tb *leaseTable) AwaitEnd(ctx context.Context, tenant, id string) error {
 			return fmt.Errorf("waiting for the node to start, which finishes the end of lease %s: %w", id, ctx.Err())
 		}
 		if e = tb.ender.of(id); e == nil {
+			if tb.startErr != nil {
+				// The start failed before it finished the ends it found (or while it did): what
+				// the lease's records would say is not whole, and not answering says so.
+				return fmt.Errorf("the end of lease %s is not finished: the node did not start: %w", id, tb.startErr)
+			}
 			return nil
 		}
 	}
@@ -229,6 +238,9 @@ func (tb *leaseTable) finishEnds(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the journal of ends: %w", err)
 	}
+	// Two ends of one lease can be journaled (a pause whose destroy failed, then the resumed
+	// lease's own end): they run one after another, each in a round of its own.
+	var later []*ending
 	var ends []*ending
 	for sandbox, raw := range all {
 		e := &ending{}
@@ -244,28 +256,40 @@ func (tb *leaseTable) finishEnds(ctx context.Context) error {
 			continue
 		}
 		e.Note = strings.TrimPrefix(e.Note+"; ", "; ") + "finished when the node started again"
-		if err := tb.ender.begin(e); err != nil {
-			continue
-		}
-		tb.supply.reserve(tb.templates[e.Lease.Template])
-		ends = append(ends, e)
+		later = append(later, e)
 	}
-	var wg sync.WaitGroup
-	for _, e := range ends {
-		wg.Add(1)
-		tb.ender.run <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-tb.ender.run }()
-			tb.revokeFor(ctx, e)
-			tb.complete(e)
-		}()
-	}
-	wg.Wait()
 	var errs []error
-	for _, e := range ends {
-		if e.err != nil {
-			errs = append(errs, e.err)
+	for len(later) > 0 {
+		round := later
+		ends, later = nil, nil
+		for _, e := range round {
+			if err := tb.ender.begin(e); err != nil {
+				later = append(later, e) // its lease's other end runs in this round
+				continue
+			}
+			tb.supply.reserve(tb.templates[e.Lease.Template])
+			ends = append(ends, e)
+		}
+		if len(ends) == 0 {
+			errs = append(errs, fmt.Errorf("%d journaled ends wait for ends of their leases that never came", len(later)))
+			break
+		}
+		var wg sync.WaitGroup
+		for _, e := range ends {
+			wg.Add(1)
+			tb.ender.run <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-tb.ender.run }()
+				tb.revokeFor(ctx, e)
+				tb.complete(e)
+			}()
+		}
+		wg.Wait()
+		for _, e := range ends {
+			if e.err != nil {
+				errs = append(errs, e.err)
+			}
 		}
 	}
 	if len(errs) > 0 {

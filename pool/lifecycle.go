@@ -144,7 +144,7 @@ func (tb *leaseTable) cut(ctx context.Context, l Lease, event audit.Event) error
 		return err
 	}
 	tb.unbindLocal(l)
-	if err := tb.leases.BeginEnd(ctx, l, journal); err != nil {
+	if err := tb.leases.BeginEnd(ctx, l, journal); err != nil && !tb.journaledAnyway(ctx, l, err) {
 		tb.ender.over(e)
 		return err
 	}
@@ -158,6 +158,22 @@ func (tb *leaseTable) cut(ctx context.Context, l Lease, event audit.Event) error
 		c.Cut(ctx, l.Sandbox.Addr)
 	}
 	return nil
+}
+
+// journaledAnyway reports whether the store journaled l's end although BeginEnd failed with
+// err: an answer lost on its way back (a timeout, a dropped connection) after the store had
+// unbound the lease. Such an end must go on, here and now, or the sandbox would run on unbound
+// and unended until the node restarts, and a retried release would find no lease to end.
+func (tb *leaseTable) journaledAnyway(ctx context.Context, l Lease, err error) bool {
+	if errors.Is(err, ErrLeaseNotFound) {
+		return false // the store said no, having changed nothing
+	}
+	all, jerr := tb.leases.Ending(ctx, tb.node)
+	if jerr != nil {
+		return false
+	}
+	var e ending
+	return json.Unmarshal(all[l.Sandbox.ID], &e) == nil && e.Lease.ID == l.ID
 }
 
 // uncut undoes cut's journal for l, whose end did not come (a pause that could not keep its
