@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api/apitype"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/wait"
 	"github.com/airlock-dev/airlock/snapshot"
 )
 
@@ -168,6 +169,30 @@ func (n *nodeProc) resumeAllow(t *testing.T, lease string, allow ...string) (api
 func sandboxGone(id string) bool {
 	out, err := docker("inspect", "--format", "{{.Id}}", id)
 	return err != nil && strings.Contains(strings.ToLower(out), "no such")
+}
+
+// awaitEnd waits for the end of lease id, released: a release answers before its sandbox is
+// destroyed, and the lease's receipt waits for that.
+func (n *nodeProc) awaitEnd(t *testing.T, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := n.goClient().Receipt(ctx, id); err != nil {
+		t.Fatalf("waiting for the end of lease %s (its receipt): %v", id, err)
+	}
+}
+
+// destroyedAfter waits, up to 30 s, until the engine has destroyed a container of template
+// since since (the end of a lease, refused or released, destroys its sandbox after it
+// answers), and lists what it had destroyed by then.
+func (n *nodeProc) destroyedAfter(t *testing.T, template string, since time.Time) []string {
+	t.Helper()
+	var gone []string
+	wait.For(t, 30*time.Second, "the engine to destroy the sandbox the lease claimed", func() bool {
+		gone = n.destroyedSince(t, template, since)
+		return len(gone) > 0
+	})
+	return gone
 }
 
 // destroyedSince lists the node's containers of template the engine destroyed from since until

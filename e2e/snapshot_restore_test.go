@@ -65,7 +65,7 @@ func TestRestoreConfined(t *testing.T) {
 				if !strings.Contains(e.Message, `"`+tc.entry+`"`) {
 					t.Errorf("the refusal does not name the entry %q: %s", tc.entry, e.Message)
 				}
-				if gone := n.destroyedSince(t, tc.template, since); len(gone) != 1 {
+				if gone := n.destroyedAfter(t, tc.template, since); len(gone) != 1 {
 					t.Errorf("the engine destroyed %d sandboxes of %s during the refused lease, want the one it claimed", len(gone), tc.template)
 				}
 			})
@@ -111,7 +111,7 @@ func TestRestoreConfined(t *testing.T) {
 		since := time.Now()
 		_, err = c.Lease(ctx, apitype.LeaseRequest{Allow: []string{"api.example.test"}, From: id})
 		apiError(t, err, 422, "snapshot_corrupt")
-		if gone := n.destroyedSince(t, "default", since); len(gone) != 1 {
+		if gone := n.destroyedAfter(t, "default", since); len(gone) != 1 {
 			t.Errorf("the engine destroyed %d sandboxes during the refused lease, want the one it claimed", len(gone))
 		}
 	})
@@ -217,6 +217,7 @@ func (n *nodeProc) imageOf(t *testing.T, template string) string {
 	}
 	c.DeleteSnapshot(context.Background(), s.ID)
 	c.Release(context.Background(), l.ID)
+	n.awaitEnd(t, l.ID)
 	return s.Image
 }
 
@@ -235,6 +236,7 @@ func (n *nodeProc) snapshotOf(t *testing.T, script string) string {
 	}
 	t.Cleanup(func() { c.DeleteSnapshot(context.Background(), s.ID) })
 	c.Release(context.Background(), l.ID)
+	n.awaitEnd(t, l.ID)
 	return s.ID
 }
 
