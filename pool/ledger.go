@@ -151,10 +151,15 @@ func (op *sandboxOps) recordWorkspace(ctx context.Context, l Lease) {
 		done <- read{files, more, err}
 	}()
 	var stderr strings.Builder
-	code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(t.Workdir, `airlock_full "$1"; exec tar -c -C "$1" .`, t.Workdir)}, nil, pw, &stderr)
+	code, err := op.runtime.Exec(ctx, l.Sandbox, ExecRequest{Cmd: confined(t.Workdir,
+		`airlock_full "$1"; exec tar -c --warning=no-file-changed --warning=no-file-removed -C "$1" .`, t.Workdir)}, nil, pw, &stderr)
 	pw.Close()
 	got := <-done
-	if err == nil && code != 0 {
+	// tar exits 1 when a file changed or went while it read it: what runs on in the sandbox (a
+	// pause that keeps its processes reads the workspace while they write) changed it, and
+	// every entry was read as it was then.
+	changing := err == nil && code == 1
+	if err == nil && code != 0 && !changing {
 		err = fmt.Errorf("tar exited %d: %s", code, strings.TrimSpace(stderr.String()))
 	}
 	err = errors.Join(err, got.err)
@@ -195,6 +200,9 @@ func (op *sandboxOps) recordWorkspace(ctx context.Context, l Lease) {
 		counts[EventDeleted], len(got.files)+got.more)
 	if n := len(changes) - written + got.more; n > 0 {
 		reason += fmt.Sprintf("; %d more changes not listed (over %d)", n, MaxWorkspaceChanges)
+	}
+	if changing {
+		reason += "; files changed while it was read"
 	}
 	if err != nil {
 		reason += "; the workspace could not be read whole: " + err.Error()
