@@ -82,25 +82,7 @@ func TestRestartFinishesEveryEndOfALease(t *testing.T) {
 	redis := pooltest.NewEnv(t, pooltest.EnvConfig{Node: "holder"})
 	ctx := context.Background()
 	keep := func(c *pool.Config) { c.KeepOnStop = true }
-	first, err := pooltest.Start(ctx, t.TempDir(), pooltest.EnvConfig{Node: "n1", Store: redis.Store, Pool: keep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.WaitWarm(ctx, 2, 10*time.Second); err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	tok, _ := first.Issuer.Mint("task-twice", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
-	l, err := first.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
-	if err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	if err := pool.CutOnly(first.Manager, l); err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	first.Close()
+	l := stoppedMidEnd(t, redis, "task-twice")
 	other := pool.Sandbox{ID: "sb-old-pause", Node: "n1", Template: l.Sandbox.Template, Addr: l.Sandbox.Addr}
 	journalTwice(t, redis, "holder:", l, other)
 
@@ -140,25 +122,7 @@ func TestAwaitEndRefusesWhenTheStartFailed(t *testing.T) {
 	redis := pooltest.NewEnv(t, pooltest.EnvConfig{Node: "holder"})
 	ctx := context.Background()
 	keep := func(c *pool.Config) { c.KeepOnStop = true }
-	first, err := pooltest.Start(ctx, t.TempDir(), pooltest.EnvConfig{Node: "n1", Store: redis.Store, Pool: keep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.WaitWarm(ctx, 2, 10*time.Second); err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	tok, _ := first.Issuer.Mint("task-failed-start", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
-	l, err := first.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
-	if err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	if err := pool.CutOnly(first.Manager, l); err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	first.Close()
+	l := stoppedMidEnd(t, redis, "task-failed-start")
 
 	second := pooltest.NewEnv(t, pooltest.EnvConfig{Node: "n1", Store: redis.Store,
 		Runtime: func(r *pooltest.Runtime) {
@@ -169,11 +133,37 @@ func TestAwaitEndRefusesWhenTheStartFailed(t *testing.T) {
 		Pool: keep})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = second.Manager.AwaitEnd(wctx, "acme", l.ID)
+	err := second.Manager.AwaitEnd(wctx, "acme", l.ID)
 	if err == nil || !strings.Contains(err.Error(), "not finished") {
 		t.Fatalf("AwaitEnd on a node whose start failed to finish the lease's end: %v, want it refused as not finished", err)
 	}
 	if journal, jerr := redis.Store.Ending(ctx, "n1"); jerr != nil || len(journal[l.Sandbox.ID]) == 0 {
 		t.Fatalf("the journal after a start that failed: %v, %v; want the end still journaled", journal, jerr)
 	}
+}
+
+// stoppedMidEnd runs node n1 on redis's store, leases a sandbox of it for task and cuts the
+// lease (its end journaled, its sandbox running), then stops that node as a crash would leave
+// it; it returns the lease.
+func stoppedMidEnd(t *testing.T, redis *pooltest.Env, task string) pool.Lease {
+	t.Helper()
+	ctx := context.Background()
+	first, err := pooltest.Start(ctx, t.TempDir(), pooltest.EnvConfig{Node: "n1", Store: redis.Store,
+		Pool: func(c *pool.Config) { c.KeepOnStop = true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if err := first.WaitWarm(ctx, 2, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := first.Issuer.Mint(task, "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
+	l, err := first.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.CutOnly(first.Manager, l); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -171,25 +171,7 @@ func TestRestartFinishesJournaledEnds(t *testing.T) {
 	redis := pooltest.NewEnv(t, pooltest.EnvConfig{Node: "holder"}) // holds the Redis both runs share
 	ctx := context.Background()
 	keep := func(c *pool.Config) { c.KeepOnStop = true }
-	first, err := pooltest.Start(ctx, t.TempDir(), pooltest.EnvConfig{Node: "n1", Store: redis.Store, Pool: keep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.WaitWarm(ctx, 2, 10*time.Second); err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	tok, _ := first.Issuer.Mint("task-crash", "acme", []scope.Scope{{Host: "a.example"}}, time.Minute)
-	l, err := first.Manager.Lease(ctx, pool.LeaseRequest{Tenant: "acme", Template: "default", Token: tok})
-	if err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	if err := pool.CutOnly(first.Manager, l); err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	first.Close() // it stops with the end journaled and the sandbox running
+	l := stoppedMidEnd(t, redis, "task-crash") // it stops with the end journaled and the sandbox running
 
 	if journal, err := redis.Store.Ending(ctx, "n1"); err != nil || len(journal[l.Sandbox.ID]) == 0 {
 		t.Fatalf("the journal the stopped node left: %v, %v", journal, err)
