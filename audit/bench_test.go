@@ -48,17 +48,7 @@ func BenchmarkSinkWrite(b *testing.B) {
 // BenchmarkWriterStep is the writer goroutine's cost per record when records arrive one at a
 // time: encoding, hashing, indexing and the buffered write (to a discarding file).
 func BenchmarkWriterStep(b *testing.B) {
-	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	s := &FileSink{f: f, w: bufio.NewWriterSize(f, 64<<10), active: newIndex()}
-	recs := make([]Record, 64)
-	for i := range recs {
-		recs[i] = benchRecord(i)
-		recs[i].Time = time.Now()
-	}
+	s, recs := writerBench(b)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -73,17 +63,7 @@ func BenchmarkWriterStep(b *testing.B) {
 // BenchmarkWriterBatch is the writer goroutine's cost per record when records arrive faster
 // than one at a time, as under load: its batches are written and indexed indexChunk at a time.
 func BenchmarkWriterBatch(b *testing.B) {
-	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	s := &FileSink{f: f, w: bufio.NewWriterSize(f, 64<<10), active: newIndex()}
-	recs := make([]Record, 64)
-	for i := range recs {
-		recs[i] = benchRecord(i)
-		recs[i].Time = time.Now()
-	}
+	s, recs := writerBench(b)
 	chunk := make([]Record, 0, indexChunk)
 	b.ReportAllocs()
 	i := 0
@@ -248,4 +228,20 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(fuzzBase.dir)
 	}
 	os.Exit(code)
+}
+
+// writerBench is a writer over a discarding file, and 64 records to give it, for the writer's
+// benchmarks; the file is closed when b ends.
+func writerBench(b *testing.B) (*FileSink, []Record) {
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	recs := make([]Record, 64)
+	for i := range recs {
+		recs[i] = benchRecord(i)
+		recs[i].Time = time.Now()
+	}
+	return &FileSink{f: f, w: bufio.NewWriterSize(f, 64<<10), active: newIndex()}, recs
 }
