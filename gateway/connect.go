@@ -112,18 +112,18 @@ func (p *Proxy) intercept(ctx context.Context, conn net.Conn, remote string, x *
 	// The handshake is done, so the server sees the negotiated protocol and speaks HTTP/2 when
 	// the sandbox asked for it (HTTP/2 framing is unambiguous; HTTP/1 goes through the framing
 	// check). Serve returns once the connection is closed or hijacked.
-	var conn2 net.Conn = tconn
-	if tconn.ConnectionState().NegotiatedProtocol != "h2" {
-		conn2 = newFramingConn(tconn, func(reason string) { p.recordFraming(remote, x, reason) })
-	}
-	serveOne(conn2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.serveIntercepted(w, r, host, port, x.bearer, x.dest, x.meter)
-	}), serverProtocols)
+	})
+	if tconn.ConnectionState().NegotiatedProtocol != "h2" {
+		newH1Server(h, p.log).ServeConn(newFramingConn(tconn, func(reason string) { p.recordFraming(remote, x, reason) }))
+		return
+	}
+	serveOne(tconn, h, serverProtocols)
 }
 
-// serveOne serves HTTP on the single connection c until it is closed or hijacked: the server
-// of an intercepted session and of a redirected plain connection alike. protocols nil means
-// HTTP/1 only.
+// serveOne serves HTTP/2 on the single connection c, an intercepted session that negotiated
+// it, until it is closed. HTTP/1 connections are served by h1Server.
 func serveOne(c net.Conn, h http.Handler, protocols *http.Protocols) {
 	l := newConnListener(c)
 	srv := &http.Server{

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/airlock-dev/airlock/rule"
 )
@@ -176,8 +179,9 @@ func (f *framingConn) scan(b []byte) string {
 func (f *framingConn) startRequest(head []byte) string {
 	head = bytes.TrimLeft(head, "\r\n")
 	lines := strings.Split(string(head), "\r\n")
-	method, _, _ := strings.Cut(lines[0], " ")
-	var cls, tes []string
+	method, target, _ := strings.Cut(lines[0], " ")
+	_, proto, _ := strings.Cut(target, " ")
+	var cls, tes, hosts []string
 	for _, l := range lines[1:] {
 		if l == "" {
 			continue
@@ -192,13 +196,25 @@ func (f *framingConn) startRequest(head []byte) string {
 		if strings.ContainsAny(name, " \t") {
 			return fmt.Sprintf("white space in header name %q", truncate(name, 32))
 		}
-		value = strings.TrimSpace(value)
 		switch strings.ToLower(name) {
 		case "content-length":
-			cls = append(cls, value)
+			cls = append(cls, strings.TrimSpace(value))
 		case "transfer-encoding":
-			tes = append(tes, value)
+			tes = append(tes, strings.TrimSpace(value))
+		case "host":
+			hosts = append(hosts, textproto.TrimString(value)) // as textproto reads it
 		}
+	}
+	// What net/http's server required of Host beyond http.ReadRequest, which deletes the
+	// header once it has read it (h1Server serves on after this): one, valid, and present in
+	// every HTTP/1.1 request but a CONNECT, even one whose absolute-form target names its host.
+	switch {
+	case len(hosts) > 1:
+		return "more than one Host header"
+	case len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]):
+		return fmt.Sprintf("malformed Host header %q", truncate(hosts[0], 32))
+	case len(hosts) == 0 && method != "CONNECT" && proto != "HTTP/1.0":
+		return "missing required Host header"
 	}
 	switch {
 	case len(cls) > 0 && len(tes) > 0:

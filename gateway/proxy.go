@@ -103,7 +103,7 @@ type Proxy struct {
 	redirectWait atomic.Int64 // see redirectedWait
 
 	srvMu sync.Mutex
-	srv   *http.Server
+	srv   *h1Server
 }
 
 // New builds a Proxy from cfg.
@@ -170,15 +170,11 @@ func (p *Proxy) Reload(catalog broker.Catalog, privateUpstreams map[string]netip
 func (p *Proxy) Catalog() broker.Catalog { return p.dyn.Load().catalog }
 
 // Serve answers sandboxes on l until Close. Every connection's HTTP/1 framing is checked first
-// (see framingConn).
+// (see framingConn), then served by h1Server: net/http's parsers and writers on the
+// connection's own goroutine.
 func (p *Proxy) Serve(l net.Listener) error {
 	p.srvMu.Lock()
-	p.srv = &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
-	}
+	p.srv = newH1Server(p, p.log)
 	srv := p.srv
 	p.srvMu.Unlock()
 	ctx, stop := context.WithCancel(context.Background())

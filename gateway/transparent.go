@@ -148,9 +148,9 @@ func (p *Proxy) serveRedirectedTLS(c net.Conn, x *exchange) {
 func (p *Proxy) serveRedirectedHTTP(c net.Conn, x *exchange) {
 	remote := c.RemoteAddr().String()
 	fc := newFramingConn(c, func(reason string) { p.recordFraming(remote, x, reason) })
-	serveOne(fc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	newH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.serveRedirectedRequest(w, r, x.port, x.dest)
-	}), nil)
+	}), p.log).ServeConn(fc)
 }
 
 // serveRedirectedRequest is ServeHTTP for a request that came without the proxy: origin-form,
