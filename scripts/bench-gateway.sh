@@ -18,6 +18,12 @@ BULK_PUT=${BULK_PUT:-268435456}
 # BEFORE: the commit whose gateway runs beside this tree's as airlock-before (the rows of #34's
 # before-and-after, from one run); empty leaves those rows out.
 BEFORE=${BEFORE-b4b9ad8}
+# ROWS: run only these throughput rows, as KIND:CONNS words (KIND plain, intercepted or new,
+# CONNS 1 or 32), each with the rows it is compared with, e.g. ROWS="plain:1 plain:32
+# intercepted:32 new:32"; the bulk and memory rows, the go benchmarks and the write to
+# docs/bench-gateway.md are then left out. Empty (the default): every row.
+ROWS=${ROWS-}
+want() { [ -z "$ROWS" ] || [[ " $ROWS " == *" $1:$2 "* ]]; }
 mkdir -p "$tools"
 # The memory rows hold 10,000 connections open in one process, through one proxy.
 ulimit -n "$(ulimit -Hn)"
@@ -174,22 +180,29 @@ bump="-roots $work/squid-ca.pem"
 for round in $(seq 1 "$ROUNDS"); do
 	echo "round $round of $ROUNDS" >&2
 	for c in 1 32; do
-		runwrk direct "$c" 127.0.0.1:18081 ""
-		runwrk relay "$c" 127.0.0.1:18086 ""
-		runwrk airlock "$c" 127.0.0.1:18080 "$ours"
-		[ -z "$BEFORE" ] || runwrk airlock-before "$c" 127.0.0.1:18087 "$ours"
-		runwrk smokescreen "$c" 127.0.0.1:18083 "$peer"
-		runwrk squid "$c" 127.0.0.1:18082 "$peer"
-		runwrk squid-log "$c" 127.0.0.1:18084 "$peer"
-		runload direct-tls "$c" ""
-		runload airlock-intercepted "$c" "$gw"
-		[ -z "$BEFORE" ] || runload airlock-before-intercepted "$c" "$gwb"
-		runload squid-bump "$c" http://127.0.0.1:18085 $bump
-		runload direct-tls-new "$c" "" -new
-		runload airlock-new "$c" "$gw" -new
-		[ -z "$BEFORE" ] || runload airlock-before-new "$c" "$gwb" -new
-		runload squid-bump-new "$c" http://127.0.0.1:18085 $bump -new
+		if want plain "$c"; then
+			runwrk direct "$c" 127.0.0.1:18081 ""
+			runwrk relay "$c" 127.0.0.1:18086 ""
+			runwrk airlock "$c" 127.0.0.1:18080 "$ours"
+			[ -z "$BEFORE" ] || runwrk airlock-before "$c" 127.0.0.1:18087 "$ours"
+			runwrk smokescreen "$c" 127.0.0.1:18083 "$peer"
+			runwrk squid "$c" 127.0.0.1:18082 "$peer"
+			runwrk squid-log "$c" 127.0.0.1:18084 "$peer"
+		fi
+		if want intercepted "$c"; then
+			runload direct-tls "$c" ""
+			runload airlock-intercepted "$c" "$gw"
+			[ -z "$BEFORE" ] || runload airlock-before-intercepted "$c" "$gwb"
+			runload squid-bump "$c" http://127.0.0.1:18085 $bump
+		fi
+		if want new "$c"; then
+			runload direct-tls-new "$c" "" -new
+			runload airlock-new "$c" "$gw" -new
+			[ -z "$BEFORE" ] || runload airlock-before-new "$c" "$gwb" -new
+			runload squid-bump-new "$c" http://127.0.0.1:18085 $bump -new
+		fi
 	done
+	[ -z "$ROWS" ] || continue
 	for dir in "-get $BULK_GET" "-put $BULK_PUT"; do
 		# shellcheck disable=SC2086
 		runbulk direct upstream.bench "" $dir
@@ -200,8 +213,10 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 steal1=$(steal)
-[ "$(grep -c "^squid-log " "$work/results")" -gt 0 ] && [ -s "$work/squid_log/access.log" ] ||
-	{ echo "Squid's access log stayed empty: the logged rows would not be logging" >&2; exit 1; }
+if grep -q "^squid-log " "$work/results" || [ -z "$ROWS" ]; then
+	[ -s "$work/squid_log/access.log" ] ||
+		{ echo "Squid's access log stayed empty: the logged rows would not be logging" >&2; exit 1; }
+fi
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 col() { awk -v n="$1" -v c="$2" -v k="$3" '$1==n && $2==c {print $k}' "$work/${4:-results}" | median; }
@@ -211,6 +226,7 @@ table() { # base name...
 	shift
 	printf '| path | conns | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs | proxy CPU µs per request |\n|---|---|---|---|---|---|---|---|\n'
 	for c in 1 32; do
+		[ -n "$(col "$base" "$c" 3)" ] || continue # a row ROWS left out
 		for name in "$base" "$@"; do
 			local per
 			per=$(col "$name" "$c" 6)
@@ -226,6 +242,23 @@ b() { [ -n "$BEFORE" ] && echo "$1"; }
 plain=$(table direct relay airlock $(b airlock-before) smokescreen squid squid-log)
 tls=$(table direct-tls airlock-intercepted $(b airlock-before-intercepted) squid-bump)
 fresh=$(table direct-tls-new airlock-new $(b airlock-before-new) squid-bump-new)
+if [ -n "$ROWS" ]; then
+	for t in "$plain" "$tls" "$fresh"; do [ "$(echo "$t" | wc -l)" -le 2 ] || { echo "$t"; echo; }; done
+	for w in $ROWS; do
+		c=${w#*:}
+		case ${w%:*} in
+		plain) set -- airlock airlock-before squid-log ;;
+		intercepted) set -- airlock-intercepted airlock-before-intercepted squid-bump ;;
+		new) set -- airlock-new airlock-before-new squid-bump-new ;;
+		esac
+		echo "- $1 / $3 at $c connection(s): req/s $(ratio "$1" "$3" "$c"), CPU per request $(echo "scale=2; $(col "$3" "$c" 6) / $(col "$1" "$c" 6)" | bc -l)$([ -z "$BEFORE" ] ||
+			echo "; $2 / $3: req/s $(ratio "$2" "$3" "$c"), CPU per request $(echo "scale=2; $(col "$3" "$c" 6) / $(col "$2" "$c" 6)" | bc -l)")"
+	done
+	[[ " $ROWS " == *" plain:1 "* ]] &&
+		echo "- own added p50 at 1 connection above the bare relay: airlock $(echo "$(col airlock 1 4) - $(col relay 1 4)" | bc -l) µs$([ -z "$BEFORE" ] || echo ", airlock-before $(echo "$(col airlock-before 1 4) - $(col relay 1 4)" | bc -l) µs")"
+	echo "- core 1 was stolen by the hypervisor for $(echo "($steal1 - $steal0) / $(getconf CLK_TCK)" | bc -l | sed 's/^\./0./; s/\(\.[0-9][0-9]\).*/\1/') s; ROWS=\"$ROWS\": bulk, memory and the go benchmarks left out, docs/bench-gateway.md not written"
+	exit 0
+fi
 target() { # what got want
 	local ok=no
 	[ "$(echo "$2 >= $3" | bc -l)" = 1 ] && ok=yes
