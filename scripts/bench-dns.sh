@@ -3,11 +3,11 @@
 # same loopback authoritative server and answering the same 100 allowed names from cache, with
 # query logging on for all; then airlock on a mix of 70 % allowed, 20 % refused and 10 %
 # tunnel-shaped names. As in the gateway benchmark, each server under test runs alone on core 1;
-# the authoritative upstream and dnsperf (-c 4 -q 200) run on core 0. BEFORE=<git revision> also
-# runs that revision's resolver (built in a work tree of its own) as airlock-before, on both
-# query files, side by side. Each configuration runs ROUNDS times in turn; medians are reported.
-# qps and the server's CPU use come from a plain run, p99 from a verbose run of the same length
-# (per-query latencies). Table to stdout and docs/bench-dns.md.
+# the authoritative upstream and dnsperf (-c 4 -q 200) run on core 0. BEFORE="<git revision> ..."
+# also runs each revision's resolver (built in a work tree of its own) as airlock@<revision>, on
+# both query files, side by side. Each configuration runs ROUNDS times in turn; medians are
+# reported. qps, the server's CPU use and the load's core use come from a plain run, p99 from a
+# verbose run of the same length (per-query latencies). Table to stdout and docs/bench-dns.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${AIRLOCK_CACHE:-/var/cache/airlock}
@@ -32,15 +32,17 @@ fi
 [ -x "$tools/coredns" ] || { echo "building CoreDNS v1.15.0 (about 6 minutes the first time)"; GOBIN="$tools" go install github.com/coredns/coredns@v1.15.0; }
 go build -o "$tools/dnsbench" ./bench/dnsbench
 servers=(airlock)
-if [ -n "${BEFORE:-}" ]; then
+befores=()
+for rev in ${BEFORE:-}; do
 	wt=$(mktemp -d)
-	git worktree add --detach "$wt" "$BEFORE" >/dev/null
+	git worktree add --detach "$wt" "$rev" >/dev/null
 	built=0
-	(cd "$wt" && go build -o "$tools/dnsbench-before" ./bench/dnsbench) && built=1
+	(cd "$wt" && go build -o "$tools/dnsbench-$rev" ./bench/dnsbench) && built=1
 	git worktree remove --force "$wt"
-	[ "$built" = 1 ] || { echo "bench-dns: $BEFORE's dnsbench did not build" >&2; exit 1; }
-	servers+=(airlock-before)
-fi
+	[ "$built" = 1 ] || { echo "bench-dns: $rev's dnsbench did not build" >&2; exit 1; }
+	befores+=("$rev")
+	servers+=("airlock@$rev")
+done
 
 . scripts/bench-lib.sh
 waitdns() {
@@ -57,10 +59,19 @@ aside upstream "$tools/dnsbench" upstream -listen 127.0.0.1:15354
 waitdns 15354
 bg airlock "$tools/dnsbench" resolver -listen 127.0.0.1:15353 -upstream 127.0.0.1:15354 -audit "$work/airlock-audit"
 ports=(15353 15355 15356 15357)
-if [ -n "${BEFORE:-}" ]; then
-	bg airlock_before "$tools/dnsbench-before" resolver -listen 127.0.0.1:15358 -upstream 127.0.0.1:15354 -audit "$work/airlock-before-audit"
-	ports+=(15358)
-fi
+declare -A port pid trail
+port[airlock]=15353
+trail[airlock]=$work/airlock-audit
+for i in "${!befores[@]}"; do
+	rev=${befores[$i]}
+	port[airlock@$rev]=$((15360 + i))
+	bg "airlock_before_$i" "$tools/dnsbench-$rev" resolver -listen "127.0.0.1:$((15360 + i))" -upstream 127.0.0.1:15354 -audit "$work/airlock-$rev-audit"
+	pvar="pid_airlock_before_$i"
+	pid[airlock@$rev]=${!pvar}
+	trail[airlock@$rev]=$work/airlock-$rev-audit
+	ports+=($((15360 + i)))
+done
+pid[airlock]=$pid_airlock
 cat >"$work/Corefile" <<CONF
 .:15355 {
     bind 127.0.0.1
@@ -106,29 +117,50 @@ for i in $(seq 0 99); do echo "n$i.bench.test A"; done >"$work/allowed.txt"
 
 # cpu PID: the process's user and system time so far, in clock ticks.
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# core0: core 0's busy and total time so far, in clock ticks (everything but idle and iowait).
+core0() { awk '$1=="cpu0" {t=0; for (i=2; i<=NF; i++) t+=$i; print t-$5-$6, t}' /proc/stat; }
 run() { # name pid port queryfile
-	local out p99 before after
+	local out p99 before after c0 c1
 	before=$(cpu "$2")
+	c0=$(core0)
 	out=$(taskset -c 0 dnsperf -s 127.0.0.1 -p "$3" -d "$4" -c 4 -q 200 -l "$LEN" 2>&1)
+	c1=$(core0)
 	after=$(cpu "$2")
-	local qps lost busy
+	local qps lost busy load us
 	qps=$(echo "$out" | awk '/Queries per second/ {print $4}')
 	lost=$(echo "$out" | awk '/Queries lost/ {print $3}')
 	# The share of its core the server used: below 100 %, the load, not the server, set the pace.
 	busy=$(echo "100 * ($after - $before) / $(getconf CLK_TCK) / $LEN" | bc -l)
+	# The share of core 0 the load (dnsperf, and the kernel's delivery of its queries) used: near
+	# 100 %, dnsperf, not the server, set the pace.
+	load=$(echo "$c0 $c1" | awk '{print 100 * ($3 - $1) / ($4 - $2)}')
+	# The server's CPU per query answered, in µs.
+	us=$(echo "$busy * 10000 / $qps" | bc -l)
 	p99=$(taskset -c 0 dnsperf -s 127.0.0.1 -p "$3" -d "$4" -c 4 -q 200 -l "$LEN" -v 2>/dev/null |
 		awk '$1==">" {print $5}' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int(NR*0.99)]*1000000; else print 0}')
-	echo "$1 $qps $p99 $lost $busy" >>"$work/results"
+	echo "$1 $qps $p99 $lost $busy $load $us" >>"$work/results"
+	if [ -n "${trail[${1%-mix}]:-}" ]; then prune "${1%-mix}"; fi
+}
+# prune NAME: between runs, deletes the sealed segments of NAME's trail (all but the newest, by
+# name, which is chain order) and their indexes, counting their records, so a run's trail (about
+# a GB) does not fill the disk. The trail's own retention would do it, but the revisions run
+# beside this one take no retention flag.
+declare -A pruned
+prune() {
+	local segs=("${trail[$1]}"/*.jsonl) s
+	local n=${#segs[@]}
+	for s in "${segs[@]:0:n-1}"; do
+		pruned[$1]=$((${pruned[$1]:-0} + $(wc -l <"$s")))
+		rm -f "$s" "${s%.jsonl}.idx"
+	done
 }
 for round in $(seq 1 "$ROUNDS"); do
 	echo "round $round of $ROUNDS" >&2
-	run airlock "$pid_airlock" 15353 "$work/allowed.txt"
-	if [ -n "${BEFORE:-}" ]; then run airlock-before "$pid_airlock_before" 15358 "$work/allowed.txt"; fi
+	for n in "${servers[@]}"; do run "$n" "${pid[$n]}" "${port[$n]}" "$work/allowed.txt"; done
 	run coredns "$pid_coredns" 15355 "$work/allowed.txt"
 	run unbound "$pid_unbound" 15356 "$work/allowed.txt"
 	run dnsmasq "$pid_dnsmasq" 15357 "$work/allowed.txt"
-	run airlock-mix "$pid_airlock" 15353 "$work/mix.txt"
-	if [ -n "${BEFORE:-}" ]; then run airlock-before-mix "$pid_airlock_before" 15358 "$work/mix.txt"; fi
+	for n in "${servers[@]}"; do run "$n-mix" "${pid[$n]}" "${port[$n]}" "$work/mix.txt"; done
 done
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -136,22 +168,22 @@ col() { awk -v n="$1" -v c="$2" '$1==n {print $c}' "$work/results" | median; }
 names=("${servers[@]}" coredns unbound dnsmasq)
 for n in "${servers[@]}"; do names+=("$n-mix"); done
 report=$(
-	printf '| server | names | qps | p99 µs | lost | server CPU %% |\n|---|---|---|---|---|---|\n'
+	printf '| server | names | qps | p99 µs | lost | server CPU %% | server µs/query | load core %% |\n|---|---|---|---|---|---|---|---|\n'
 	for name in "${names[@]}"; do
 		q="100 allowed, cached"; [ "${name%-mix}" != "$name" ] && q="70% allowed, 20% refused, 10% tunnel-shaped"
-		printf '| %s | %s | %.0f | %.0f | %s | %.0f |\n' "${name%-mix}" "$q" "$(col "$name" 2)" "$(col "$name" 3)" "$(col "$name" 4)" "$(col "$name" 5)"
+		printf '| %s | %s | %.0f | %.0f | %s | %.0f | %.2f | %.0f |\n' "${name%-mix}" "$q" "$(col "$name" 2)" "$(col "$name" 3)" "$(col "$name" 4)" "$(col "$name" 5)" "$(col "$name" 7)" "$(col "$name" 6)"
 	done
 )
 ratio() { echo "scale=2; $(col "$1" "$3") / $(col "$2" "$3")" | bc -l; }
 summary=$(
 	echo
 	for peer in coredns unbound dnsmasq; do
-		echo "- airlock / $peer: qps $(ratio airlock $peer 2)x, p99 $(ratio airlock $peer 3)x"
+		echo "- airlock / $peer: qps $(ratio airlock $peer 2)x, p99 $(ratio airlock $peer 3)x, $peer's server CPU per query / airlock's $(ratio $peer airlock 7)x"
 	done
-	if [ -n "${BEFORE:-}" ]; then
-		echo "- airlock / airlock-before ($BEFORE): qps $(ratio airlock airlock-before 2)x cached, $(ratio airlock-mix airlock-before-mix 2)x mixed"
-	fi
-	echo "- audit records written by airlock: $(cat "$work"/airlock-audit/*.jsonl | wc -l)"
+	for rev in "${befores[@]}"; do
+		echo "- airlock / airlock@$rev: qps $(ratio airlock "airlock@$rev" 2)x cached, $(ratio airlock-mix "airlock@$rev-mix" 2)x mixed; server CPU per query $(ratio airlock "airlock@$rev" 7)x"
+	done
+	echo "- audit records written by airlock: $((${pruned[airlock]:-0} + $(cat "$work"/airlock-audit/*.jsonl | wc -l)))"
 )
 echo "$report"
 echo "$summary"
@@ -166,7 +198,9 @@ echo "$summary"
 	echo "log-queries, dnsmasq log-queries to a file. Versions: CoreDNS 1.15.0, Unbound 1.17.1, dnsmasq 2.90."
 	echo "qps comes from a plain run, p99 from a verbose run of the same length (per-query latencies);"
 	echo "server CPU % is the share of core 1 the server used during the qps run (near 100: the server,"
-	echo "not the load, set the pace). Command:"
+	echo "not the load, set the pace), server µs/query that CPU per query answered, and load core % the"
+	echo "share of core 0 used meanwhile (dnsperf and the kernel's delivery of its queries; near 100: the"
+	echo "load generator, not the server, set the pace). Command:"
 	echo
 	echo "    ${CMD:-make bench-dns}"
 	echo
