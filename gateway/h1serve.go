@@ -730,6 +730,8 @@ type h1Response struct {
 	calledHeader  bool
 	trailers      []string
 	watchDue      bool // under c.mu
+	dateBuf       [len(http.TimeFormat)]byte
+	clenBuf       [20]byte
 
 	canContinue atomic.Bool
 	continueMu  sync.Mutex
@@ -1041,7 +1043,7 @@ func (cw *h1ChunkWriter) writeHeader(p []byte) {
 	hasTE := te != ""
 	if w.handlerDone && !trailers && !hasTE && bodyAllowedForStatus(w.status) && !hasKey(header, "Content-Length") && (!isHEAD || len(p) > 0) {
 		w.contentLength = int64(len(p))
-		extra.contentLength = strconv.AppendInt(nil, int64(len(p)), 10)
+		extra.contentLength = strconv.AppendInt(w.clenBuf[:0], int64(len(p)), 10)
 	}
 	if w.wants10KeepAlive {
 		if header.Get("Content-Length") != "" && header.Get("Connection") == "keep-alive" {
@@ -1111,7 +1113,7 @@ func (cw *h1ChunkWriter) writeHeader(p []byte) {
 		}
 	}
 	if _, ok := header["Date"]; !ok {
-		extra.date = time.Now().UTC().AppendFormat(nil, http.TimeFormat)
+		extra.date = time.Now().UTC().AppendFormat(w.dateBuf[:0], http.TimeFormat)
 	}
 	if hasCL && hasTE && te != "identity" {
 		delHeader("Content-Length")
@@ -1189,7 +1191,8 @@ func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
 		bw.WriteString("HTTP/1.0 ")
 	}
 	if text := http.StatusText(code); text != "" {
-		bw.WriteString(strconv.Itoa(code))
+		var scratch [3]byte
+		bw.Write(strconv.AppendInt(scratch[:0], int64(code), 10))
 		bw.WriteByte(' ')
 		bw.WriteString(text)
 		bw.WriteString("\r\n")
