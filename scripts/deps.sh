@@ -5,7 +5,8 @@
 # the official TypeScript SDK), python3 with pytest (the Python client's tests), rsyslog (with
 # TLS) as the syslog sink's receiver, prometheus for promtool and chromium (headless: the review
 # page's browser test); Debian's CNI plugins, containerd and openssl for the test Kubernetes cluster
-# (scripts/kube.sh). Runs as root;
+# (scripts/kube.sh); crun, the faster OCI runtime a template may name (`runtime: crun`), which
+# crun.sh registers with the engine once it runs. Runs as root;
 # on a machine that already has everything it returns in a moment.
 set -euo pipefail
 
@@ -27,6 +28,7 @@ command -v chromium >/dev/null || need+=(chromium)                           # t
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)              # the test cluster's pod network
 command -v containerd >/dev/null || need+=(containerd)                        # ... and its second containerd
 command -v openssl >/dev/null || need+=(openssl)                              # ... and its certificates
+command -v crun >/dev/null || need+=(crun)                                    # templates with runtime crun
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -35,3 +37,4 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 "$(dirname "$0")/engine.sh"
+"$(dirname "$0")/crun.sh"
