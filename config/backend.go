@@ -77,8 +77,8 @@ func (k Kubernetes) validate(bad badFunc) {
 		bad("kubernetes.firewall_netns", "%q is not a network namespace name", k.FirewallNetns)
 	}
 	for rt, class := range k.RuntimeClasses {
-		if !strings.HasPrefix(rt, "runsc") || class == "" {
-			bad("kubernetes.runtime_classes", "%q: %q must map a runsc runtime to a RuntimeClass name", rt, class)
+		if !(strings.HasPrefix(rt, "runsc") || rt == "crun") || class == "" {
+			bad("kubernetes.runtime_classes", "%q: %q must map a runsc runtime or crun to a RuntimeClass name", rt, class)
 		}
 	}
 }

@@ -76,6 +76,8 @@ func TestLoadNamesTheField(t *testing.T) {
 		{"kubernetes netns path", "backend: kubernetes\nkubernetes: {namespace: s, node_name: n, host_addr: 10.0.0.1, pod_cidr: 10.244.0.0/24, firewall_netns: ../x}\n", "kubernetes.firewall_netns"},
 		{"kubernetes runtime class for runc", "backend: kubernetes\nkubernetes: {namespace: s, node_name: n, host_addr: 10.0.0.1, pod_cidr: 10.244.0.0/24, runtime_classes: {runc: x}}\n", "kubernetes.runtime_classes"},
 		{"platform under runc", "templates:\n  - name: r\n    platform: ptrace\n", "templates[0].platform: is gVisor's, for runtime runsc only"},
+		{"platform under crun", "templates:\n  - name: r\n    runtime: crun\n    platform: ptrace\n", "templates[0].platform: is gVisor's, for runtime runsc only"},
+		{"unknown runtime", "templates:\n  - name: r\n    runtime: kata\n", `templates[0].runtime: "kata" is not runc, crun or runsc`},
 		{"unknown platform", "templates:\n  - name: r\n    runtime: runsc\n    platform: kvmm\n", `templates[0].platform: "kvmm" is not one of systrap, ptrace, kvm`},
 		{"api beyond loopback", "api:\n  listen: 0.0.0.0:7070\n", "api.listen"},
 		{"unknown field", "gatewy:\n  port: 1\n", "field gatewy not found"},

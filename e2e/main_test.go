@@ -34,6 +34,7 @@ var sharedSpec = nodeSpec{Name: "e2e", Network: "airlock-e2e", Bridge: "airlock-
   - {name: node, image: "airlock/node:latest", min_warm: 1, max_total: 4, memory_mb: 1024, workspace_mb: 512, wait_for: 1m}
   - {name: gvisor, runtime: runsc, min_warm: 2, max_total: 8, default_ttl: 10m, max_ttl: 1h, wait_for: 1m}
   - {name: gvisor-ptrace, runtime: runsc, platform: ptrace, min_warm: 0, max_total: 2, on_empty: cold}
+  - {name: crun, runtime: crun, min_warm: 1, max_total: 4, wait_for: 1m}
   - {name: built, min_warm: 2, max_total: 4, wait_for: 2m, build: {dockerfile: DIR/built/Dockerfile}}
   - {name: devc, min_warm: 1, max_total: 2, wait_for: 2m, devcontainer: DIR/devc/.devcontainer/devcontainer.json}
   - {name: burst, min_warm: 0, max_warm: 3, max_total: 6, wait_for: 1m}
@@ -164,8 +165,8 @@ func TestMain(m *testing.M) {
 }
 
 // runtimes are the OCI runtimes the invariant tests run under, each by a template of the shared
-// node: runc (the default template) and gVisor's runsc (gvisor).
-var runtimes = []struct{ name, template string }{{"runc", "default"}, {"runsc", "gvisor"}}
+// node: runc (the default template), crun (crun) and gVisor's runsc (gvisor).
+var runtimes = []struct{ name, template string }{{"runc", "default"}, {"crun", "crun"}, {"runsc", "gvisor"}}
 
 // eachRuntime runs body once per runtime, as a subtest named for it, with the shared node's
 // leases taken from that runtime's template.

@@ -49,9 +49,14 @@ type Template struct {
 	// NoFile caps open files per process (RLIMIT_NOFILE). NProc caps processes of the sandbox
 	// user (RLIMIT_NPROC), which the kernel counts across every sandbox running as that uid on
 	// the host, so it must leave room for all of them; Pids is what bounds one sandbox.
-	NoFile  int64  `yaml:"nofile"`
-	NProc   int64  `yaml:"nproc"`
-	Runtime string `yaml:"runtime"` // "runc" (default) or "runsc"
+	NoFile int64 `yaml:"nofile"`
+	NProc  int64 `yaml:"nproc"`
+	// Runtime is the OCI runtime the engine runs the sandbox with: "runc" (the default) or
+	// "crun", the container tier, which run the same OCI spec (namespaces, seccomp, dropped
+	// capabilities, no new privileges) and differ in speed; or "runsc", gVisor's user-space
+	// kernel between the sandbox and the host's. crun is an engine runtime of its own, which
+	// `make crun` (scripts/crun.sh) installs and registers.
+	Runtime string `yaml:"runtime"`
 	// Platform is how gVisor's runsc intercepts the sandbox's system calls: "systrap" (the
 	// default), "ptrace", or "kvm" where the host's CPU offers it. Only with runtime runsc;
 	// each platform is its own engine runtime (EngineRuntime), which `make runsc` registers.
@@ -138,13 +143,15 @@ func (t Template) RuntimePlatform() (runtime, platform string) {
 	switch {
 	case t.Runtime == "" || t.Runtime == "runc":
 		return "runc", ""
+	case t.Runtime == "crun":
+		return "crun", ""
 	case t.Platform == "":
 		return t.Runtime, Platforms[0]
 	}
 	return t.Runtime, t.Platform
 }
 
-// EngineRuntime is the name the container engine knows t's runtime by: "runc"; "runsc" for
+// EngineRuntime is the name the container engine knows t's runtime by: "runc" or "crun"; "runsc" for
 // gVisor on its default platform; "runsc-ptrace" or "runsc-kvm" for the others, each
 // registered with its own --platform argument.
 func (t Template) EngineRuntime() string {
@@ -208,8 +215,8 @@ func (t Template) Validate() []error {
 	if t.NProc < t.Pids {
 		bad("nproc", "must be at least pids (%d): it counts the processes of every sandbox of the uid", t.Pids)
 	}
-	if t.Runtime != "runc" && t.Runtime != "runsc" {
-		bad("runtime", "%q is not runc or runsc", t.Runtime)
+	if t.Runtime != "runc" && t.Runtime != "crun" && t.Runtime != "runsc" {
+		bad("runtime", "%q is not runc, crun or runsc", t.Runtime)
 	}
 	switch {
 	case t.Platform != "" && t.Runtime != "runsc":

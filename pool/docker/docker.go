@@ -161,6 +161,9 @@ func CannotRun(runtimes map[string][]string, t pool.Template) error {
 }
 
 func installHint(rt, platform string) string {
+	if rt == "crun" {
+		return ": `make deps` (scripts/deps.sh) installs Debian's crun and registers it with the engine (scripts/crun.sh)"
+	}
 	if rt != "runsc" {
 		return ""
 	}

@@ -6,18 +6,33 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/pool"
 )
 
-// TestKeeperIsOutOfTheSandboxsReach: code in a runc sandbox, as its user, cannot reach its
+// TestKeeperIsOutOfTheSandboxsReach: code in a runc or crun sandbox, as its user, cannot reach its
 // keeper's streams (the node's attachment, over which every command of the sandbox is framed):
 // the keeper is undumpable from its start, so its files under /proc/1 (fd, mem, environ, root)
 // do not open. The keeper runs with the
 // hardening the idle main process it replaced had: no capabilities, no new privileges, a seccomp
 // filter, the sandbox's user; the container's read-only root, dropped capabilities and pids limit
-// are as before.
+// are as before. crun runs the same spec, and must give the same answers (scripts/crun.sh
+// registers it; `make deps` runs that).
 func TestKeeperIsOutOfTheSandboxsReach(t *testing.T) {
 	r := testRuntime(t)
-	tmpl := testTemplate("runc")
+	for _, rt := range []string{"runc", "crun"} {
+		t.Run(rt, func(t *testing.T) { keeperOutOfReach(t, r, testTemplate(rt)) })
+	}
+}
+
+func keeperOutOfReach(t *testing.T, r *Runtime, tmpl pool.Template) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if have, err := r.EngineRuntimes(ctx); err != nil {
+		t.Fatal(err)
+	} else if err := CannotRun(have, tmpl); err != nil {
+		t.Fatal(err)
+	}
 	sb := newSandbox(t, r, tmpl)
 	// Each line names what could be opened; none should be.
 	got := runIn(t, r, sb, "sh", "-c", `
@@ -51,15 +66,16 @@ grep -E '^(Uid|NoNewPrivs|CapEff|CapPrm|CapBnd|Seccomp):' /proc/1/status | tr -s
 		t.Errorf("the keeper runs as uid %v, want the sandbox's user 10001", uid)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	ins, err := r.cli.ContainerInspect(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc := ins.HostConfig
 	if !isKeeper(ins.Config) {
-		t.Fatalf("a runc sandbox's main process is %v, not the keeper", ins.Config.Entrypoint)
+		t.Fatalf("a %s sandbox's main process is %v, not the keeper", tmpl.Runtime, ins.Config.Entrypoint)
+	}
+	if hc.Runtime != tmpl.Runtime {
+		t.Errorf("the sandbox runs under %q, want %q", hc.Runtime, tmpl.Runtime)
 	}
 	if !hc.ReadonlyRootfs || !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Contains(hc.SecurityOpt, "no-new-privileges") ||
 		hc.PidsLimit == nil || *hc.PidsLimit != tmpl.Pids || ins.Config.User != "10001:10001" || hc.Privileged {

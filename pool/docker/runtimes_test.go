@@ -13,6 +13,7 @@ import (
 func TestCannotRunNamesTemplateAndRemedy(t *testing.T) {
 	engine := map[string][]string{
 		"runc":         nil,
+		"crun":         nil,
 		"runsc":        {"--platform=systrap"},
 		"runsc-ptrace": {"--platform=ptrace"},
 		"runsc-kvm":    {"--platform=ptrace"}, // registered by hand, wrongly
@@ -25,6 +26,7 @@ func TestCannotRunNamesTemplateAndRemedy(t *testing.T) {
 	}{
 		{"runc", pool.Template{Name: "a", Runtime: "runc"}, "runc", "", true},
 		{"runc by default", pool.Template{Name: "a"}, "runc", "", true},
+		{"crun", pool.Template{Name: "c", Runtime: "crun"}, "crun", "", true},
 		{"runsc, default platform", pool.Template{Name: "g", Runtime: "runsc"}, "runsc", "", true},
 		{"runsc on systrap", pool.Template{Name: "g", Runtime: "runsc", Platform: "systrap"}, "runsc", "", true},
 		{"runsc on ptrace", pool.Template{Name: "g", Runtime: "runsc", Platform: "ptrace"}, "runsc-ptrace", "", true},
@@ -50,6 +52,12 @@ func TestCannotRunNamesTemplateAndRemedy(t *testing.T) {
 	err = CannotRun(map[string][]string{"runc": nil, "runsc": nil}, pool.Template{Name: "p", Runtime: "runsc", Platform: "kvm"})
 	if err == nil || !strings.Contains(err.Error(), "(the engine runtime runsc-kvm)") || !strings.Contains(err.Error(), `RUNSC_PLATFORMS="systrap ptrace kvm" make runsc`) {
 		t.Errorf("no runsc-kvm: %v", err)
+	}
+	// An engine without crun says how to get it.
+	err = CannotRun(map[string][]string{"runc": nil}, pool.Template{Name: "fast", Runtime: "crun"})
+	if err == nil || !strings.Contains(err.Error(), "template fast asks for the crun runtime, which this engine does not have (it has runc)") ||
+		!strings.Contains(err.Error(), "scripts/crun.sh") {
+		t.Errorf("no crun: %v", err)
 	}
 	// The platform given as two arguments is read as well as the one given as one.
 	if err := CannotRun(map[string][]string{"runsc": {"--platform", "ptrace"}}, pool.Template{Name: "g", Runtime: "runsc"}); err == nil {

@@ -62,7 +62,7 @@ type Config struct {
 	// ProxyURL is the gateway as Pods reach it; Resolver the resolver's address (port 53).
 	ProxyURL string
 	Resolver netip.Addr
-	// RuntimeClasses maps a template's runtime (its EngineRuntime: "runsc", "runsc-ptrace") to
+	// RuntimeClasses maps a template's runtime (its EngineRuntime: "runsc", "runsc-ptrace", "crun") to
 	// the RuntimeClass its Pods run under; runc, the default, needs none.
 	RuntimeClasses map[string]string
 	// DisableIPv6 sets the Pods' sysctls that turn IPv6 off (the firewall is IPv4); the
