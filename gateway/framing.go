@@ -94,7 +94,7 @@ func (f *framingConn) scan(b []byte) string {
 		switch f.state {
 		case stateHead:
 			f.head = append(f.head, b...)
-			end := bytes.Index(f.head, []byte("\r\n\r\n"))
+			end, n := headEnd(f.head)
 			if end < 0 {
 				// Tolerate leading CRLFs, bound the rest.
 				if len(f.head) > maxHead {
@@ -102,7 +102,7 @@ func (f *framingConn) scan(b []byte) string {
 				}
 				return ""
 			}
-			rest := f.head[end+4:]
+			rest := f.head[end+n:]
 			head := f.head[:end]
 			b = append([]byte(nil), rest...)
 			f.head = f.head[:0]
@@ -175,10 +175,33 @@ func (f *framingConn) scan(b []byte) string {
 	return ""
 }
 
+// headEnd finds the blank line that ends a request head in b, its lines ended as textproto
+// ends them: by LF, a CR before it dropped (a head of bare LFs is read by net/http as any other,
+// and must be checked as any other). It returns where the head's last line ends and the length
+// of the blank line's end after it (LF, or CR LF), or -1: a head at b's start that is only blank
+// lines (before a request, which net/http passes over or refuses) ends at its first.
+func headEnd(b []byte) (int, int) {
+	lf, crlf := bytes.Index(b, []byte("\n\n")), bytes.Index(b, []byte("\n\r\n"))
+	switch {
+	case lf < 0 && crlf < 0:
+		return -1, 0
+	case crlf < 0 || lf >= 0 && lf < crlf:
+		return lf, 2
+	default:
+		return crlf, 3
+	}
+}
+
 // startRequest checks one request head and sets up the framing of its body.
 func (f *framingConn) startRequest(head []byte) string {
 	head = bytes.TrimLeft(head, "\r\n")
-	lines := strings.Split(string(head), "\r\n")
+	if len(head) == 0 {
+		return "" // blank lines before a request, which net/http passes over or refuses
+	}
+	lines := strings.Split(string(head), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSuffix(l, "\r")
+	}
 	method, target, _ := strings.Cut(lines[0], " ")
 	_, proto, _ := strings.Cut(target, " ")
 	var cls, tes, hosts []string
@@ -213,7 +236,7 @@ func (f *framingConn) startRequest(head []byte) string {
 		return "more than one Host header"
 	case len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]):
 		return fmt.Sprintf("malformed Host header %q", truncate(hosts[0], 32))
-	case len(hosts) == 0 && method != "CONNECT" && proto != "HTTP/1.0":
+	case (len(hosts) == 0 || hosts[0] == "") && method != "CONNECT" && proto != "HTTP/1.0":
 		return "missing required Host header"
 	}
 	switch {

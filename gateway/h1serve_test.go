@@ -84,7 +84,7 @@ func h1TestHandler(w http.ResponseWriter, r *http.Request) {
 			panic(err)
 		}
 		defer conn.Close()
-		rest, _ := brw.Reader.Peek(brw.Reader.Buffered())
+		rest, _ := io.ReadAll(brw) // up to the client's CloseWrite
 		fmt.Fprintf(conn, "HIJACKED %q", rest)
 	default:
 		fmt.Fprintf(w, "%s %s %s host=%q", r.Method, r.RequestURI, r.Proto, r.Host)
@@ -404,12 +404,16 @@ func TestH1CloseEndsIdleConnections(t *testing.T) {
 
 // TestH1FramingListenerHostChecks: through the framing check (every listener of the gateway),
 // a request whose Host http.ReadRequest takes out unchecked, an absolute-form one, is refused
-// with two Host headers, a malformed one or none, and the refusal is recorded.
+// with two Host headers, a malformed one, an empty one or none, and the refusal is recorded;
+// so is one whose lines end in bare LFs, as net/http reads them, where the check looked for
+// CRLFs only and saw no head end.
 func TestH1FramingListenerHostChecks(t *testing.T) {
 	for _, tc := range []struct{ name, in string }{
 		{"two", "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n"},
 		{"malformed", "GET http://a.example/ HTTP/1.1\r\nHost: a.example b\r\n\r\n"},
 		{"none", "GET http://a.example/ HTTP/1.1\r\n\r\n"},
+		{"empty", "GET http://a.example/ HTTP/1.1\r\nHost:\r\n\r\n"},
+		{"none, lines ended by bare LF", "GET http://a.example/ HTTP/1.1\n\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var served, refused atomic.Int32
@@ -475,4 +479,41 @@ func TestH1HijackStopsTheWatch(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || line != "got stream\n" {
 		t.Fatalf("after the hijack: %q, %v", line, err)
 	}
+}
+
+// FuzzH1ServerAsNetHTTP sends the same bytes to h1Server and to http.Server, each behind the
+// framing check as the gateway's listeners are, and requires the same bytes back (the Date
+// aside).
+func FuzzH1ServerAsNetHTTP(f *testing.F) {
+	for _, in := range []string{
+		"GET /small HTTP/1.1\r\nHost: a\r\n\r\nGET /big HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nT: v\r\n\r\nHEAD /small HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /refuse HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+		"GET /trailer HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /early HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET http://b.example/x HTTP/1.1\r\nHost: b.example\r\n\r\nOPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x01c\r\n\r\n",
+	} {
+		f.Add([]byte(in))
+	}
+	listen := func(serve func(net.Listener)) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			f.Fatal(err)
+		}
+		go serve(NewFramingListener(l, nil))
+		return l.Addr().String()
+	}
+	ours := newH1Server(http.HandlerFunc(h1TestHandler), nil)
+	std := &http.Server{Handler: http.HandlerFunc(h1TestHandler), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0)}
+	a := listen(func(l net.Listener) { ours.Serve(l) })
+	b := listen(func(l net.Listener) { std.Serve(l) })
+	f.Cleanup(func() { ours.Close(); std.Close() })
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got := dates.ReplaceAllString(exchangeRaw(t, a, string(in)), "Date: -\r\n")
+		want := dates.ReplaceAllString(exchangeRaw(t, b, string(in)), "Date: -\r\n")
+		if got != want {
+			t.Fatalf("h1Server answered\n%q\nhttp.Server\n%q", truncate(got, 2000), truncate(want, 2000))
+		}
+	})
 }
