@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-pool: cold start and memory per idle sandbox of each shipped image on the local
-# engine, under runc and (the default image) under runsc; the engine's sandbox throughput at 1
-# to 8 creations at once (what the refill's parallel bound is chosen by); a whole node with real
+# engine, under runc and (the default image) under crun and runsc where the engine has them; the
+# engine's sandbox throughput at 1 to 8 creations at once (what the refill's parallel bound is
+# chosen by), under runc and crun (ENGINE_RUNTIMES); a whole node with real
 # warm sandboxes under each runtime: warm leases and their first exec at 1 and 10 clients, and
 # the gateway's added latency seen from inside a sandbox; bursts of 1, 8, 16 and 32 clients
 # looping lease, `true`, release against `airlock up` on its embedded defaults (BEFORE=<git
@@ -30,7 +31,9 @@ if [ -n "${BEFORE:-}" ]; then
 	ln -s "$PWD/bin/vault" "$wt/bin/vault" # airlock up runs the Vault dev server it finds beside itself
 	builds="before=$wt/bin/airlock,$builds"
 fi
-engine=$(bin/poolbench -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}")
+# The container tier's runtimes whose throughput is measured: runc, and crun where the engine has it.
+engine_rts=${ENGINE_RUNTIMES:-runc$(docker info --format '{{range $k, $v := .Runtimes}} {{$k}}{{end}}' 2>/dev/null | grep -qw crun && echo ,crun)}
+engine=$(bin/poolbench -engine "${ENGINE:-1,2,4,8}" -engine-n "${ENGINE_N:-40}" -engine-runtimes "$engine_rts")
 if [ -n "${BEFORE:-}" ]; then
 	# The earlier revision's engine phase and cold starts of the default image (its poolbench,
 	# beside its own agent), run here beside this one's.

@@ -40,6 +40,7 @@ func main() {
 	cold := flag.Int("cold", 0, "also start this many real sandboxes on the local Docker engine, for cold start and memory")
 	images := flag.String("images", "airlock/default:latest,airlock/python:latest,airlock/node:latest", "sandbox images for -cold, comma-separated: one measurement each, under runc")
 	gvisor := flag.String("gvisor", "airlock/default:latest", "also measure this image under runsc, when the engine has it (empty: no)")
+	crun := flag.String("crun", "airlock/default:latest", "with -cold: also measure this image under crun, when the engine has it (empty: no)")
 	var nr nodeRun
 	whole := flag.Bool("node", false, "also run a whole node with real warm sandboxes under each runtime: leases, first exec, the gateway's latency from inside")
 	flag.IntVar(&nr.Rounds, "rounds", 3, "with -node: rounds of leases per concurrency level")
@@ -56,6 +57,7 @@ func main() {
 	kube := flag.String("kube", "", "also measure on the Kubernetes backend against the cluster of this env file (make kube's): cold Pod starts and memory with -cold, a whole node with -node")
 	engine := flag.String("engine", "", "measure the engine's sandbox throughput at these numbers at once, comma-separated (then nothing else runs)")
 	engineN := flag.Int("engine-n", 40, "with -engine: sandboxes per level")
+	engineRts := flag.String("engine-runtimes", "runc", "with -engine: the runtimes to measure, one after another, comma-separated (runc, crun, runsc)")
 	flag.Parse()
 	if *engine != "" {
 		var ps []int
@@ -66,8 +68,10 @@ func main() {
 			}
 			ps = append(ps, n)
 		}
-		if err := engineThroughput(*engineN, ps); err != nil {
-			log.Fatalf("the engine phase: %v", err)
+		for _, rt := range strings.Split(*engineRts, ",") {
+			if err := engineThroughput(*engineN, ps, rt); err != nil {
+				log.Fatalf("the engine phase under %s: %v", rt, err)
+			}
 		}
 		return
 	}
@@ -100,6 +104,9 @@ func main() {
 	if *cold > 0 {
 		for _, image := range strings.Split(*images, ",") {
 			coldStarts(*cold, image, "runc", figs)
+		}
+		if *crun != "" && engineHas("crun") {
+			coldStarts(*cold, *crun, "crun", figs)
 		}
 		if len(rts) > 1 {
 			coldStarts(*cold, *gvisor, "runsc", figs)
@@ -328,18 +335,22 @@ func engineHas(name string) bool {
 }
 
 // engineThroughput measures how many sandboxes per second the local engine makes and removes
-// with p at once, for each p of parallel: each of p workers loops creating a hardened sandbox,
-// running `true` in it (so its exec agent is up, as the refill's check waits for), and
-// destroying it, n sandboxes in all per level; what the refill's parallel bound is chosen by.
-func engineThroughput(n int, parallel []int) error {
+// under the runtime rt with p at once, for each p of parallel: each of p workers loops creating
+// a hardened sandbox, running `true` in it (so its exec agent is up, as the refill's check waits
+// for), and destroying it, n sandboxes in all per level; what the refill's parallel bound is
+// chosen by.
+func engineThroughput(n int, parallel []int, rt string) error {
 	ctx := context.Background()
-	rt, done, err := benchRuntime(ctx, "poolbench-engine", "airlock-pbengine", "airlock-pbe", 217)
+	t := benchTemplate("airlock/default:latest", rt)
+	if !engineHas(t.EngineRuntime()) {
+		return fmt.Errorf("the engine has no runtime %s", t.EngineRuntime())
+	}
+	eng, done, err := benchRuntime(ctx, "poolbench-engine", "airlock-pbengine", "airlock-pbe", 217)
 	if err != nil {
 		return err
 	}
 	defer done()
-	t := benchTemplate("airlock/default:latest", "runc")
-	fmt.Printf("The engine's sandbox throughput (runc; each worker loops create, run `true`, destroy; %d sandboxes per level):\n\n", n)
+	fmt.Printf("The engine's sandbox throughput (%s; each worker loops create, run `true`, destroy; %d sandboxes per level):\n\n", rt, n)
 	fmt.Println("| at once | sandboxes/s | create p50 ms | create p99 ms | first `true` p50 ms | destroy p50 ms | destroy p99 ms |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, p := range parallel {
@@ -359,7 +370,7 @@ func engineThroughput(n int, parallel []int) error {
 				defer wg.Done()
 				for range jobs {
 					s := time.Now()
-					sb, err := rt.Create(ctx, t)
+					sb, err := eng.Create(ctx, t)
 					c := time.Since(s)
 					if err != nil {
 						mu.Lock()
@@ -368,10 +379,10 @@ func engineThroughput(n int, parallel []int) error {
 						continue
 					}
 					s = time.Now()
-					code, err := rt.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"true"}}, nil, io.Discard, io.Discard)
+					code, err := eng.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"true"}}, nil, io.Discard, io.Discard)
 					f := time.Since(s)
 					s = time.Now()
-					derr := rt.Destroy(ctx, sb.ID)
+					derr := eng.Destroy(ctx, sb.ID)
 					d := time.Since(s)
 					mu.Lock()
 					create, first, destroy = append(create, c), append(first, f), append(destroy, d)

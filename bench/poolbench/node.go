@@ -391,10 +391,11 @@ func (f figures) set(runtime, name string, v float64) {
 	f[runtime][name] = v
 }
 
-// ratios prints runsc's figure over runc's for each figure both have, on each backend, and the
-// Kubernetes backend's over Docker's.
+// ratios prints runsc's and crun's figure over runc's for each figure both have, on each backend,
+// and the Kubernetes backend's over Docker's.
 func (f figures) ratios() {
 	f.compare("runc", "runsc", "Each figure under runsc over the same under runc (cold start and memory: the default image)")
+	f.compare("runc", "crun", "Each figure under crun over the same under runc (the default image)")
 	f.compare("k8s-runc", "k8s-runsc", "On the Kubernetes backend, each figure under the gvisor RuntimeClass over the same under runc")
 	f.compare("runc", "k8s-runc", "Each figure on the Kubernetes backend over the same on Docker, runc")
 	f.compare("runsc", "k8s-runsc", "Each figure on the Kubernetes backend over the same on Docker, gVisor")
