@@ -1,0 +1,365 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// An attacker's review of h1Server (#34, item 4): the attacks net/http's server defended the
+// gateway against, each run on h1Server and on http.Server behind the framing check, as every
+// listener of the gateway is. The handlers below play what the proxy relays: an upstream's
+// header values, lengths and statuses, which a hostile upstream chooses.
+
+// reviewHostileHandler answers as a hostile upstream would have the proxy answer.
+func reviewHostileHandler(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	switch r.URL.Path {
+	case "/crlf-value":
+		h.Set("X-A", "a\r\nSet-Cookie: evil=1")
+		h["X-B"] = []string{"b\nSet-Cookie: evil=2", "c\rSet-Cookie: evil=3"}
+		io.WriteString(w, "v")
+	case "/crlf-key":
+		h["X-C\r\nSet-Cookie"] = []string{"evil=4"}
+		h["X D"] = []string{"evil=5"}
+		h["X-E:"] = []string{"evil=6"}
+		io.WriteString(w, "k")
+	case "/crlf-1xx":
+		h.Set("Link", "</a>\r\n\r\nHTTP/1.1 200 OK\r\nSet-Cookie: evil=7")
+		w.WriteHeader(http.StatusEarlyHints)
+		h.Del("Link")
+		io.WriteString(w, "after hints")
+	case "/crlf-trailer":
+		h.Set("Trailer", "X-T, X-U\r\nSet-Cookie")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "t")
+		h.Set("X-T", "t\r\nSet-Cookie: evil=8")
+		h["X-U\r\nSet-Cookie"] = []string{"evil=9"}
+		h[http.TrailerPrefix+"X-V\r\nSet-Cookie"] = []string{"evil=10"}
+		h.Set(http.TrailerPrefix+"Content-Length", "99")
+	case "/over-length":
+		h.Set("Content-Length", "5")
+		io.WriteString(w, "hello")
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nSet-Cookie: evil=11\r\nContent-Length: 0\r\n\r\n")
+	case "/over-length-one-write":
+		h.Set("Content-Length", "5")
+		io.WriteString(w, "helloHTTP/1.1 200 OK\r\nSet-Cookie: evil=12\r\nContent-Length: 0\r\n\r\n")
+	case "/under-length":
+		h.Set("Content-Length", "100")
+		io.WriteString(w, "short")
+	case "/under-length-flushed":
+		h.Set("Content-Length", "100")
+		io.WriteString(w, "short")
+		http.NewResponseController(w).Flush()
+	case "/body":
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nSet-Cookie: evil=13\r\nContent-Length: 0\r\n\r\n")
+	case "/204-body":
+		w.WriteHeader(http.StatusNoContent)
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nSet-Cookie: evil=14\r\nContent-Length: 0\r\n\r\n")
+	case "/304-body":
+		h.Set("Content-Length", "61")
+		w.WriteHeader(http.StatusNotModified)
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nSet-Cookie: evil=15\r\nContent-Length: 0\r\n\r\n")
+	case "/te-identity":
+		h.Set("Transfer-Encoding", "identity")
+		io.WriteString(w, "raw")
+	case "/te-other":
+		h.Set("Transfer-Encoding", "gzip")
+		io.WriteString(w, "gz")
+	case "/te-and-cl":
+		h.Set("Transfer-Encoding", "chunked")
+		h.Set("Content-Length", "2")
+		io.WriteString(w, "tc")
+	case "/cl-plus":
+		h.Set("Content-Length", "+2")
+		io.WriteString(w, "pl")
+	case "/cl-two":
+		h["Content-Length"] = []string{"2", "61"}
+		io.WriteString(w, "twHTTP/1.1 200 OK\r\nSet-Cookie: evil=16\r\nContent-Length: 0\r\n\r\n")
+	case "/cl-crlf":
+		h.Set("Content-Length", "2\r\nSet-Cookie: evil=17")
+		io.WriteString(w, "cr")
+	case "/cl-negative":
+		h.Set("Content-Length", "-1")
+		io.WriteString(w, "ng")
+	case "/status-101":
+		w.WriteHeader(http.StatusSwitchingProtocols) // no Upgrade: not a switch
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nSet-Cookie: evil=18\r\nContent-Length: 0\r\n\r\n")
+	case "/status-1xx-after-final":
+		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(http.StatusEarlyHints)
+		io.WriteString(w, "f")
+	case "/status-odd":
+		w.WriteHeader(599)
+		io.WriteString(w, "odd")
+	case "/connection-keep-alive":
+		h.Set("Connection", "keep-alive")
+		h.Set("Content-Length", "2")
+		io.WriteString(w, "ka")
+	case "/connection-upgrade":
+		h.Set("Connection", "Upgrade")
+		h.Set("Upgrade", "websocket")
+		io.WriteString(w, "up")
+	case "/explicit-100":
+		w.WriteHeader(http.StatusContinue)
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	case "/refuse-then-read":
+		w.WriteHeader(http.StatusForbidden)
+		http.NewResponseController(w).Flush()
+		io.Copy(io.Discard, r.Body) // must not ask for the body now
+	case "/echo":
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Write(b)
+	default:
+		io.WriteString(w, r.Method+" "+r.URL.Path+" host="+r.Host)
+	}
+}
+
+// reviewListen serves h on a new loopback listener behind the framing check, on h1Server
+// (std false) or http.Server as the gateway configured it.
+func reviewListen(t *testing.T, std bool, h http.Handler, refused func(string)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := NewFramingListener(l, func(_ net.Addr, why string) {
+		if refused != nil {
+			refused(why)
+		}
+	})
+	if std {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
+			ErrorLog: log.New(io.Discard, "", 0)}
+		go srv.Serve(fl)
+		t.Cleanup(func() { srv.Close() })
+	} else {
+		s := newH1Server(h, nil)
+		go s.Serve(fl)
+		t.Cleanup(func() { s.Close() })
+	}
+	return l.Addr().String()
+}
+
+// reviewExchange writes in on a new connection to addr, closes its write side, and reads until
+// the server closes the connection (5 s at most).
+func reviewExchange(t *testing.T, addr, in string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	go func() {
+		io.WriteString(c, in)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	out, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the answer to %q (waited 5 s for the server to close the connection): %v; got %q", in, err, out)
+	}
+	return string(out)
+}
+
+var reviewDates = regexp.MustCompile(`Date: [^\r]*\r\n`)
+
+// reviewNoInjectedHeadLine fails when out has a line, at a line's start, that a hostile value
+// meant to inject: a Set-Cookie of the handlers above or a status line after a body the
+// client was told was complete.
+func reviewNoInjectedHeadLine(t *testing.T, in, out string) {
+	t.Helper()
+	for _, l := range regexp.MustCompile(`\r?\n`).Split(out, -1) {
+		if strings.HasPrefix(strings.ToLower(l), "set-cookie") {
+			t.Errorf("answer to %q has an injected header line %q:\n%q", in, l, out)
+		}
+	}
+}
+
+// TestReviewH1HostileAnswersAsNetHTTP: what a hostile upstream makes the handler write
+// (header values and names with CR or LF, more or fewer bytes than its Content-Length, a body
+// on HEAD, 204, 304 and 1xx, odd Transfer-Encodings and Content-Lengths) reaches the sandbox
+// as net/http's server wrote it, every answer framed so that a request pipelined after it gets
+// its own answer, and no injected header line at a line's start.
+func TestReviewH1HostileAnswersAsNetHTTP(t *testing.T) {
+	const next = "GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
+	const end = "GET /end HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+	paths := []string{"/crlf-value", "/crlf-key", "/crlf-1xx", "/crlf-trailer", "/over-length", "/over-length-one-write",
+		"/under-length", "/under-length-flushed", "/body", "/204-body", "/304-body", "/te-identity", "/te-other",
+		"/te-and-cl", "/cl-plus", "/cl-two", "/cl-crlf", "/cl-negative", "/status-101", "/status-1xx-after-final",
+		"/status-odd", "/connection-keep-alive", "/connection-upgrade"}
+	// The paths whose hostile bytes must never reach the sandbox where a client reads a head.
+	injecting := map[string]bool{"/crlf-value": true, "/crlf-key": true, "/crlf-1xx": true, "/crlf-trailer": true,
+		"/over-length": true, "/over-length-one-write": true, "/204-body": true, "/304-body": true, "/cl-two": true,
+		"/cl-crlf": true, "/status-101": true}
+	ours := reviewListen(t, false, http.HandlerFunc(reviewHostileHandler), nil)
+	std := reviewListen(t, true, http.HandlerFunc(reviewHostileHandler), nil)
+	for _, p := range paths {
+		for _, v := range []struct{ method, proto string }{{"GET", "HTTP/1.1"}, {"HEAD", "HTTP/1.1"}, {"GET", "HTTP/1.0"}} {
+			hdr := "Host: a\r\n"
+			if v.proto == "HTTP/1.0" {
+				hdr += "Connection: keep-alive\r\n"
+			}
+			in := v.method + " " + p + " " + v.proto + "\r\n" + hdr + "\r\n" + next + end
+			t.Run(v.method+" "+v.proto+" "+p, func(t *testing.T) {
+				got := reviewDates.ReplaceAllString(reviewExchange(t, ours, in), "Date: -\r\n")
+				want := reviewDates.ReplaceAllString(reviewExchange(t, std, in), "Date: -\r\n")
+				if got != want {
+					t.Errorf("h1Server answered\n%q\nhttp.Server\n%q", got, want)
+				}
+				if injecting[p] || p == "/body" && v.method == "HEAD" {
+					reviewNoInjectedHeadLine(t, in, got)
+				}
+			})
+		}
+	}
+}
+
+// reviewRecorder serves reviewHostileHandler and notes each request the handler was given.
+type reviewRecorder struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (rr *reviewRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rr.mu.Lock()
+	rr.seen = append(rr.seen, r.Method+" "+r.RequestURI+" "+r.Proto+" host="+r.Host+" cl="+strconv.FormatInt(r.ContentLength, 10)+
+		" te="+strings.Join(r.TransferEncoding, ","))
+	rr.mu.Unlock()
+	reviewHostileHandler(w, r)
+}
+
+func (rr *reviewRecorder) requests() []string {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return append([]string(nil), rr.seen...)
+}
+
+// TestReviewH1SmugglingAsNetHTTP: request shapes used to smuggle a request past a check (both
+// lengths, Transfer-Encoding variants, folding, duplicate lengths, bare LF and CR, NUL, two or
+// no Host, an absolute-form target whose Host differs, pipelining behind a body left unread,
+// Expect variants, an Upgrade or CONNECT the handler does not take) reach the handler as the
+// same requests, and are answered with the same bytes, on h1Server as on http.Server, both
+// behind the framing check; the ones the framing check refuses are refused and recorded on both.
+func TestReviewH1SmugglingAsNetHTTP(t *testing.T) {
+	const next = "GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
+	const end = "GET /end HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+	const smuggled = "GET /smuggled HTTP/1.1\r\nHost: b\r\n\r\n"
+	cases := []struct{ name, in string }{
+		{"cl and te", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled + end},
+		{"te and cl", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n" + smuggled + end},
+		{"te chunked, identity", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n" + smuggled + end},
+		{"te identity, chunked", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n" + smuggled + end},
+		{"te twice", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled + end},
+		{"te upper case", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + next + end},
+		{"te tab", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked\t\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + next + end},
+		{"te quoted", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + next + end},
+		{"te vertical tab", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\x0bchunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + next + end},
+		{"te name with space", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + next + end},
+		{"te folded", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + next + end},
+		{"te behind bare lf", "POST /echo HTTP/1.1\r\nHost: a\r\nX: y\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n" + smuggled + end},
+		{"cl behind bare lf", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nX: y\nContent-Length: 40\r\n\r\nabc" + smuggled + end},
+		{"head ended by bare lf", "POST /echo HTTP/1.1\r\nHost: a\r\n\nContent-Length: 40\r\n\r\n" + smuggled + end},
+		{"all bare lf", "POST /echo HTTP/1.1\nHost: a\nContent-Length: 3\n\nabc" + next + end},
+		{"bare cr in a value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\rContent-Length: 40\r\n\r\n" + smuggled + end},
+		{"bare cr ends the head", "GET / HTTP/1.1\r\nHost: a\r\n\r" + smuggled + end},
+		{"nul in a value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n" + next + end},
+		{"nul in a name", "GET / HTTP/1.1\r\nHost: a\r\nX\x00: b\r\n\r\n" + next + end},
+		{"two cl, same", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"cl list", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc" + next + end},
+		{"cl plus", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc" + next + end},
+		{"cl leading zeros", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 0003\r\n\r\nabc" + next + end},
+		{"cl hex", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 0x3\r\n\r\nabc" + next + end},
+		{"cl huge", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\nabc" + next + end},
+		{"chunk size 0x", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0x3\r\nabc\r\n0\r\n\r\n" + next + end},
+		{"chunk size overflow", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000003\r\nabc\r\n0\r\n\r\n" + next + end},
+		{"chunk data longer", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcdef\r\n0\r\n\r\n" + next + end},
+		{"chunk ext bare lf", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x\nabc\r\n0\r\n\r\n" + next + end},
+		{"trailer with a length", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nContent-Length: 40\r\n\r\n" + next + end},
+		{"trailer bare lf", "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX: y\n\r\n" + smuggled + end},
+		{"two host", "GET /p HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n" + next + end},
+		{"two host, http/1.0", "GET /p HTTP/1.0\r\nHost: a\r\nHost: b\r\nConnection: keep-alive\r\n\r\n" + next + end},
+		{"no host", "GET /p HTTP/1.1\r\n\r\n" + next + end},
+		{"no host, absolute form", "GET http://b.example/p HTTP/1.1\r\n\r\n" + next + end},
+		{"host differs from the absolute form", "GET http://b.example/p HTTP/1.1\r\nHost: c.example\r\n\r\n" + next + end},
+		{"empty host, absolute form", "GET http://b.example/p HTTP/1.1\r\nHost:\r\n\r\n" + next + end},
+		{"host with userinfo", "GET /p HTTP/1.1\r\nHost: a@b.example\r\n\r\n" + next + end},
+		{"host with a path", "GET /p HTTP/1.1\r\nHost: b.example/x\r\n\r\n" + next + end},
+		{"host with a bad port", "GET /p HTTP/1.1\r\nHost: b.example:99999\r\n\r\n" + next + end},
+		{"host folded", "GET /p HTTP/1.1\r\nHost: a\r\n .evil\r\n\r\n" + next + end},
+		{"absolute form, userinfo", "GET http://a@b.example/p HTTP/1.1\r\nHost: b.example\r\n\r\n" + next + end},
+		{"absolute form, https", "GET https://b.example/p HTTP/1.1\r\nHost: b.example\r\n\r\n" + next + end},
+		{"http/0.9", "GET /p\r\n\r\n" + next + end},
+		{"http/1.2", "GET /p HTTP/1.2\r\nHost: a\r\n\r\n" + next + end},
+		{"http/1.0 lower case", "GET /p http/1.0\r\n\r\n" + next + end},
+		{"request line with a tab", "GET\t/p HTTP/1.1\r\nHost: a\r\n\r\n" + next + end},
+		{"request line, three spaces", "GET /p HTTP/1.1 x\r\nHost: a\r\n\r\n" + next + end},
+		{"method lower case", "get /p HTTP/1.1\r\nHost: a\r\n\r\n" + next + end},
+		{"body left unread, pipelined", "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled + end},
+		{"chunked body left unread, pipelined", "POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(smuggled)), 16) + "\r\n" + smuggled + "\r\n0\r\n\r\n" + end},
+		{"body left unread, http/1.0 keep-alive", "POST /p HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled + end},
+		{"expect, upper case", "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"expect, list", "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue, foo\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"expect, http/1.0", "POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"expect, refused then read", "POST /refuse-then-read HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"expect, explicit 100", "POST /explicit-100 HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"expect, chunked", "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + next + end},
+		{"upgrade not taken", "GET /p HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n" + next + end},
+		{"connect not taken", "CONNECT b.example:443 HTTP/1.1\r\n\r\n" + next + end},
+		{"connect with a body", "CONNECT b.example:443 HTTP/1.1\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled + end},
+		{"connect, http/1.0", "CONNECT b.example:443 HTTP/1.0\r\n\r\n" + next + end},
+		{"connection close, keep-alive", "GET /p HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n" + smuggled},
+		{"connection close twice", "GET /p HTTP/1.1\r\nHost: a\r\nConnection: x\r\nConnection: close\r\n\r\n" + smuggled},
+		{"proxy-connection close", "GET /p HTTP/1.1\r\nHost: a\r\nProxy-Connection: close\r\n\r\n" + next + end},
+		{"options star", "OPTIONS * HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc" + next + end},
+		{"leading blank lines", "\r\n\r\n\n\nGET /p HTTP/1.1\r\nHost: a\r\n\r\n" + next + end},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var answers [2]string
+			var seen [2][]string
+			var refusals [2][]string
+			for i, std := range []bool{false, true} {
+				var mu sync.Mutex
+				rr := &reviewRecorder{}
+				addr := reviewListen(t, std, rr, func(why string) {
+					mu.Lock()
+					refusals[i] = append(refusals[i], why)
+					mu.Unlock()
+				})
+				answers[i] = reviewDates.ReplaceAllString(reviewExchange(t, addr, tc.in), "Date: -\r\n")
+				seen[i] = rr.requests()
+				mu.Lock()
+				refusals[i] = append([]string(nil), refusals[i]...)
+				mu.Unlock()
+			}
+			if answers[0] != answers[1] {
+				t.Errorf("h1Server answered\n%q\nhttp.Server\n%q", answers[0], answers[1])
+			}
+			if strings.Join(seen[0], "\n") != strings.Join(seen[1], "\n") {
+				t.Errorf("h1Server's handler was given\n%q\nhttp.Server's\n%q", seen[0], seen[1])
+			}
+			if strings.Join(refusals[0], "\n") != strings.Join(refusals[1], "\n") {
+				t.Errorf("framing refusals recorded: h1Server %q, http.Server %q", refusals[0], refusals[1])
+			}
+			for _, r := range seen[0] {
+				if strings.HasPrefix(r, "GET /smuggled ") {
+					t.Errorf("a request hidden in another's body or head reached the handler: %q (all %q)", r, seen[0])
+				}
+			}
+		})
+	}
+}
