@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"log"
@@ -12,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // An attacker's review of h1Server (#34, item 4): the attacks net/http's server defended the
@@ -359,6 +363,130 @@ func TestReviewH1SmugglingAsNetHTTP(t *testing.T) {
 				if strings.HasPrefix(r, "GET /smuggled ") {
 					t.Errorf("a request hidden in another's body or head reached the handler: %q (all %q)", r, seen[0])
 				}
+			}
+		})
+	}
+}
+
+// reviewRecordsFor returns the HTTP records of path written so far.
+func reviewRecordsFor(m *memSink, path string) []audit.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []audit.Record
+	for _, r := range m.recs {
+		if r.Path == path && r.Method != "" && r.Method != http.MethodConnect {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestReviewH1InterceptedPipelineOneRecordEach: requests pipelined on an intercepted session
+// (served by h1Server), allowed and refused in turn, a refusal keeping the connection, are
+// answered in order and each gets exactly one decision record with its own outcome.
+func TestReviewH1InterceptedPipelineOneRecordEach(t *testing.T) {
+	h := newHarness(t)
+	tc := h.intercept(t, "api.example.test:443")
+	const host = "Host: api.example.test\r\n"
+	io.WriteString(tc, "GET /v1/a HTTP/1.1\r\n"+host+"\r\n"+
+		"GET /admin HTTP/1.1\r\n"+host+"\r\n"+
+		"DELETE /v1/b HTTP/1.1\r\n"+host+"\r\n"+
+		"POST /v1/c HTTP/1.1\r\n"+host+"Content-Length: 3\r\n\r\nabc"+
+		"GET /v1/d HTTP/1.1\r\n"+host+"Connection: close\r\n\r\n")
+	br := bufio.NewReader(tc)
+	want := []struct {
+		path     string
+		status   int
+		decision audit.Decision
+	}{
+		{"/v1/a", 200, audit.Allow}, {"/admin", 403, audit.Deny}, {"/v1/b", 403, audit.Deny},
+		{"/v1/c", 200, audit.Allow}, {"/v1/d", 200, audit.Allow},
+	}
+	for _, w := range want {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("the answer to %s: %v", w.path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != w.status {
+			t.Errorf("%s answered %d (%q), want %d", w.path, resp.StatusCode, b, w.status)
+		}
+		if w.status == 200 && !strings.Contains(string(b), "path="+w.path) {
+			t.Errorf("%s answered %q: another request's answer", w.path, b)
+		}
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("after Connection: close the session was not closed: %v", err)
+	}
+	for _, w := range want {
+		if err := wait.Until(2*time.Second, "the record of "+w.path, func() bool { return len(reviewRecordsFor(h.sink, w.path)) > 0 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more request, on another session, recorded after them: nothing more is coming for
+	// the pipelined ones.
+	if status, _ := rawIntercepted(t, h, "GET /v1/last HTTP/1.1\r\n"+host+"Connection: close\r\n\r\n"); status != 200 {
+		t.Fatalf("GET /v1/last: %d", status)
+	}
+	if err := wait.Until(2*time.Second, "the record of /v1/last", func() bool { return len(reviewRecordsFor(h.sink, "/v1/last")) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		recs := reviewRecordsFor(h.sink, w.path)
+		if len(recs) != 1 || recs[0].Decision != w.decision {
+			t.Errorf("records of %s: %+v, want one %s", w.path, recs, w.decision)
+		}
+	}
+}
+
+// TestReviewH1InterceptedClientCloseCancelsUpstream: a sandbox that closes its intercepted
+// session while the upstream is still working has the upstream request cancelled (the
+// gateway's own request to it ends), and that request gets exactly one record.
+func TestReviewH1InterceptedClientCloseCancelsUpstream(t *testing.T) {
+	for _, tc := range []struct{ name, req string }{
+		{"no body", "GET /v1/slow HTTP/1.1\r\nHost: api.example.test\r\n\r\n"},
+		{"body read whole", "POST /v1/slow HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 3\r\n\r\nabc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			started, cancelled := make(chan struct{}), make(chan struct{})
+			h.answer(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/slow" {
+					io.WriteString(w, "path="+r.URL.Path)
+					return
+				}
+				io.Copy(io.Discard, r.Body)
+				close(started)
+				select {
+				case <-r.Context().Done():
+					close(cancelled)
+				case <-time.After(10 * time.Second):
+				}
+			})
+			s := h.intercept(t, "api.example.test:443")
+			io.WriteString(s, tc.req)
+			select {
+			case <-started:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the upstream was not asked within 5 s")
+			}
+			s.Close()
+			select {
+			case <-cancelled:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the upstream request went on 5 s after the sandbox closed its session")
+			}
+			if err := wait.Until(2*time.Second, "the record of /v1/slow", func() bool { return len(reviewRecordsFor(h.sink, "/v1/slow")) > 0 }); err != nil {
+				t.Fatal(err)
+			}
+			if status, _ := rawIntercepted(t, h, "GET /v1/last HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n"); status != 200 {
+				t.Fatalf("GET /v1/last: %d", status)
+			}
+			if err := wait.Until(2*time.Second, "the record of /v1/last", func() bool { return len(reviewRecordsFor(h.sink, "/v1/last")) > 0 }); err != nil {
+				t.Fatal(err)
+			}
+			if recs := reviewRecordsFor(h.sink, "/v1/slow"); len(recs) != 1 {
+				t.Errorf("records of /v1/slow: %+v, want one", recs)
 			}
 		})
 	}
