@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/internal/wait"
+	"github.com/airlock-dev/airlock/rule"
 )
 
 // An attacker's review of h1Server (#34, item 4): the attacks net/http's server defended the
@@ -489,5 +490,70 @@ func TestReviewH1InterceptedClientCloseCancelsUpstream(t *testing.T) {
 				t.Errorf("records of /v1/slow: %+v, want one", recs)
 			}
 		})
+	}
+}
+
+// TestReviewH1SandboxListenerAfterRefusals: on the sandbox's listener (Proxy.Serve, h1Server
+// behind the framing check), a refused CONNECT and a refused request keep the connection as
+// HTTP: the bytes a client sends after a refused CONNECT, as if the tunnel were open, are read
+// as the next request and checked, never passed on, and a smuggling shape sent after the
+// refusals is still refused and recorded; each request gets one record.
+func TestReviewH1SandboxListenerAfterRefusals(t *testing.T) {
+	h := newHarness(t)
+	addr := serveHarness(t, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "CONNECT denied.example.test:443 HTTP/1.1\r\nHost: denied.example.test:443\r\n\r\n"+
+		"GET http://plain.example.test/v1/after-connect HTTP/1.1\r\nHost: plain.example.test\r\n\r\n"+
+		"GET http://denied.example.test/x HTTP/1.1\r\nHost: denied.example.test\r\n\r\n"+
+		"GET http://plain.example.test/v1/after-deny HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
+	smuggle := ("POST http://plain.example.test/v1/smuggle HTTP/1.1\r\nHost: plain.example.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+		"GET http://plain.example.test/v1/smuggled HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
+	br := bufio.NewReader(c)
+	for _, w := range []struct {
+		what   string
+		status int
+		body   string
+	}{
+		{"the CONNECT out of scope", 403, ""},
+		{"the request after it", 200, "plain path=/v1/after-connect"},
+		{"a request out of scope", 403, ""},
+		{"the request after it", 200, "plain path=/v1/after-deny"},
+		{"both lengths", 400, ""},
+	} {
+		if w.what == "both lengths" {
+			io.WriteString(c, smuggle) // after the answers above: the framing check reads ahead
+		}
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+		if err != nil {
+			t.Fatalf("the answer to %s: %v", w.what, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != w.status || w.body != "" && string(b) != w.body {
+			t.Fatalf("%s answered %d %q, want %d %q", w.what, resp.StatusCode, b, w.status, w.body)
+		}
+	}
+	if rest, err := io.ReadAll(br); len(rest) != 0 || err != nil {
+		t.Errorf("after the framing refusal: %q, %v; want the connection closed", rest, err)
+	}
+	for _, u := range h.received() {
+		if strings.Contains(u, "smuggle") {
+			t.Errorf("the upstream received %q", u)
+		}
+	}
+	if _, ok := h.sink.await(func(r audit.Record) bool { return r.Rule == rule.BadRequest && r.Decision == audit.Deny }); !ok {
+		t.Error("the framing refusal was not recorded")
+	}
+	for _, p := range []string{"/v1/after-connect", "/v1/after-deny", "/x"} {
+		if err := wait.Until(2*time.Second, "the record of "+p, func() bool { return len(reviewRecordsFor(h.sink, p)) > 0 }); err != nil {
+			t.Fatal(err)
+		}
+		if recs := reviewRecordsFor(h.sink, p); len(recs) != 1 {
+			t.Errorf("records of %s: %+v, want one", p, recs)
+		}
 	}
 }
