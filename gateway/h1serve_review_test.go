@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -555,5 +557,173 @@ func TestReviewH1SandboxListenerAfterRefusals(t *testing.T) {
 		if recs := reviewRecordsFor(h.sink, p); len(recs) != 1 {
 			t.Errorf("records of %s: %+v, want one", p, recs)
 		}
+	}
+}
+
+// TestReviewH1BodyReadAfterHandlerEnds: a handler that returns while a goroutine of its own is
+// still blocked reading the request body (http.Transport's writer, when the upstream answers
+// before the body is sent: the proxy hands it r.Body) does not keep that read on a connection
+// the loop has finished with: the read ends with an error, without the client sending or
+// closing, before the connection's buffers go back to be reused by another connection; the
+// bytes the client sends afterwards reach no one; a connection after it is served as sent. (A
+// body small enough to drain is drained before the answer, which waits for that read as
+// net/http's server does, so the client must send the rest or close.)
+func TestReviewH1BodyReadAfterHandlerEnds(t *testing.T) {
+	for _, tc := range []struct{ name, head string }{
+		{"too large to drain", "POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n"},
+		{"expecting 100-continue", "POST /upload HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1000000\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			firstRead := make(chan struct{})
+			readEnded := make(chan error, 1)
+			var after atomic.Int64 // bytes the lingering reader got after its first read
+			var seen sync.Map
+			s := newH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen.Store(r.URL.Path, true)
+				if r.URL.Path != "/upload" {
+					io.WriteString(w, "ok "+r.URL.Path)
+					return
+				}
+				go func() {
+					buf := make([]byte, 512) // reads smaller than the connection's buffer
+					n, err := r.Body.Read(buf)
+					close(firstRead)
+					if err != nil {
+						readEnded <- err
+						return
+					}
+					_ = n
+					for {
+						n, err := r.Body.Read(buf)
+						after.Add(int64(n))
+						if err != nil {
+							readEnded <- err
+							return
+						}
+					}
+				}()
+				<-firstRead
+				cr := &w.(*h1Response).c.r
+				if err := wait.Until(5*time.Second, "the handler's goroutine to block reading the connection", func() bool {
+					cr.mu.Lock()
+					defer cr.mu.Unlock()
+					return cr.inRead
+				}); err != nil {
+					t.Error(err)
+				}
+				w.WriteHeader(http.StatusForbidden)
+			}), nil)
+			addr := listenH1(t, s)
+			a, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			a.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(a, tc.head+"0123456789")
+			br := bufio.NewReader(a)
+			resp, err := http.ReadResponse(br, nil)
+			for err == nil && resp.StatusCode == http.StatusContinue {
+				resp, err = http.ReadResponse(br, nil)
+			}
+			if err != nil || resp.StatusCode != http.StatusForbidden {
+				t.Fatalf("the answer to the upload: %v, %v", resp, err)
+			}
+			select {
+			case err := <-readEnded:
+				if err == nil {
+					t.Fatal("the lingering read ended without an error")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the handler's goroutine was still reading the connection 5 s after its handler returned")
+			}
+			b, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			b.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(a, "GET /from-a HTTP/1.1\r\nHost: a\r\n\r\n") // may fail: a is closing
+			io.WriteString(b, "GET /from-b HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+			out, _ := io.ReadAll(b)
+			if !strings.HasSuffix(string(out), "ok /from-b") {
+				t.Errorf("the next connection's request answered %q", out)
+			}
+			if _, ok := seen.Load("/from-a"); ok {
+				t.Error("a request sent on a connection the server had finished with was served")
+			}
+			if n := after.Load(); n != 0 {
+				t.Errorf("the lingering read got %d bytes after its handler returned", n)
+			}
+		})
+	}
+}
+
+// TestReviewH1GoroutinesEndWithTheirConnections: connections whose requests outlast the watch
+// (so each starts a background read), some pipelining, some closing mid-request, leave no
+// goroutine behind once they are closed.
+func TestReviewH1GoroutinesEndWithTheirConnections(t *testing.T) {
+	release := make(chan struct{})
+	var started atomic.Int32
+	s := newH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		io.WriteString(w, "done")
+	}), nil)
+	var watchStarts atomic.Int32
+	s.watched = func(event string, _ int) {
+		if event == "started" {
+			watchStarts.Add(1)
+		}
+	}
+	addr := listenH1(t, s)
+	// The listener's accept loop and the pools settle first.
+	warm, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	base := runtime.NumGoroutine()
+	const n = 20
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+		defer c.Close()
+		req := "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"
+		if i%2 == 0 {
+			req += req // pipelined: the watch reads the second one's first byte
+		}
+		io.WriteString(c, req)
+	}
+	if err := wait.Until(5*time.Second, "every connection's request in its handler with its watch started", func() bool {
+		return started.Load() == n && watchStarts.Load() >= n
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range conns {
+		if i%4 == 1 {
+			c.Close() // mid-request
+		}
+	}
+	close(release)
+	for i, c := range conns {
+		if i%4 != 1 {
+			c.Close()
+		}
+	}
+	var now int
+	if err := wait.Until(5*time.Second, "the server's goroutines to end with their connections", func() bool {
+		now = runtime.NumGoroutine()
+		return now <= base
+	}); err != nil {
+		t.Fatalf("%v: %d goroutines, %d before the connections", err, now, base)
 	}
 }
