@@ -13,7 +13,10 @@ import (
 // four-byte window every short-3 bytes. With an escape in it: then its first escape begins with a
 // byte an escape begins with ('%', '&', '\'), found by IndexByte, and what that escape reads as
 // is the form's byte at some offset k, with the k bytes before it the form's start as it is; the
-// form index by byte (pos) lists the candidates, most ruled out by the byte before the escape. At
+// form index by byte (pos) lists the candidates, most ruled out by the byte before the escape.
+// Only escapes in a long stretch are read (long): every byte of a form's text, as it is or
+// escaped, is a unit byte, and there are at least as many of them as the form is long, so an
+// escape among fewer unit bytes in a row (as in random, compressed bytes) holds no form. At
 // the end of a final text, the last keep bytes are read unit by unit too, for the cut-off start
 // of a secret's form. Not safe for concurrent use; one per text.
 type scan struct {
@@ -25,6 +28,12 @@ type scan struct {
 	lit   int // where the sampler's next form starts, len(b) for none; -1 before it is asked
 	// intro is where the first '%', '&' and '\\' at or after introFrom are, len(b) for none.
 	intro, introFrom [3]int
+	// [runStart, runEnd) is known to lie in a long stretch; no position in [longQ, longAt) does.
+	runStart, runEnd int
+	longQ, longAt    int
+	// Escapes before near are read unchecked, and after the next one found in a long stretch,
+	// those up to unchecked bytes after it (escapeAt).
+	near, unchecked int
 	// empty holds the last positions at found to start nothing (several forms can name the same
 	// start); a position it has forgotten is only read again.
 	empty  [8]int
@@ -41,7 +50,7 @@ type event struct {
 }
 
 func (s *scrubber) scan(b []byte, final bool) scan {
-	sc := scan{s: s, b: b, final: final, limit: len(b), lit: -1, intro: [3]int{-1, -1, -1}, introFrom: [3]int{-1, -1, -1}, m: matcher{b: b}}
+	sc := scan{s: s, b: b, final: final, limit: len(b), lit: -1, intro: [3]int{-1, -1, -1}, introFrom: [3]int{-1, -1, -1}, longQ: -1, longAt: -2, unchecked: 4 * s.short, m: matcher{b: b}}
 	if !final {
 		sc.limit = max(0, len(b)-s.keep)
 	}
@@ -95,7 +104,7 @@ func (sc *scan) next(i, limit int) (event, bool) {
 	}
 	// A form holding an escape starts at most keep bytes before its first one.
 	var as alts
-	for e := sc.introAt(i); e < len(b) && e-s.keep < best; e = sc.introAt(e + 1) {
+	for e := sc.escapeAt(i); e < len(b) && e-s.keep < best; e = sc.escapeAt(e + 1) {
 		cut := readings(b, e, &as)
 		if cut && !sc.final && max(i, e-s.keep) < best {
 			// The escape goes on past what is here: a form reading through it may start as far
@@ -169,6 +178,112 @@ func (sc *scan) introAt(i int) int {
 		first = min(first, sc.intro[k])
 	}
 	return first
+}
+
+// escapeAt returns where the first byte an escape begins with is, from j on, that may lead to a
+// form: one in a long stretch, or one close behind one that was; len(b) for none.
+func (sc *scan) escapeAt(j int) int {
+	b, short := sc.b, sc.s.short
+	for j < len(b) {
+		e := sc.introAt(j)
+		if e == len(b) {
+			return e
+		}
+		if e < sc.near {
+			return e
+		}
+		long, end := sc.long(e)
+		if long {
+			// Text where escapes are read (a page, JSON) has the next ones close behind, and
+			// reading them costs little more than checking their stretches: read them unchecked
+			// for a while, the longer the more checks found nothing to pass over.
+			sc.near = e + sc.unchecked
+			sc.unchecked = min(2*sc.unchecked, maxUnchecked)
+			return e
+		}
+		sc.unchecked = 4 * short
+		j = end
+		if short >= probeShort {
+			j = sc.longFrom(end)
+		}
+	}
+	return len(b)
+}
+
+// maxUnchecked bounds how far escapes are read unchecked after one found in a long stretch.
+const maxUnchecked = 4 << 10
+
+// probeShort is the shortest form for which the next long stretch is probed for, rather than the
+// next escape's stretch looked at: probing reads a byte every short, looking reads one or two
+// around each escape, found by IndexByte.
+const probeShort = 16
+
+// long reports whether b[t], a unit byte, lies in a long stretch: unit bytes in a row, at least
+// short of them or running to the end of b (where a form may be cut, or go on in the next read).
+// Where it does not, end is where its stretch ends.
+//
+// No form can be read through an escape outside one. A form the scan reads from p, whole or up
+// to the end of b, is read unit by unit (unescape.go): a byte as it is, which is the form's
+// byte, or an escape, whose bytes are escape bytes or the form's bytes it reads as, at least as
+// many as those (isEscapeByte; a '+' for a space is an escape byte too). So what it spans is
+// unit bytes, at least len(form) >= short of them or up to the end of b; and an escape at e
+// leads the scan only to starts p whose bytes up to e are the form's as they are.
+func (sc *scan) long(t int) (bool, int) {
+	b, unit, short := sc.b, &sc.s.unit, sc.s.short
+	if sc.runStart <= t && t < sc.runEnd {
+		return true, 0
+	}
+	start, end := t, t+1
+	for start > 0 && end-start < short && unit[b[start-1]] {
+		start--
+	}
+	for end < len(b) && end-start < short && unit[b[end]] {
+		end++
+	}
+	if end-start >= short || end == len(b) {
+		sc.runStart, sc.runEnd = start, end
+		return true, 0
+	}
+	return false, end
+}
+
+// longFrom returns the first position at or after q that lies in a long stretch; len(b) for
+// none. Every stretch of short or more bytes after q holds one of the positions probed, every
+// short-th from q+short-1, so the first probe in one finds the first of them.
+func (sc *scan) longFrom(q int) int {
+	b, unit, short := sc.b, &sc.s.unit, sc.s.short
+	if sc.longQ <= q && q <= sc.longAt {
+		return sc.longAt
+	}
+	at := len(b)
+	switch {
+	case q >= len(b):
+	case unit[b[q]] && func() bool { long, _ := sc.long(q); return long }():
+		at = q
+	default:
+		for t := q + short - 1; t < len(b); t += short {
+			if !unit[b[t]] {
+				continue
+			}
+			if long, _ := sc.long(t); long {
+				// Where that stretch starts: after the probe before t, which was in no long one.
+				at = t
+				for at > q && unit[b[at-1]] {
+					at--
+				}
+				break
+			}
+		}
+		if at == len(b) && unit[b[len(b)-1]] {
+			// A stretch running to the end, too short to hold a probe.
+			at = len(b) - 1
+			for at > q && unit[b[at-1]] {
+				at--
+			}
+		}
+	}
+	sc.longQ, sc.longAt = q, at
+	return at
 }
 
 // literalPrefix reports whether t, text as it is, is f: byte for byte, or '+' for a space.

@@ -53,8 +53,12 @@ type scrubber struct {
 	first   [256][]form          // by their first byte, longest first: where reading unit by unit starts
 	pos     [256][]formAt        // every byte of every form, by the byte
 	pairs   pairSet              // every two bytes in a row in a form
-	short   int                  // the shortest form's length
-	keep    int                  // the longest form minus one: what a stream must hold back
+	// unit marks the bytes a form's text is made of, as it is or escaped: the forms' own bytes
+	// and those escapes are written with (isEscapeByte). A form holding an escape lies in a
+	// stretch of them at least short long, so escapes in shorter stretches are passed over.
+	unit  [256]bool
+	short int // the shortest form's length
+	keep  int // the longest form minus one: what a stream must hold back
 }
 
 // form is one form of a value and what replaces it. A form derived from a secret (not a written
@@ -120,8 +124,12 @@ func newScrubber(secrets, written []string) *scrubber {
 // index fills the lookup tables from forms.
 func (s *scrubber) index() {
 	s.buckets, s.filter, s.windows, s.first, s.pos, s.pairs, s.keep, s.short = map[uint32][]form{}, [1 << 16 / 64]uint64{}, [1 << 16 / 64]uint64{}, [256][]form{}, [256][]formAt{}, pairSet{}, 0, 0
+	for c := range s.unit {
+		s.unit[c] = isEscapeByte(byte(c))
+	}
 	for i, f := range s.forms {
 		for k, c := range f.b {
+			s.unit[c] = true
 			s.pos[c] = append(s.pos[c], formAt{int32(i), int32(k)})
 			if k > 0 {
 				s.pairs.add(f.b[k-1], c)

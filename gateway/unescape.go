@@ -29,6 +29,18 @@ import (
 // isIntroducer reports whether an escape can begin with c.
 func isIntroducer(c byte) bool { return c == '%' || c == '&' || c == '\\' }
 
+// isEscapeByte reports whether escapes are written with c: every byte a reading takes (below) is
+// one of these or a byte of what it reads as (a byte as it is, and the X of "\X"), and so is
+// every byte of an escape cut by the end of a text. A reading also takes at least as many bytes
+// as it reads as. The scan rests on both (scan.go, long): TestReadingsStayInTheirAlphabet.
+func isEscapeByte(c byte) bool {
+	switch c {
+	case '%', '&', '\\', '#', ';', '{', '}', '+', ' ', '\t', '\n', '\r', '\f':
+		return true
+	}
+	return isAlnum(c)
+}
+
 // alt is one reading of the text at a position: the bytes it stands for (a byte, or a character
 // in UTF-8) and how many bytes of the text it takes.
 type alt struct {

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"html"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -134,6 +136,91 @@ func TestReadingsAgreeWithParsers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// alphabetBreach says how a reading of b at j breaks what the scan rests on in passing over short
+// stretches (scan.go, long), or "" when none does: each reading takes at least as many bytes as
+// it reads as, each of them an escape byte or a byte of what it reads as; an escape cut by the
+// end of b is escape bytes to the end.
+func alphabetBreach(b []byte, j int) string {
+	var as alts
+	cut := readings(b, j, &as)
+	for _, a := range as.a[:as.n] {
+		took := b[j : j+a.took]
+		if int(a.n) > a.took {
+			return fmt.Sprintf("%q reads as %q, longer than itself", took, a.val[:a.n])
+		}
+		for _, c := range took {
+			if !isEscapeByte(c) && !bytes.Contains(a.val[:a.n], []byte{c}) {
+				return fmt.Sprintf("%q reads as %q, and holds %q, not an escape byte", took, a.val[:a.n], c)
+			}
+		}
+	}
+	if cut {
+		for _, c := range b[j:] {
+			if !isEscapeByte(c) {
+				return fmt.Sprintf("%q is cut by the end and holds %q, not an escape byte", b[j:], c)
+			}
+		}
+	}
+	return ""
+}
+
+// TestReadingsStayInTheirAlphabet reads every escape of the escapers, whole, cut anywhere and
+// followed by anything, and random texts of escape bytes, and checks alphabetBreach at each
+// position: an escape written with a byte the scan does not count as one would be passed over
+// in a stretch that looked too short to hold a form.
+func TestReadingsStayInTheirAlphabet(t *testing.T) {
+	var texts []string
+	tails := []string{"", "z", "!", ";", " ", "\r\n", "\\u", "0", "\x00", "\xff"}
+	for _, e := range escapers {
+		for _, r := range []rune{'a', 'Z', '0', '+', '&', '\\', '%', ' ', 0x7f, 'é', '€', '😀', 0xD800} {
+			if e.ok != nil && !e.ok(r) {
+				continue
+			}
+			esc := e.escape(r)
+			for k := 1; k <= len(esc); k++ {
+				for _, tail := range tails {
+					texts = append(texts, esc[:k]+tail)
+				}
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	pieces := []string{"%", "&", "\\", "#", ";", "{", "}", "+", " ", "\t", "\n", "\r", "\f", "x", "X", "u", "U",
+		"0", "00", "7", "9", "a", "f", "F", "D8", "DC", "amp", "lt", "fjlig", "plus", "quot", "nbsp", "!", "\x80", "\xff", "\x00"}
+	for range 20000 {
+		var b strings.Builder
+		for range 1 + rng.IntN(12) {
+			if rng.IntN(8) == 0 {
+				b.WriteByte(byte(rng.Uint32()))
+				continue
+			}
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		texts = append(texts, b.String())
+	}
+	for _, text := range texts {
+		for j := range len(text) {
+			if why := alphabetBreach([]byte(text), j); why != "" {
+				t.Fatalf("in %q at %d: %s", text, j, why)
+			}
+		}
+	}
+}
+
+// FuzzReadingsStayInTheirAlphabet checks alphabetBreach at every position of any text.
+func FuzzReadingsStayInTheirAlphabet(f *testing.F) {
+	f.Add([]byte("&#x0000041;\\u{2b}%u00e9\\uD83D\\uDE00&fjlig;\\41 \\\r\n"))
+	f.Add([]byte("&#0000"))
+	f.Add([]byte("\\1F600"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for j := range b {
+			if why := alphabetBreach(b, j); why != "" {
+				t.Fatalf("in %q at %d: %s", b, j, why)
+			}
+		}
+	})
 }
 
 // readsAs reports whether esc, read unit by unit from its start, can stand for want.
