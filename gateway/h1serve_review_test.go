@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"log"
@@ -443,12 +444,14 @@ func TestReviewH1InterceptedPipelineOneRecordEach(t *testing.T) {
 }
 
 // TestReviewH1InterceptedClientCloseCancelsUpstream: a sandbox that closes its intercepted
-// session while the upstream is still working has the upstream request cancelled (the
-// gateway's own request to it ends), and that request gets exactly one record.
+// session while the upstream is still working (before its answer, or while the answer
+// streams) has the upstream request cancelled (the gateway's own request to it ends), and
+// that request gets exactly one record.
 func TestReviewH1InterceptedClientCloseCancelsUpstream(t *testing.T) {
 	for _, tc := range []struct{ name, req string }{
 		{"no body", "GET /v1/slow HTTP/1.1\r\nHost: api.example.test\r\n\r\n"},
 		{"body read whole", "POST /v1/slow HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 3\r\n\r\nabc"},
+		{"answer streaming", "GET /v1/slow?stream=1 HTTP/1.1\r\nHost: api.example.test\r\n\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -459,6 +462,10 @@ func TestReviewH1InterceptedClientCloseCancelsUpstream(t *testing.T) {
 					return
 				}
 				io.Copy(io.Discard, r.Body)
+				if r.URL.Query().Get("stream") != "" {
+					w.Write(bytes.Repeat([]byte("x"), 64<<10)) // more than the scrubber holds back
+					http.NewResponseController(w).Flush()
+				}
 				close(started)
 				select {
 				case <-r.Context().Done():
@@ -472,6 +479,17 @@ func TestReviewH1InterceptedClientCloseCancelsUpstream(t *testing.T) {
 			case <-started:
 			case <-time.After(5 * time.Second):
 				t.Fatal("the upstream was not asked within 5 s")
+			}
+			if strings.Contains(tc.req, "stream=1") {
+				br := bufio.NewReader(s)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("the streamed answer's head: %v", err)
+				}
+				b := make([]byte, 1024)
+				if _, err := io.ReadFull(resp.Body, b); err != nil || b[0] != 'x' {
+					t.Fatalf("the streamed answer's first part: %q, %v", b, err)
+				}
 			}
 			s.Close()
 			select {
