@@ -745,3 +745,67 @@ func TestReviewH1GoroutinesEndWithTheirConnections(t *testing.T) {
 		t.Fatalf("%v: %d goroutines, %d before the connections", err, now, base)
 	}
 }
+
+// TestReviewH1ProxyCloseEndsKeptConnections: Proxy.Close ends the sandbox connections h1Server
+// keeps alive, idle after an answer or in the middle of a request head, as http.Server's Close
+// did.
+func TestReviewH1ProxyCloseEndsKeptConnections(t *testing.T) {
+	h := newHarness(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.proxyHandler()
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(l) }()
+	idle, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(idle, "GET http://plain.example.test/v1/a HTTP/1.1\r\nHost: plain.example.test\r\n\r\n")
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the first request: %v, %v", resp, err)
+	}
+	io.ReadAll(resp.Body)
+	half, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	half.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(half, "GET http://plain.example.test/v1/b HTTP/1.1\r\nHost: pl")
+	if err := wait.Until(5*time.Second, "the server to track both connections", func() bool {
+		p.srvMu.Lock()
+		s := p.srv
+		p.srvMu.Unlock()
+		if s == nil {
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.conns) == 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(br); len(rest) != 0 || err != nil {
+		t.Errorf("the idle connection after Close: %q, %v; want it closed", rest, err)
+	}
+	if rest, err := io.ReadAll(half); len(rest) != 0 || err != nil {
+		t.Errorf("the connection mid-head after Close: %q, %v; want it closed", rest, err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve returned %v after Close", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Serve did not return within 5 s of Close")
+	}
+}
