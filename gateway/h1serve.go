@@ -620,6 +620,13 @@ type h1ReqBody struct {
 	rc     io.ReadCloser
 	remain int64 // bytes of a Content-Length body not read yet; -1 when chunked
 
+	// readMu is held across every read of rc and by Close, so that no read of rc is under way
+	// or begins once Close has returned: a reader that outlives the handler (http.Transport's
+	// writer, when the upstream answered first) must not read the connection's bufio.Reader
+	// once the next request, or another connection, has it. net/http's body holds its own
+	// mutex the same way.
+	readMu sync.Mutex
+
 	mu          sync.Mutex
 	expect      bool // the client waits for 100 Continue
 	sawEOF      bool
@@ -635,12 +642,19 @@ func (b *h1ReqBody) eofSeen() bool {
 }
 
 func (b *h1ReqBody) Read(p []byte) (int, error) {
+	b.readMu.Lock()
+	defer b.readMu.Unlock()
 	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
-	b.mu.Unlock()
+	return b.readLocked(p)
+}
+
+// readLocked reads rc, under readMu.
+func (b *h1ReqBody) readLocked(p []byte) (int, error) {
 	w := b.w
 	if w.canContinue.Load() {
 		w.continueMu.Lock()
@@ -670,10 +684,17 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// lockedReader reads a body whose readMu its caller holds.
+type lockedReader struct{ b *h1ReqBody }
+
+func (r lockedReader) Read(p []byte) (int, error) { return r.b.readLocked(p) }
+
 // Close closes the body as net/http's server does (its early close): what is left is drained
 // up to maxPostHandlerReadBytes, and beyond that, or when its length says it is more, left,
-// the connection closed after the answer.
+// the connection closed after the answer. It waits for a read under way.
 func (b *h1ReqBody) Close() error {
+	b.readMu.Lock()
+	defer b.readMu.Unlock()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -693,7 +714,7 @@ func (b *h1ReqBody) Close() error {
 		b.mu.Unlock()
 	default:
 		var n int64
-		n, err = io.CopyN(io.Discard, b, maxPostHandlerReadBytes)
+		n, err = io.CopyN(io.Discard, lockedReader{b}, maxPostHandlerReadBytes)
 		if n == maxPostHandlerReadBytes {
 			b.mu.Lock()
 			b.earlyClosed = true
