@@ -58,6 +58,7 @@ func main() {
 	engine := flag.String("engine", "", "measure the engine's sandbox throughput at these numbers at once, comma-separated (then nothing else runs)")
 	engineN := flag.Int("engine-n", 40, "with -engine: sandboxes per level")
 	engineRts := flag.String("engine-runtimes", "runc", "with -engine: the runtimes to measure, one after another, comma-separated (runc, crun, runsc)")
+	netCost := flag.Bool("engine-network", false, "with -engine: instead, what the sandbox network costs a container's making and removal (plain containers on it, with network none, and with the network disabled), under each runtime of -engine-runtimes")
 	flag.Parse()
 	if *engine != "" {
 		var ps []int
@@ -69,6 +70,12 @@ func main() {
 			ps = append(ps, n)
 		}
 		for _, rt := range strings.Split(*engineRts, ",") {
+			if *netCost {
+				if err := networkCost(*engineN, ps, rt); err != nil {
+					log.Fatalf("the network phase under %s: %v", rt, err)
+				}
+				continue
+			}
 			if err := engineThroughput(*engineN, ps, rt); err != nil {
 				log.Fatalf("the engine phase under %s: %v", rt, err)
 			}
