@@ -2,7 +2,9 @@
 # make bench-dns: airlock's resolver against CoreDNS, Unbound and dnsmasq, each forwarding to the
 # same loopback authoritative server and answering the same 100 allowed names from cache, with
 # query logging on for all; then airlock on a mix of 70 % allowed, 20 % refused and 10 %
-# tunnel-shaped names. As in the gateway benchmark, each server under test runs alone on core 1;
+# tunnel-shaped names; and a bare reflector (dnsbench reflect: batched reads, segmented batched
+# writes, one fixed answer, no DNS work): the qps the load reaches against a server doing nothing,
+# as the gateway benchmark's bare relay is its floor. As in the gateway benchmark, each server under test runs alone on core 1;
 # the authoritative upstream and dnsperf (-c 4 -q 200) run on core 0. BEFORE="<git revision> ..."
 # also runs each revision's resolver (built in a work tree of its own) as airlock@<revision>, on
 # both query files, side by side. Each configuration runs ROUNDS times in turn; medians are
@@ -104,6 +106,8 @@ forward-zone:
     forward-addr: 127.0.0.1@15354
 CONF
 bg unbound unbound -d -c "$work/unbound.conf"
+bg reflect "$tools/dnsbench" reflect -listen 127.0.0.1:15359
+ports+=(15359)
 bg dnsmasq dnsmasq -k -p 15357 --listen-address=127.0.0.1 --bind-interfaces --no-resolv --no-hosts \
 	--server=127.0.0.1#15354 --log-queries --log-facility="$work/dnsmasq-queries.log" --cache-size=10000 --user=root --pid-file="$work/dnsmasq.pid"
 for p in "${ports[@]}"; do waitdns "$p"; done
@@ -160,18 +164,20 @@ for round in $(seq 1 "$ROUNDS"); do
 	run coredns "$pid_coredns" 15355 "$work/allowed.txt"
 	run unbound "$pid_unbound" 15356 "$work/allowed.txt"
 	run dnsmasq "$pid_dnsmasq" 15357 "$work/allowed.txt"
+	run reflect "$pid_reflect" 15359 "$work/allowed.txt"
 	for n in "${servers[@]}"; do run "$n-mix" "${pid[$n]}" "${port[$n]}" "$work/mix.txt"; done
 done
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 col() { awk -v n="$1" -v c="$2" '$1==n {print $c}' "$work/results" | median; }
-names=("${servers[@]}" coredns unbound dnsmasq)
+names=("${servers[@]}" coredns unbound dnsmasq reflect)
 for n in "${servers[@]}"; do names+=("$n-mix"); done
+label() { if [ "$1" = reflect ]; then echo "bare reflector (no DNS work)"; else echo "$1"; fi; }
 report=$(
 	printf '| server | names | qps | p99 µs | lost | server CPU %% | server µs/query | load core %% |\n|---|---|---|---|---|---|---|---|\n'
 	for name in "${names[@]}"; do
 		q="100 allowed, cached"; [ "${name%-mix}" != "$name" ] && q="70% allowed, 20% refused, 10% tunnel-shaped"
-		printf '| %s | %s | %.0f | %.0f | %s | %.0f | %.2f | %.0f |\n' "${name%-mix}" "$q" "$(col "$name" 2)" "$(col "$name" 3)" "$(col "$name" 4)" "$(col "$name" 5)" "$(col "$name" 7)" "$(col "$name" 6)"
+		printf '| %s | %s | %.0f | %.0f | %s | %.0f | %.2f | %.0f |\n' "$(label "${name%-mix}")" "$q" "$(col "$name" 2)" "$(col "$name" 3)" "$(col "$name" 4)" "$(col "$name" 5)" "$(col "$name" 7)" "$(col "$name" 6)"
 	done
 )
 ratio() { echo "scale=2; $(col "$1" "$3") / $(col "$2" "$3")" | bc -l; }
@@ -180,6 +186,7 @@ summary=$(
 	for peer in coredns unbound dnsmasq; do
 		echo "- airlock / $peer: qps $(ratio airlock $peer 2)x, p99 $(ratio airlock $peer 3)x, $peer's server CPU per query / airlock's $(ratio $peer airlock 7)x"
 	done
+	echo "- airlock / bare reflector: qps $(ratio airlock reflect 2)x; the reflector does no DNS work, so a server whose qps is near it is paced by the load generator, not by its own work"
 	for rev in "${befores[@]}"; do
 		echo "- airlock / airlock@$rev: qps $(ratio airlock "airlock@$rev" 2)x cached, $(ratio airlock-mix "airlock@$rev-mix" 2)x mixed; server CPU per query $(ratio airlock "airlock@$rev" 7)x"
 	done
@@ -200,7 +207,9 @@ echo "$summary"
 	echo "server CPU % is the share of core 1 the server used during the qps run (near 100: the server,"
 	echo "not the load, set the pace), server µs/query that CPU per query answered, and load core % the"
 	echo "share of core 0 used meanwhile (dnsperf and the kernel's delivery of its queries; near 100: the"
-	echo "load generator, not the server, set the pace). Command:"
+	echo "load generator, not the server, set the pace). The bare reflector (\`dnsbench reflect\`) reads and"
+	echo "writes batches of 64 (recvmmsg, sendmmsg, UDP_SEGMENT as airlock) and answers each query with one"
+	echo "fixed A record, with no cache, decision or log: what the load reaches against a server doing nothing. Command:"
 	echo
 	echo "    ${CMD:-make bench-dns}"
 	echo

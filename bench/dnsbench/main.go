@@ -1,9 +1,11 @@
 // Command dnsbench runs the pieces of the resolver benchmark (make bench-dns): an authoritative
-// upstream for bench.test on loopback, and airlock's resolver (audit on) configured so the load
-// generator's address holds a lease whose scopes cover the benchmark names.
+// upstream for bench.test on loopback, airlock's resolver (audit on) configured so the load
+// generator's address holds a lease whose scopes cover the benchmark names, and a bare reflector
+// that answers without any DNS work (the floor every server pays).
 //
 //	dnsbench upstream -listen 127.0.0.1:15354
 //	dnsbench resolver -listen 127.0.0.1:15353 -upstream 127.0.0.1:15354 -audit FILE
+//	dnsbench reflect -listen 127.0.0.1:15359
 package main
 
 import (
@@ -27,6 +29,7 @@ func main() {
 	benchcmd.Main("dnsbench", map[string]func(context.Context, []string) error{
 		"upstream": runUpstream,
 		"resolver": runResolver,
+		"reflect":  runReflect,
 	})
 }
 
