@@ -809,3 +809,42 @@ func TestReviewH1ProxyCloseEndsKeptConnections(t *testing.T) {
 		t.Error("Serve did not return within 5 s of Close")
 	}
 }
+
+// TestReviewH1InterceptedHostAgainstTarget: inside an intercepted session (h1Server), the host
+// checked against the CONNECT target is the one the request is sent to: an absolute-form
+// target naming another host is refused whatever its Host header says, one naming the target
+// is sent there whatever its Host header says, two Host headers or an empty one are refused;
+// the refused never reach an upstream, and each is recorded.
+func TestReviewH1InterceptedHostAgainstTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name, req string
+		status    int
+	}{
+		{"absolute form names another host", "GET https://open.example.test/v1/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n", 403},
+		{"absolute form names another port", "GET https://api.example.test:8443/v1/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n", 403},
+		{"absolute form names the target, Host another", "GET https://api.example.test/v1/x HTTP/1.1\r\nHost: open.example.test\r\n\r\n", 200},
+		{"two Host headers", "GET /v1/x HTTP/1.1\r\nHost: api.example.test\r\nHost: open.example.test\r\n\r\n", 400},
+		{"empty Host", "GET /v1/x HTTP/1.1\r\nHost:\r\n\r\n", 400},
+		{"Host with userinfo", "GET /v1/x HTTP/1.1\r\nHost: api.example.test@open.example.test\r\n\r\n", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			before := h.sink.count()
+			status, _ := rawIntercepted(t, h, tc.req)
+			if status != tc.status {
+				t.Fatalf("answered %d, want %d", status, tc.status)
+			}
+			got := h.received()
+			if tc.status == 200 {
+				if len(got) != 1 || got[0] != "/v1/x" {
+					t.Fatalf("the upstream (api.example.test) received %q", got)
+				}
+			} else if len(got) != 0 {
+				t.Fatalf("a refused request reached the upstream: %q", got)
+			}
+			if err := wait.Until(2*time.Second, "the request's record", func() bool { return h.sink.count() > before }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
