@@ -244,15 +244,6 @@ func (s *scrubber) scrub(b []byte) ([]byte, bool) {
 	return out, true
 }
 
-// scrubFrom appends to out the part of b that bytes after it cannot change, scrubbed, and
-// returns how much of b that was: with final, all of it; else up to where a form starting later
-// could still run past b's end (the last keep bytes, an escape b ends in, or the end of the last
-// form replaced), so a stream cut anywhere is scrubbed exactly as the whole text would be.
-func (s *scrubber) scrubFrom(out, b []byte, final bool) ([]byte, int, bool) {
-	sc := s.scan(b, final)
-	return sc.run(out)
-}
-
 func (s *scrubber) scrubString(v string) string {
 	b, found := s.scrub([]byte(v))
 	if !found {
@@ -289,8 +280,9 @@ type scrubReader struct {
 	src      io.ReadCloser
 	s        *scrubber
 	trailers http.Header
-	buf      []byte // read and not yet decided
-	out      []byte // decided and not yet returned, in obuf
+	buf      []byte // read; from done on, not yet decided
+	done     int
+	out      []byte // decided and not yet returned: in obuf, or buf[:done] when it held no form
 	obuf     []byte
 	eof      bool
 	// wait is how long buf grows before it is scanned again, once a scan decided none of it:
@@ -308,6 +300,9 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		if r.eof {
 			return 0, io.EOF
 		}
+		if r.done > 0 {
+			r.buf, r.done = append(r.buf[:0], r.buf[r.done:]...), 0
+		}
 		// Read straight into buf's free space, as much as the caller asks for at once.
 		r.buf = slices.Grow(r.buf, max(len(p), 32<<10))
 		n, err := r.src.Read(r.buf[len(r.buf):cap(r.buf)])
@@ -322,10 +317,7 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		if !r.eof && len(r.buf) < r.wait {
 			continue
 		}
-		var used int
-		r.obuf, used, _ = r.s.scrubFrom(r.obuf[:0], r.buf, r.eof)
-		r.out = r.obuf
-		r.buf = append(r.buf[:0], r.buf[used:]...)
+		used := r.decide()
 		r.wait = 0
 		if used == 0 && len(r.buf) > 2*r.s.keep {
 			r.wait = 2 * len(r.buf) // held for an escape that goes on: scan again at twice this
@@ -337,6 +329,26 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 	n := copy(p, r.out)
 	r.out = r.out[n:]
 	return n, nil
+}
+
+// decide scrubs what of buf bytes after it cannot change into out, and returns how much of buf
+// that was: at the end of the body, all of it; else up to where a form starting later could
+// still run past buf's end (the last keep bytes, an escape buf ends in, or the end of the last
+// form replaced), so a stream cut anywhere is scrubbed exactly as the whole text would be.
+// Where that part holds no form, out is that part of buf itself, not a copy of it: the common
+// case of a bulk body.
+func (r *scrubReader) decide() int {
+	sc := r.s.scan(r.buf, r.eof)
+	if _, ok := sc.next(0, sc.limit); !ok {
+		r.done = sc.limit
+		r.out = r.buf[:r.done]
+		return r.done
+	}
+	var used int
+	r.obuf, used, _ = sc.run(r.obuf[:0])
+	r.out = r.obuf
+	r.done = used
+	return used
 }
 
 func (r *scrubReader) Close() error { return r.src.Close() }
