@@ -261,11 +261,11 @@ func hijack(w http.ResponseWriter) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	hijacked(conn) // the tunnel opens: no longer HTTP/1
 	if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	hijacked(conn) // the tunnel is open: no longer HTTP/1
 	if brw.Reader.Buffered() > 0 {
 		return &bufferedConn{Conn: conn, r: brw.Reader}, nil
 	}

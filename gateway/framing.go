@@ -38,7 +38,9 @@ type framingConn struct {
 	head   []byte // head bytes seen so far
 	remain int64  // body bytes left (stateBody) or chunk bytes left (stateChunkData)
 	line   []byte // partial chunk-size or trailer line
-	err    error
+	// pending: the bytes read behind an undecided CONNECT (stateConnect), unchecked.
+	pending []byte
+	err     error
 }
 
 type framingState int
@@ -50,6 +52,12 @@ const (
 	stateChunkData
 	stateChunkDataEnd
 	stateTrailer
+	// stateConnect: a CONNECT head was read and is not yet decided. What the client sent
+	// behind it (a ClientHello, often, from clients that do not wait for the 200) is held in
+	// pending unjudged: if the tunnel opens (hijacked) it is the tunnel's; if the connection
+	// goes on as HTTP (a refused CONNECT), the server calls resume before it parses the next
+	// request, and pending is checked then as requests.
+	stateConnect
 )
 
 // maxHead bounds a request head; net/http's own limit (1 MiB) is larger, so ours decides.
@@ -109,6 +117,12 @@ func (f *framingConn) scan(b []byte) string {
 			if reason := f.startRequest(head); reason != "" {
 				return reason
 			}
+		case stateConnect:
+			f.pending = append(f.pending, b...)
+			if len(f.pending) > maxHead {
+				return "more than 64 KiB sent behind a CONNECT before its answer"
+			}
+			return ""
 		case stateBody:
 			n := min(int64(len(b)), f.remain)
 			f.remain -= n
@@ -250,7 +264,13 @@ func (f *framingConn) startRequest(head []byte) string {
 	f.state = stateHead
 	switch {
 	case method == "CONNECT":
-		// No body; what follows is checked as HTTP until the tunnel is actually open.
+		// A CONNECT has no body here: net/http would read one it declares, and a body this
+		// check did not frame would hide the requests behind it from it. What follows is held
+		// until the CONNECT is decided (stateConnect).
+		if len(tes) > 0 || len(cls) == 1 && cls[0] != "0" {
+			return "a CONNECT request with a body"
+		}
+		f.state = stateConnect
 	case len(tes) == 1:
 		f.state = stateChunkSize
 	case len(cls) == 1:
@@ -266,14 +286,41 @@ func (f *framingConn) startRequest(head []byte) string {
 }
 
 // hijacked marks conn, if it is a framingConn, as switched to another protocol. Call it right
-// after a successful Hijack that is followed by the switch (a CONNECT's 200, an upgrade's 101).
+// after a successful Hijack that is followed by the switch (a CONNECT's 200, an upgrade's 101),
+// before the answer that makes the switch is written.
 func hijacked(conn net.Conn) {
 	if f, ok := conn.(*framingConn); ok {
 		f.switched.Store(true)
 		f.mu.Lock()
-		f.head, f.line = nil, nil
+		f.head, f.line, f.pending = nil, nil, nil
 		f.mu.Unlock()
 	}
+}
+
+// resumeFraming is called by the server before it parses each request on conn: when conn is a
+// framingConn whose last request was a CONNECT that did not open a tunnel, the bytes read
+// behind it are checked now, as requests, before any of them is parsed. A refusal is answered
+// (a 400 naming it) and returned; the connection then serves nothing more.
+func resumeFraming(conn net.Conn) error {
+	f, ok := conn.(*framingConn)
+	if !ok || f.switched.Load() {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if f.state != stateConnect {
+		return nil
+	}
+	b := f.pending
+	f.state, f.pending = stateHead, nil
+	if reason := f.scan(b); reason != "" {
+		f.refuse(reason)
+		return f.err
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {
