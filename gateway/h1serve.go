@@ -173,6 +173,9 @@ type h1SrvConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	werr   error // the first write error: the connection is not reused after it
+	// lastMethod is the method of the request served last: after a POST, up to four CR or LF
+	// before the next request are passed over, as net/http's server does (RFC 9112 2.2).
+	lastMethod string
 
 	mu       sync.Mutex // hijacked, and the watch
 	hijacked bool
@@ -206,7 +209,12 @@ func (s *h1Server) ServeConn(rwc net.Conn) {
 	c.br.Reset(&c.r)
 	c.bw = h1Writers.Get().(*bufio.Writer)
 	c.bw.Reset(connErrorWriter{c})
-	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, rwc.LocalAddr())
+	// Every request's context derives from the connection's, which any failed read of the
+	// connection cancels (net/http's handleReadError): once the client is gone, what it had
+	// pipelined behind the request it left runs cancelled, and nothing of it goes upstream.
+	ctx, cancelConn := context.WithCancel(context.WithValue(context.Background(), http.LocalAddrContextKey, rwc.LocalAddr()))
+	defer cancelConn()
+	c.r.connCancel = cancelConn
 	var inFlight *h1Response
 	defer func() {
 		if err := recover(); err != nil && err != http.ErrAbortHandler && s.log != nil {
@@ -342,7 +350,14 @@ func isCommonNetReadError(err error) bool {
 // readRequest reads the next request with http.ReadRequest and checks it as net/http's server
 // does.
 func (c *h1SrvConn) readRequest(ctx context.Context) (*h1Response, error) {
+	if err := resumeFraming(c.rwc); err != nil {
+		return nil, err
+	}
 	c.r.setLimit(maxHeaderBytes)
+	if c.lastMethod == http.MethodPost {
+		peek, _ := c.br.Peek(4)
+		c.br.Discard(leadingCRorLF(peek))
+	}
 	req, err := http.ReadRequest(c.br)
 	if err != nil {
 		return nil, err
@@ -371,6 +386,7 @@ func (c *h1SrvConn) readRequest(ctx context.Context) (*h1Response, error) {
 			}
 		}
 	}
+	c.lastMethod = req.Method
 	rctx, cancel := context.WithCancel(ctx)
 	req = req.WithContext(rctx)
 	req.RemoteAddr = c.remote
@@ -510,6 +526,8 @@ type h1Reader struct {
 	inRead  bool
 	aborted bool
 	cancel  context.CancelFunc // the request's in the handler
+	// connCancel cancels the connection's context, from which every request's derives.
+	connCancel context.CancelFunc
 }
 
 func (r *h1Reader) setLimit(n int64) {
@@ -547,13 +565,36 @@ func (r *h1Reader) Read(p []byte) (int, error) {
 	n, err := r.c.rwc.Read(p)
 	r.mu.Lock()
 	r.inRead = false
-	if err != nil && r.cancel != nil {
-		r.cancel()
+	if err != nil {
+		r.readFailed()
 	}
 	r.remain -= int64(n)
 	r.mu.Unlock()
 	r.cond.Broadcast()
 	return n, err
+}
+
+// readFailed cancels the request in the handler and the connection's context after a read of
+// the connection failed (the client closed it, or a deadline passed). Called under r.mu.
+func (r *h1Reader) readFailed() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	if r.connCancel != nil {
+		r.connCancel()
+	}
+}
+
+// leadingCRorLF counts the CR and LF bytes b begins with.
+func leadingCRorLF(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c != '\r' && c != '\n' {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // startBackgroundRead reads one byte of the connection in a goroutine; a read error (the
@@ -584,8 +625,8 @@ func (r *h1Reader) backgroundRead() {
 	var ne net.Error
 	if errors.As(err, &ne) && r.aborted && ne.Timeout() {
 		// Ended by abortPendingRead, not by the client.
-	} else if err != nil && r.cancel != nil {
-		r.cancel()
+	} else if err != nil {
+		r.readFailed()
 	}
 	r.aborted = false
 	r.inRead = false
