@@ -58,14 +58,10 @@ func (s *scrubber) scan(b []byte, final bool) scan {
 }
 
 // run appends b to out with every form replaced, up to what the text decides, and returns how
-// much of b that was and whether any form was found.
-func (sc *scan) run(out []byte) ([]byte, int, bool) {
+// much of b that was and whether any form was found. ev and ok are what next(0, limit) gave.
+func (sc *scan) run(out []byte, ev event, ok bool) ([]byte, int, bool) {
 	b, last, found := sc.b, 0, false
-	for {
-		ev, ok := sc.next(last, sc.limit)
-		if !ok {
-			break
-		}
+	for ; ok; ev, ok = sc.next(last, sc.limit) {
 		if ev.pending {
 			sc.limit = ev.start
 			break

@@ -237,10 +237,11 @@ func filterHash(k uint32) uint32 { return (k * 2654435761) >> 16 }
 // was found.
 func (s *scrubber) scrub(b []byte) ([]byte, bool) {
 	sc := s.scan(b, true)
-	if _, ok := sc.next(0, sc.limit); !ok {
+	ev, ok := sc.next(0, sc.limit)
+	if !ok {
 		return b, false
 	}
-	out, _, _ := sc.run(make([]byte, 0, len(b)))
+	out, _, _ := sc.run(make([]byte, 0, len(b)), ev, ok)
 	return out, true
 }
 
@@ -339,13 +340,14 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 // case of a bulk body.
 func (r *scrubReader) decide() int {
 	sc := r.s.scan(r.buf, r.eof)
-	if _, ok := sc.next(0, sc.limit); !ok {
+	ev, ok := sc.next(0, sc.limit)
+	if !ok {
 		r.done = sc.limit
 		r.out = r.buf[:r.done]
 		return r.done
 	}
 	var used int
-	r.obuf, used, _ = sc.run(r.obuf[:0])
+	r.obuf, used, _ = sc.run(r.obuf[:0], ev, ok)
 	r.out = r.obuf
 	r.done = used
 	return used
