@@ -20,8 +20,9 @@ BULK_PUT=${BULK_PUT:-268435456}
 BEFORE=${BEFORE-b4b9ad8}
 # ROWS: run only these throughput rows, as KIND:CONNS words (KIND plain, intercepted or new,
 # CONNS 1 or 32), each with the rows it is compared with, e.g. ROWS="plain:1 plain:32
-# intercepted:32 new:32"; the bulk and memory rows, the go benchmarks and the write to
-# docs/bench-gateway.md are then left out. Empty (the default): every row.
+# intercepted:32 new:32"; the word bulk runs the bulk rows. The rows not named, the memory rows,
+# the go benchmarks and the write to docs/bench-gateway.md are then left out. Empty (the
+# default): every row.
 ROWS=${ROWS-}
 want() { [ -z "$ROWS" ] || [[ " $ROWS " == *" $1:$2 "* ]]; }
 mkdir -p "$tools"
@@ -159,10 +160,11 @@ runload() { # name conns proxy(or "") extra...
 # cpu PID: the process's user and system time so far, in clock ticks.
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 runbulk() { # name host proxy(or "") -get|-put bytes
-	local before after out
-	before=$(cpu "$pid_gateway")
+	local before after out pid=$pid_gateway
+	[[ $1 != *-before ]] || pid=$pid_gateway_before
+	before=$(cpu "$pid")
 	out=$(taskset -c 0 "$gb" bulk -url "https://$2:18443/bulk" ${3:+-proxy "$3"} -cert "$work" "$4" "$5")
-	after=$(cpu "$pid_gateway")
+	after=$(cpu "$pid")
 	# CPU seconds per GB (10^9 bytes) of the gateway's own core; the direct rows have none.
 	local cpugb=0
 	[ -n "$3" ] && cpugb=$(echo "scale=3; ($after - $before) / $(getconf CLK_TCK) / ($5 / 1000000000)" | bc -l)
@@ -176,6 +178,7 @@ gwb=http://127.0.0.1:18087
 # steal: the clock ticks the hypervisor gave core 1 to someone else, so far.
 steal() { awk '$1=="cpu1" {print $9}' /proc/stat; }
 steal0=$(steal)
+: >"$work/results" # rows ROWS leaves out find it empty
 bump="-roots $work/squid-ca.pem"
 for round in $(seq 1 "$ROUNDS"); do
 	echo "round $round of $ROUNDS" >&2
@@ -202,14 +205,18 @@ for round in $(seq 1 "$ROUNDS"); do
 			runload squid-bump-new "$c" http://127.0.0.1:18085 $bump -new
 		fi
 	done
-	[ -z "$ROWS" ] || continue
+	[ -z "$ROWS" ] || [[ " $ROWS " == *" bulk "* ]] || continue
 	for dir in "-get $BULK_GET" "-put $BULK_PUT"; do
 		# shellcheck disable=SC2086
 		runbulk direct upstream.bench "" $dir
 		# shellcheck disable=SC2086
 		runbulk intercepted upstream.bench "$gw" $dir
 		# shellcheck disable=SC2086
+		[ -z "$BEFORE" ] || runbulk intercepted-before upstream.bench "$gwb" $dir
+		# shellcheck disable=SC2086
 		runbulk injected secret.bench "$gw" $dir
+		# shellcheck disable=SC2086
+		[ -z "$BEFORE" ] || runbulk injected-before secret.bench "$gwb" $dir
 	done
 done
 steal1=$(steal)
@@ -242,21 +249,34 @@ b() { [ -n "$BEFORE" ] && echo "$1"; }
 plain=$(table direct relay airlock $(b airlock-before) smokescreen squid squid-log)
 tls=$(table direct-tls airlock-intercepted $(b airlock-before-intercepted) squid-bump)
 fresh=$(table direct-tls-new airlock-new $(b airlock-before-new) squid-bump-new)
+bulk=$(
+	printf '| transfer | path | MB/s | of direct | gateway CPU s per GB |\n|---|---|---|---|---|\n'
+	for dir in get put; do
+		[ -s "$work/bulk" ] || continue # left out by ROWS
+		d=$(col direct "$dir" 3 bulk)
+		for name in direct intercepted $(b intercepted-before) injected $(b injected-before); do
+			v=$(col "$name" "$dir" 3 bulk)
+			printf '| %s | %s | %.0f | %.0f %% | %s |\n' "$([ $dir = get ] && echo "download $((BULK_GET >> 20)) MiB" || echo "upload $((BULK_PUT >> 20)) MiB")" \
+				"$name" "$v" "$(echo "100 * $v / $d" | bc -l)" "$(col "$name" "$dir" 4 bulk | sed 's/^\./0./')"
+		done
+	done
+)
 if [ -n "$ROWS" ]; then
-	for t in "$plain" "$tls" "$fresh"; do [ "$(echo "$t" | wc -l)" -le 2 ] || { echo "$t"; echo; }; done
+	for t in "$plain" "$tls" "$fresh" "$bulk"; do [ "$(echo "$t" | wc -l)" -le 2 ] || { echo "$t"; echo; }; done
 	for w in $ROWS; do
 		c=${w#*:}
 		case ${w%:*} in
 		plain) set -- airlock airlock-before squid-log ;;
 		intercepted) set -- airlock-intercepted airlock-before-intercepted squid-bump ;;
 		new) set -- airlock-new airlock-before-new squid-bump-new ;;
+		*) continue ;;
 		esac
 		echo "- $1 / $3 at $c connection(s): req/s $(ratio "$1" "$3" "$c"), CPU per request $(echo "scale=2; $(col "$3" "$c" 6) / $(col "$1" "$c" 6)" | bc -l)$([ -z "$BEFORE" ] ||
 			echo "; $2 / $3: req/s $(ratio "$2" "$3" "$c"), CPU per request $(echo "scale=2; $(col "$3" "$c" 6) / $(col "$2" "$c" 6)" | bc -l)")"
 	done
 	[[ " $ROWS " == *" plain:1 "* ]] &&
 		echo "- own added p50 at 1 connection above the bare relay: airlock $(echo "$(col airlock 1 4) - $(col relay 1 4)" | bc -l) µs$([ -z "$BEFORE" ] || echo ", airlock-before $(echo "$(col airlock-before 1 4) - $(col relay 1 4)" | bc -l) µs")"
-	echo "- core 1 was stolen by the hypervisor for $(echo "($steal1 - $steal0) / $(getconf CLK_TCK)" | bc -l | sed 's/^\./0./; s/\(\.[0-9][0-9]\).*/\1/') s; ROWS=\"$ROWS\": bulk, memory and the go benchmarks left out, docs/bench-gateway.md not written"
+	echo "- core 1 was stolen by the hypervisor for $(echo "($steal1 - $steal0) / $(getconf CLK_TCK)" | bc -l | sed 's/^\./0./; s/\(\.[0-9][0-9]\).*/\1/') s; ROWS=\"$ROWS\": the rows not named, memory and the go benchmarks left out, docs/bench-gateway.md not written"
 	exit 0
 fi
 target() { # what got want
@@ -294,18 +314,6 @@ summary=$(
 	echo "- core 1 (the proxies') was stolen by the hypervisor for $(echo "($steal1 - $steal0) / $(getconf CLK_TCK)" | bc -l | sed 's/^\./0./; s/\(\.[0-9][0-9]\).*/\1/') s of the throughput rounds; the clock source was $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 )
 echo "$plain"; echo; echo "$tls"; echo; echo "$fresh"; echo; echo "$summary"
-
-bulk=$(
-	printf '| transfer | path | MB/s | of direct | gateway CPU s per GB |\n|---|---|---|---|---|\n'
-	for dir in get put; do
-		d=$(col direct "$dir" 3 bulk)
-		for name in direct intercepted injected; do
-			v=$(col "$name" "$dir" 3 bulk)
-			printf '| %s | %s | %.0f | %.0f %% | %s |\n' "$([ $dir = get ] && echo "download $((BULK_GET >> 20)) MiB" || echo "upload $((BULK_PUT >> 20)) MiB")" \
-				"$name" "$v" "$(echo "100 * $v / $d" | bc -l)" "$(col "$name" "$dir" 4 bulk | sed 's/^\./0./')"
-		done
-	done
-)
 echo "$bulk"
 
 # Memory: the proxy's resident set before and while idle connections are held open, each row on
@@ -405,7 +413,7 @@ echo "$allocs"
 	echo
 	echo "Bulk transfers on one connection (bench/gatewaybench bulk), MB/s = 10^6 bytes a second:"
 	echo "\`intercepted\` is the intercepted path with no credential, \`injected\` adds a credential"
-	echo "injected into the request and every byte of the answer scanned for it:"
+	echo "injected into the request and every byte of the answer scanned for it$([ -z "$BEFORE" ] || echo "; the \`-before\` rows are airlock-before's"):"
 	echo
 	echo "$bulk"
 	echo
