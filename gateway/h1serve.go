@@ -366,14 +366,17 @@ func (c *h1SrvConn) readRequest(ctx context.Context) (*h1Response, error) {
 		return nil, h1StatusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
 	}
 	c.r.setLimit(1<<63 - 1)
-	// ReadRequest refuses two Host headers and takes Host out of the header map: what is left
-	// to check is the one it set req.Host from. An absolute-form target names the host itself
-	// (req.Host is the URL's); the framing check (framingConn) requires a Host header of every
-	// HTTP/1.1 request but CONNECT and checks it as httpguts does, as net/http's server did.
+	// ReadRequest takes Host out of the header map and sets req.Host from an absolute-form
+	// target's host where there is one, from the header where not. What net/http's server
+	// checked of the Host header (one, valid, present in every HTTP/1.1 request but a CONNECT)
+	// is checked by the framing check (framingConn), which every connection h1Server serves
+	// passes through, and here where req.Host is the header's. The host of an absolute-form
+	// target is not checked here, as net/http's server did not check it: the handler refuses a
+	// host it cannot use, and records the refusal, naming the host.
 	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
 		return nil, errBadRequest("missing required Host header")
 	}
-	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
+	if req.URL.Host == "" && req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
 		return nil, errBadRequest("malformed Host header")
 	}
 	for k, vv := range req.Header {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/internal/wait"
 )
 
@@ -225,5 +226,35 @@ func TestFramingChecksWhatFollowsARefusedConnect(t *testing.T) {
 		if strings.Contains(u, "smuggle") {
 			t.Errorf("the upstream got %q", u)
 		}
+	}
+}
+
+// A host no client library would send, in an absolute-form target: net/http's server handed
+// it to the gateway, which refuses it and records the refusal naming the host (what a reviewer
+// sees on the review page); h1Server must not answer it with an unrecorded 400 of its own.
+func TestH1HostileAbsoluteHostIsRefusedAndRecorded(t *testing.T) {
+	h := newHarness(t)
+	addr := serveHarness(t, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET http://<script>alert(5)</script>.example/ HTTP/1.0\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Fatalf("a hostile host was answered 200")
+	}
+	rec, ok := h.sink.await(func(r audit.Record) bool { return strings.Contains(r.Reason, "<script>") })
+	if !ok {
+		t.Fatalf("no record names the refused host (answered %d %s)", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+	}
+	if rec.Decision == "allow" {
+		t.Errorf("the hostile host was recorded allowed: %+v", rec)
 	}
 }
