@@ -5,7 +5,7 @@
 # the official TypeScript SDK), python3 with pytest (the Python client's tests), rsyslog (with
 # TLS) as the syslog sink's receiver, prometheus for promtool and chromium (headless: the review
 # page's browser test); Debian's CNI plugins, containerd and openssl for the test Kubernetes cluster
-# (scripts/kube.sh); crun, the faster OCI runtime a template may name (`runtime: crun`), which
+# (scripts/kube.sh); crun, the other OCI runtime a template may name (`runtime: crun`), which
 # crun.sh registers with the engine once it runs. Runs as root;
 # on a machine that already has everything it returns in a moment.
 set -euo pipefail
