@@ -20,6 +20,7 @@
 # stand-ins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/runtime-lib.sh
 cache=${AIRLOCK_CACHE:-/var/cache/airlock}
 daemon_json=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 pidfile=${DOCKER_PIDFILE:-/var/run/docker.pid}
@@ -67,23 +68,4 @@ case $rc in
 3) changed=0 ;;
 *) exit 1 ;;
 esac
-registered() {
-	local have
-	have=$("$docker" info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null) || return 1
-	[[ " $have " == *" crun "* ]]
-}
-if "$docker" info >/dev/null 2>&1; then
-	if [ "$changed" = 1 ] || ! registered; then
-		pid=$(cat "$pidfile" 2>/dev/null || pidof "$(basename -- "${DOCKERD:-dockerd}")" || true)
-		[ -n "$pid" ] || { echo "crun: the engine answers but its pid is not known; reload it yourself (SIGHUP to dockerd)" >&2; exit 1; }
-		kill -HUP "$pid"
-	fi
-else
-	scripts/engine.sh
-fi
-for _ in $(seq 1 60); do
-	registered && exit 0
-	sleep 0.5
-done
-echo "crun: the engine does not list the runtime crun 30 s after reading $daemon_json" >&2
-exit 1
+engine_lists crun "$changed" crun

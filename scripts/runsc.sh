@@ -10,6 +10,7 @@
 # CPU offers it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/runtime-lib.sh
 cache=${AIRLOCK_CACHE:-/var/cache/airlock}
 platforms=${RUNSC_PLATFORMS:-systrap ptrace}
 daemon_json=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
@@ -53,25 +54,4 @@ for platform in $platforms; do
 	*) exit 1 ;;
 	esac
 done
-registered() {
-	local have
-	have=$("$docker" info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null) || return 1
-	for n in "${names[@]}"; do
-		[[ " $have " == *" $n "* ]] || return 1
-	done
-}
-if "$docker" info >/dev/null 2>&1; then
-	if [ "$changed" = 1 ] || ! registered; then
-		pid=$(cat "$pidfile" 2>/dev/null || pidof "$(basename -- "${DOCKERD:-dockerd}")" || true)
-		[ -n "$pid" ] || { echo "runsc: the engine answers but its pid is not known; reload it yourself (SIGHUP to dockerd)" >&2; exit 1; }
-		kill -HUP "$pid"
-	fi
-else
-	scripts/engine.sh
-fi
-for _ in $(seq 1 60); do
-	registered && exit 0
-	sleep 0.5
-done
-echo "runsc: the engine does not list the runtimes ${names[*]} 30 s after reading $daemon_json" >&2
-exit 1
+engine_lists runsc "$changed" "${names[@]}"
