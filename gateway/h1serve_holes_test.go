@@ -62,11 +62,7 @@ func TestH1CRLFAfterAPostIsPassedOver(t *testing.T) {
 	for _, sep := range []string{"\r\n", "\n", "\r\n\r\n"} {
 		h := newHarness(t)
 		addr := serveHarness(t, h)
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c := dialTimed(t, addr)
 		io.WriteString(c, "POST http://plain.example.test/v1/a HTTP/1.1\r\nHost: plain.example.test\r\nContent-Length: 3\r\n\r\nabc"+sep+
 			"GET http://plain.example.test/v1/b HTTP/1.1\r\nHost: plain.example.test\r\nConnection: close\r\n\r\n")
 		br := bufio.NewReader(c)
@@ -97,12 +93,7 @@ func TestFramingRefusesAConnectWithABody(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
 			addr := serveHarness(t, h)
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c := dialTimed(t, addr)
 			io.WriteString(c, connect+real)
 			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
 			if err != nil {
@@ -170,12 +161,7 @@ func (c *earlyConn) Read(p []byte) (int, error) {
 func TestFramingLeavesEarlyTunnelBytesAlone(t *testing.T) {
 	h := newHarness(t)
 	addr := serveHarness(t, h)
-	raw, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	raw := dialTimed(t, addr)
 	ec := &earlyConn{Conn: raw, connect: []byte("CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n"), br: bufio.NewReader(raw)}
 	tc := tls.Client(ec, &tls.Config{ServerName: "api.example.test", RootCAs: h.ca.Pool(), NextProtos: []string{"http/1.1"}, Rand: newlineRand{}})
 	if err := tc.Handshake(); err != nil {
@@ -197,12 +183,7 @@ func TestFramingLeavesEarlyTunnelBytesAlone(t *testing.T) {
 func TestFramingChecksWhatFollowsARefusedConnect(t *testing.T) {
 	h := newHarness(t)
 	addr := serveHarness(t, h)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dialTimed(t, addr)
 	io.WriteString(c, "CONNECT denied.example.test:443 HTTP/1.1\r\nHost: denied.example.test:443\r\n\r\n"+
 		"POST http://plain.example.test/v1/smuggle HTTP/1.1\r\nHost: plain.example.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
 	all, _ := io.ReadAll(c)
@@ -235,12 +216,7 @@ func TestFramingChecksWhatFollowsARefusedConnect(t *testing.T) {
 func TestH1HostileAbsoluteHostIsRefusedAndRecorded(t *testing.T) {
 	h := newHarness(t)
 	addr := serveHarness(t, h)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dialTimed(t, addr)
 	io.WriteString(c, "GET http://<script>alert(5)</script>.example/ HTTP/1.0\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
