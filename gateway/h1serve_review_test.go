@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"log"
 	"net"
@@ -162,27 +161,6 @@ func reviewListen(t *testing.T, std bool, h http.Handler, refused func(string)) 
 	return l.Addr().String()
 }
 
-// reviewExchange writes in on a new connection to addr, closes its write side, and reads until
-// the server closes the connection (5 s at most).
-func reviewExchange(t *testing.T, addr, in string) string {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	go func() {
-		io.WriteString(c, in)
-		c.(*net.TCPConn).CloseWrite()
-	}()
-	out, err := io.ReadAll(c)
-	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
-		t.Fatalf("reading the answer to %q (waited 5 s for the server to close the connection): %v; got %q", in, err, out)
-	}
-	return string(out)
-}
-
 var reviewDates = regexp.MustCompile(`Date: [^\r]*\r\n`)
 
 // reviewNoInjectedHeadLine fails when out has a line, at a line's start, that a hostile value
@@ -223,8 +201,8 @@ func TestReviewH1HostileAnswersAsNetHTTP(t *testing.T) {
 			}
 			in := v.method + " " + p + " " + v.proto + "\r\n" + hdr + "\r\n" + next + end
 			t.Run(v.method+" "+v.proto+" "+p, func(t *testing.T) {
-				got := reviewDates.ReplaceAllString(reviewExchange(t, ours, in), "Date: -\r\n")
-				want := reviewDates.ReplaceAllString(reviewExchange(t, std, in), "Date: -\r\n")
+				got := reviewDates.ReplaceAllString(exchangeRaw(t, ours, in), "Date: -\r\n")
+				want := reviewDates.ReplaceAllString(exchangeRaw(t, std, in), "Date: -\r\n")
 				if got != want {
 					t.Errorf("h1Server answered\n%q\nhttp.Server\n%q", got, want)
 				}
@@ -348,7 +326,7 @@ func TestReviewH1SmugglingAsNetHTTP(t *testing.T) {
 					refusals[i] = append(refusals[i], why)
 					mu.Unlock()
 				})
-				answers[i] = reviewDates.ReplaceAllString(reviewExchange(t, addr, tc.in), "Date: -\r\n")
+				answers[i] = reviewDates.ReplaceAllString(exchangeRaw(t, addr, tc.in), "Date: -\r\n")
 				seen[i] = rr.requests()
 				mu.Lock()
 				refusals[i] = append([]string(nil), refusals[i]...)
