@@ -7,9 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/airlock-dev/airlock/internal/wait"
 )
 
 // crunStubs extends stubs with what crun.sh needs: a crun binary, a cache for the registration
@@ -50,17 +47,7 @@ func mounts(dir string) string {
 func TestCrunBindsUnusedV2ControllersAndRegisters(t *testing.T) {
 	dir, daemon, crun, cgroot, env := crunStubs(t, "hugetlb", "")
 	os.WriteFile(daemon, []byte(`{"log-driver": "json-file"}`), 0o644)
-	eng := exec.Command(filepath.Join(dir, "dockerd"))
-	eng.Env = env
-	if err := eng.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go eng.Wait()
-	t.Cleanup(func() { eng.Process.Kill() })
-	wait.For(t, 5*time.Second, "the engine stand-in to be ready", func() bool {
-		_, err := os.Stat(filepath.Join(dir, "ready"))
-		return err == nil
-	})
+	eng := startEngineStub(t, dir, env)
 	run := func() string {
 		t.Helper()
 		cmd := exec.Command("bash", "crun.sh")

@@ -72,17 +72,7 @@ func TestRunscRegistersByReloadNotRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The engine someone else started, running.
-	eng := exec.Command(filepath.Join(dir, "dockerd"))
-	eng.Env = env
-	if err := eng.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go eng.Wait()
-	t.Cleanup(func() { eng.Process.Kill() })
-	wait.For(t, 5*time.Second, "the engine stand-in to be ready", func() bool {
-		_, err := os.Stat(filepath.Join(dir, "ready"))
-		return err == nil
-	})
+	eng := startEngineStub(t, dir, env)
 
 	out := runRunsc(t, env)
 	for _, want := range []string{"registered runsc (platform systrap)", "registered runsc-ptrace (platform ptrace)"} {
@@ -166,4 +156,22 @@ func TestRunscRefusesAnUnknownPlatform(t *testing.T) {
 	if hups(dir) != 0 {
 		t.Error("the engine was reloaded")
 	}
+}
+
+// startEngineStub starts the stand-in dockerd in dir (the engine someone else started, running)
+// and waits until it is ready; the test's end stops it.
+func startEngineStub(t *testing.T, dir string, env []string) *exec.Cmd {
+	t.Helper()
+	eng := exec.Command(filepath.Join(dir, "dockerd"))
+	eng.Env = env
+	if err := eng.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go eng.Wait()
+	t.Cleanup(func() { eng.Process.Kill() })
+	wait.For(t, 5*time.Second, "the engine stand-in to be ready", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
+	return eng
 }
