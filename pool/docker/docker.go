@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -64,6 +65,7 @@ type Runtime struct {
 	gw     netip.Addr
 	checks checked
 	agents agents
+	addrs  addrs // the node's half of the subnet (wire.go)
 }
 
 var (
@@ -186,6 +188,9 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // EnsureNetwork creates the internal sandbox network (no outside route, inter-container traffic
 // off) unless it exists with the same settings; a stale one from an earlier run is replaced.
 func (r *Runtime) EnsureNetwork(ctx context.Context) error {
+	// The engine gives out addresses from the subnet's lower half only; the upper half is the
+	// node's, for the sandboxes it wires itself (wire.go).
+	engine, _, _ := halves(r.cfg.Subnet)
 	nets, err := r.cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", r.cfg.Network))})
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
@@ -195,7 +200,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context) error {
 			continue
 		}
 		if n.Internal && n.Options["com.docker.network.bridge.enable_icc"] == "false" &&
-			len(n.IPAM.Config) == 1 && n.IPAM.Config[0].Subnet == r.cfg.Subnet.String() {
+			len(n.IPAM.Config) == 1 && n.IPAM.Config[0].Subnet == r.cfg.Subnet.String() && n.IPAM.Config[0].IPRange == engine.String() {
 			return nil
 		}
 		if err := r.cli.NetworkRemove(ctx, n.ID); err != nil {
@@ -206,7 +211,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context) error {
 		Driver:   "bridge",
 		Internal: true,
 		IPAM: &network.IPAM{Config: []network.IPAMConfig{{
-			Subnet: r.cfg.Subnet.String(), Gateway: r.gw.String(),
+			Subnet: r.cfg.Subnet.String(), IPRange: engine.String(), Gateway: r.gw.String(),
 		}}},
 		Options: map[string]string{
 			"com.docker.network.bridge.enable_icc": "false",
@@ -229,8 +234,31 @@ func (r *Runtime) RemoveNetwork(ctx context.Context) error {
 	return nil
 }
 
-// Create starts a hardened sandbox.
+// Create starts a hardened sandbox: wired by the node at an address of its own (wire.go),
+// or, under gVisor, on the engine's network.
 func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
+	if !wired(t) {
+		return r.create(ctx, t, netip.Addr{})
+	}
+	addr, err := r.take(ctx)
+	if err != nil {
+		return pool.Sandbox{}, err
+	}
+	sb, err := r.create(ctx, t, addr)
+	switch {
+	case err == nil:
+		r.bind(addr, sb.ID)
+	case errors.Is(err, errPortTaken):
+		// Kept held: another sandbox's bridge port has it.
+	default:
+		r.give(addr)
+	}
+	return sb, err
+}
+
+// create makes and starts a sandbox of t: wired at addr by the node when addr is valid (a
+// container with no network of the engine's), else on the engine's network.
+func (r *Runtime) create(ctx context.Context, t pool.Template, addr netip.Addr) (pool.Sandbox, error) {
 	env := inside.Env(r.cfg.ProxyURL, t.Workdir)
 	for k, v := range t.Env {
 		env = append(env, k+"="+v)
@@ -315,6 +343,13 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		keeperAgent(cc, hc)
 		kept = true
 	}
+	// A sandbox the node wires (wire.go) is made with no network at all, not even the engine's
+	// "none", whose hook costs most of what the sandbox network does; its address is the
+	// node's to give, and is kept on the container for a node that adopts it.
+	if addr.IsValid() {
+		cc.NetworkDisabled, hc.NetworkMode, hc.DNS = true, "none", nil
+		cc.Labels[LabelAddr] = addr.String()
+	}
 	// Created without the caller's cancellation: a create the engine carries out after the
 	// caller gave up would leave a container nobody knows about. Once its id is known it is
 	// destroyed if the caller is gone.
@@ -338,15 +373,25 @@ func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, er
 		destroy()
 		return pool.Sandbox{}, fmt.Errorf("docker: inspect: %w", err)
 	}
-	ep := info.NetworkSettings.Networks[r.cfg.Network]
-	if ep == nil {
-		destroy()
-		return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s has no address on %s", created.ID[:12], r.cfg.Network)
-	}
-	addr, err := netip.ParseAddr(ep.IPAddress)
-	if err != nil {
-		destroy()
-		return pool.Sandbox{}, fmt.Errorf("docker: sandbox address %q: %w", ep.IPAddress, err)
+	if addr.IsValid() {
+		if info.State == nil || info.State.Pid <= 0 {
+			destroy()
+			return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s is not running after its start", short(created.ID))
+		}
+		if err := wire(info.State.Pid, addr, r.gw, r.cfg.Subnet, r.cfg.Bridge); err != nil {
+			destroy()
+			return pool.Sandbox{}, fmt.Errorf("docker: wiring sandbox %s into %s at %s: %w", short(created.ID), r.cfg.Bridge, addr, err)
+		}
+	} else {
+		ep := info.NetworkSettings.Networks[r.cfg.Network]
+		if ep == nil {
+			destroy()
+			return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s has no address on %s", short(created.ID), r.cfg.Network)
+		}
+		if addr, err = netip.ParseAddr(ep.IPAddress); err != nil {
+			destroy()
+			return pool.Sandbox{}, fmt.Errorf("docker: sandbox address %q: %w", ep.IPAddress, err)
+		}
 	}
 	sb := pool.Sandbox{ID: created.ID, Template: t.Name, Node: r.cfg.Node, Addr: addr, Created: time.Now()}
 	// Started while the sandbox warms (Check waits for it), so that a lease's first command
@@ -376,20 +421,23 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: remove %s: %w", short(id), err)
 	}
+	// Its namespace is gone, and with it both ends of its veth pair.
+	r.release(id)
 	return nil
 }
 
 // List returns this node's containers.
 func (r *Runtime) List(ctx context.Context) ([]pool.Sandbox, error) {
-	cs, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelNode+"="+r.cfg.Node))})
+	cs, err := r.containers(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("docker: %w", err)
+		return nil, err
 	}
 	out := make([]pool.Sandbox, 0, len(cs))
 	for _, c := range cs {
 		sb := pool.Sandbox{ID: c.ID, Template: c.Labels[LabelTemplate], Node: r.cfg.Node, Created: time.Unix(c.Created, 0)}
-		if c.NetworkSettings != nil {
+		if addr, ok := wiredAddr(c.Labels); ok {
+			sb.Addr = addr
+		} else if c.NetworkSettings != nil {
 			if ep := c.NetworkSettings.Networks[r.cfg.Network]; ep != nil {
 				sb.Addr, _ = netip.ParseAddr(ep.IPAddress)
 			}
@@ -397,6 +445,16 @@ func (r *Runtime) List(ctx context.Context) ([]pool.Sandbox, error) {
 		out = append(out, sb)
 	}
 	return out, nil
+}
+
+// containers lists this node's containers, running or not.
+func (r *Runtime) containers(ctx context.Context) ([]container.Summary, error) {
+	cs, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelNode+"="+r.cfg.Node))})
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	return cs, nil
 }
 
 // Exec runs req as the sandbox user, through the sandbox's exec agent when it has one serving

@@ -1,0 +1,245 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// A runc or crun sandbox is made with its network disabled (an empty network namespace of its
+// own) and wired into the sandbox bridge by the node, after its start: a veth pair, one end
+// the sandbox's eth0 with an address of the node's choosing and a default route through the
+// host, the other a port of the bridge. The engine's network hook is most of a sandbox's making
+// otherwise (it re-executes the engine three times and runs eleven iptables commands per
+// start; docs/bench-pool.md), and the sandbox reaches exactly what it reached on the engine's
+// network: the bridge, its host address, and through the firewall nothing else.
+//
+// gVisor's sandboxes stay on the engine's network: runsc reads its namespace's interfaces once,
+// when it starts, so an interface wired after the start would never be its, and its checkpoints
+// are restored with the engine's endpoint.
+//
+// The subnet is split in two: its lower half is the engine's (the network's IP range, from
+// which gVisor's sandboxes are given addresses, a restore's fallback included), its upper half
+// the node's, so neither can hand out an address the other holds. Within the node's half, an
+// address is held by the bridge port named after it (portName), which the kernel lets exist
+// once: two nodes, or two runtimes, that pick the same address cannot both wire it.
+
+// LabelAddr is the address of a sandbox the node wired (the label's presence says it was).
+const LabelAddr = "dev.airlock.addr"
+
+// errPortTaken means another sandbox's bridge port holds the address.
+var errPortTaken = errors.New("another sandbox holds the address")
+
+// wired reports whether sandboxes of t are wired by the node: all but gVisor's.
+func wired(t pool.Template) bool {
+	rt, _ := t.RuntimePlatform()
+	return rt == "runc" || rt == "crun"
+}
+
+// halves splits subnet into the engine's range (its lower half) and the first and last
+// addresses the node gives out (its upper half, without the broadcast address).
+func halves(subnet netip.Prefix) (engine netip.Prefix, first, last netip.Addr) {
+	engine = netip.PrefixFrom(subnet.Addr(), subnet.Bits()+1)
+	first = lastOf(engine).Next()
+	return engine, first, lastOf(subnet).Prev()
+}
+
+// lastOf is p's last address.
+func lastOf(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	for i := p.Bits(); i < 32; i++ {
+		a[i/8] |= 1 << (7 - i%8)
+	}
+	return netip.AddrFrom4(a)
+}
+
+// portName is the bridge port of the sandbox at addr: "al" and the address in hex, 10
+// characters, within an interface name's 15.
+func portName(addr netip.Addr) string {
+	a := addr.As4()
+	return fmt.Sprintf("al%02x%02x%02x%02x", a[0], a[1], a[2], a[3])
+}
+
+// addrs is the node's half of the subnet: which addresses its sandboxes hold. An address given
+// back is handed out again only after every other free one (the cursor moves on), so one that
+// a destroyed sandbox held is not at once another's while its lease's binding may linger.
+type addrs struct {
+	mu     sync.Mutex
+	loaded bool
+	held   map[netip.Addr]string // address -> container id ("" while its container is made)
+	of     map[string]netip.Addr // container id -> address
+	next   netip.Addr
+}
+
+// take holds the next free address after the cursor, loading what this node's containers hold
+// (their labels) the first time, so that a node that adopts its sandboxes hands none out twice.
+func (r *Runtime) take(ctx context.Context) (netip.Addr, error) {
+	a := &r.addrs
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, first, last := halves(r.cfg.Subnet)
+	if !a.loaded {
+		cs, err := r.containers(ctx)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("docker: the addresses this node's sandboxes hold: %w", err)
+		}
+		a.held, a.of, a.next = map[netip.Addr]string{}, map[string]netip.Addr{}, first
+		for _, c := range cs {
+			if addr, ok := wiredAddr(c.Labels); ok {
+				a.held[addr], a.of[c.ID] = c.ID, addr
+			}
+		}
+		a.loaded = true
+	}
+	at := a.next
+	for range int(portIndex(last, first)) + 1 {
+		if at.Compare(first) < 0 || at.Compare(last) > 0 {
+			at = first
+		}
+		if _, ok := a.held[at]; !ok {
+			a.held[at] = ""
+			a.next = at.Next()
+			return at, nil
+		}
+		at = at.Next()
+	}
+	return netip.Addr{}, fmt.Errorf("docker: every address of %s's upper half (%s to %s) is held by a sandbox: the subnet is too small for this many sandboxes",
+		r.cfg.Subnet, first, last)
+}
+
+// wiredAddr is the address of a sandbox the node wired, from its labels.
+func wiredAddr(labels map[string]string) (netip.Addr, bool) {
+	addr, err := netip.ParseAddr(labels[LabelAddr])
+	return addr, err == nil && addr.Is4()
+}
+
+// portIndex is how far b lies after a.
+func portIndex(b, a netip.Addr) uint32 {
+	x, y := b.As4(), a.As4()
+	return (uint32(x[0])<<24 | uint32(x[1])<<16 | uint32(x[2])<<8 | uint32(x[3])) -
+		(uint32(y[0])<<24 | uint32(y[1])<<16 | uint32(y[2])<<8 | uint32(y[3]))
+}
+
+// bind records that container id holds addr.
+func (r *Runtime) bind(addr netip.Addr, id string) {
+	r.addrs.mu.Lock()
+	defer r.addrs.mu.Unlock()
+	if r.addrs.loaded {
+		r.addrs.held[addr], r.addrs.of[id] = id, addr
+	}
+}
+
+// give hands addr back, unless keep: an address another's port held is kept out of the way
+// until the node loads its addresses anew.
+func (r *Runtime) give(addr netip.Addr) {
+	r.addrs.mu.Lock()
+	defer r.addrs.mu.Unlock()
+	if r.addrs.loaded && r.addrs.held[addr] == "" {
+		delete(r.addrs.held, addr)
+	}
+}
+
+// release hands back the address of container id, once it is removed.
+func (r *Runtime) release(id string) {
+	r.addrs.mu.Lock()
+	defer r.addrs.mu.Unlock()
+	if addr, ok := r.addrs.of[id]; ok {
+		delete(r.addrs.of, id)
+		if r.addrs.held[addr] == id {
+			delete(r.addrs.held, addr)
+		}
+	}
+}
+
+// wire makes the sandbox whose main process is pid a port of the bridge at addr: a veth pair
+// whose sandbox end is created in pid's network namespace as eth0, addressed, up, with its
+// default route through the host (gw); the host end is the bridge port portName(addr),
+// isolated, so that no other port of the bridge reaches it whatever the host's firewall
+// settings (the engine's rules for the network keep sandboxes apart too, through
+// br_netfilter). It refuses pid's namespace when it is the node's own.
+func wire(pid int, addr, gw netip.Addr, subnet netip.Prefix, bridge string) error {
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return fmt.Errorf("the sandbox's network namespace: %w", err)
+	}
+	defer ns.Close()
+	self, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("the node's network namespace: %w", err)
+	}
+	same := ns.Equal(self)
+	self.Close()
+	if same {
+		return errors.New("the sandbox has no network namespace of its own: refusing to wire the node's")
+	}
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", bridge, err)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU, la.MasterIndex = portName(addr), br.Attrs().MTU, br.Attrs().Index
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("bridge port %s: %w", la.Name, errPortTaken)
+		}
+		return fmt.Errorf("veth %s: %w", la.Name, err)
+	}
+	if err := wireEnds(ns, la.Name, addr, gw, subnet); err != nil {
+		if port, lerr := netlink.LinkByName(la.Name); lerr == nil {
+			netlink.LinkDel(port)
+		}
+		return err
+	}
+	return nil
+}
+
+// wireEnds isolates and raises the host end, and addresses, raises and routes the sandbox's.
+func wireEnds(ns netns.NsHandle, port string, addr, gw netip.Addr, subnet netip.Prefix) error {
+	host, err := netlink.LinkByName(port)
+	if err != nil {
+		return fmt.Errorf("veth %s: %w", port, err)
+	}
+	if err := netlink.LinkSetIsolated(host, true); err != nil {
+		return fmt.Errorf("isolating bridge port %s: %w", port, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return fmt.Errorf("veth %s up: %w", port, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in the sandbox's namespace: %w", err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("the sandbox's eth0: %w", err)
+	}
+	ipnet := &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(subnet.Bits(), 32)}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet}); err != nil {
+		return fmt.Errorf("the sandbox's address %s: %w", addr, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("the sandbox's eth0 up: %w", err)
+	}
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("the sandbox's loopback up: %w", err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
+		return fmt.Errorf("the sandbox's route through %s: %w", gw, err)
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/airlock-dev/airlock/internal/wait"
+	"github.com/airlock-dev/airlock/pool"
+)
+
+// TestHalvesSplitTheSubnet: the engine's range and the node's never overlap, and the node's
+// leaves out the subnet's broadcast address, on the smallest subnet a config allows too.
+func TestHalvesSplitTheSubnet(t *testing.T) {
+	for _, c := range []struct{ subnet, engine, first, last string }{
+		{"10.213.0.0/24", "10.213.0.0/25", "10.213.0.128", "10.213.0.254"},
+		{"10.213.0.0/16", "10.213.0.0/17", "10.213.128.0", "10.213.255.254"},
+		{"10.213.0.16/28", "10.213.0.16/29", "10.213.0.24", "10.213.0.30"},
+	} {
+		engine, first, last := halves(netip.MustParsePrefix(c.subnet))
+		if engine.String() != c.engine || first.String() != c.first || last.String() != c.last {
+			t.Errorf("%s: engine %s, node %s to %s; want %s, %s to %s", c.subnet, engine, first, last, c.engine, c.first, c.last)
+		}
+	}
+	if got := portName(netip.MustParseAddr("10.213.0.130")); got != "al0ad50082" {
+		t.Errorf("port name %q", got)
+	}
+}
+
+// loadedRuntime is a Runtime whose address book is loaded with held (address -> container),
+// so that take never asks the engine.
+func loadedRuntime(subnet string, held map[string]string) *Runtime {
+	r := &Runtime{cfg: Config{Subnet: netip.MustParsePrefix(subnet)}}
+	_, first, _ := halves(r.cfg.Subnet)
+	r.addrs = addrs{loaded: true, held: map[netip.Addr]string{}, of: map[string]netip.Addr{}, next: first}
+	for a, id := range held {
+		r.addrs.held[netip.MustParseAddr(a)], r.addrs.of[id] = id, netip.MustParseAddr(a)
+	}
+	return r
+}
+
+// TestTakeMovesOnAndSkipsHeld: addresses go out in order past those held, one given back comes
+// round again only after every other, and a full half is refused saying so.
+func TestTakeMovesOnAndSkipsHeld(t *testing.T) {
+	r := loadedRuntime("10.1.0.16/28", map[string]string{"10.1.0.25": "adopted"})
+	take := func() string {
+		t.Helper()
+		a, err := r.take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.String()
+	}
+	if a, b := take(), take(); a != "10.1.0.24" || b != "10.1.0.26" {
+		t.Fatalf("took %s and %s, want 10.1.0.24 and 10.1.0.26 (10.1.0.25 is held)", a, b)
+	}
+	r.give(netip.MustParseAddr("10.1.0.24"))
+	var got []string
+	for range 4 {
+		got = append(got, take())
+	}
+	if strings.Join(got, " ") != "10.1.0.27 10.1.0.28 10.1.0.29 10.1.0.30" {
+		t.Fatalf("took %v after giving 10.1.0.24 back, want the rest of the half first", got)
+	}
+	if a := take(); a != "10.1.0.24" {
+		t.Fatalf("took %s, want the address given back, the only one free", a)
+	}
+	if _, err := r.take(context.Background()); err == nil || !strings.Contains(err.Error(), "every address of 10.1.0.16/28's upper half (10.1.0.24 to 10.1.0.30) is held") {
+		t.Fatalf("a full half: %v", err)
+	}
+	// A bound address is given back by its container's release, not by give.
+	r.bind(netip.MustParseAddr("10.1.0.26"), "c1")
+	r.give(netip.MustParseAddr("10.1.0.26"))
+	if _, err := r.take(context.Background()); err == nil {
+		t.Fatal("give handed back an address its container holds")
+	}
+	r.release("adopted")
+	if a := take(); a != "10.1.0.25" {
+		t.Fatalf("took %s, want the adopted sandbox's address once it is released", a)
+	}
+}
+
+// TestWiredSandbox makes runc sandboxes the node wires, on the real engine: each at an address
+// of the node's half, on an isolated port of the bridge named after it, reaching the host's
+// address and not another sandbox, without IPv6; a node made anew hands out none of the
+// addresses its sandboxes hold; an address another's port holds is refused, leaving nothing
+// behind; and the node refuses to wire its own namespace.
+func TestWiredSandbox(t *testing.T) {
+	r := testRuntime(t)
+	tmpl := testTemplate("runc")
+	a, b := newSandbox(t, r, tmpl), newSandbox(t, r, tmpl)
+	_, first, last := halves(testSubnet)
+	for _, sb := range []pool.Sandbox{a, b} {
+		if sb.Addr.Compare(first) < 0 || sb.Addr.Compare(last) > 0 {
+			t.Fatalf("sandbox %s at %s, outside the node's half %s-%s", short(sb.ID), sb.Addr, first, last)
+		}
+		port, err := netlink.LinkByName(portName(sb.Addr))
+		if err != nil {
+			t.Fatalf("no bridge port for %s: %v", sb.Addr, err)
+		}
+		br, err := netlink.LinkByName(testBridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port.Attrs().MasterIndex != br.Attrs().Index {
+			t.Errorf("port %s is not the bridge %s's", port.Attrs().Name, testBridge)
+		}
+		if pi, err := netlink.LinkGetProtinfo(port); err != nil || !pi.Isolated {
+			t.Errorf("port %s is not isolated: %+v %v", port.Attrs().Name, pi, err)
+		}
+		ins, err := r.cli.ContainerInspect(context.Background(), sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ins.Config.NetworkDisabled || ins.HostConfig.NetworkMode != "none" || ins.Config.Labels[LabelAddr] != sb.Addr.String() {
+			t.Errorf("container: network disabled %v, mode %q, address label %q", ins.Config.NetworkDisabled, ins.HostConfig.NetworkMode, ins.Config.Labels[LabelAddr])
+		}
+		out := runIn(t, r, sb, "sh", "-c", "ip -4 -o addr show dev eth0; ip route; cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; ip -6 addr")
+		if !strings.Contains(out, "inet "+sb.Addr.String()+"/24") || !strings.Contains(out, "default via "+r.gw.String()+" dev eth0") {
+			t.Errorf("sandbox %s's network:\n%s", sb.Addr, out)
+		}
+		if strings.Contains(out, "inet6") || !strings.Contains(out, "\n1\n") {
+			t.Errorf("sandbox %s has IPv6:\n%s", sb.Addr, out)
+		}
+	}
+	if a.Addr == b.Addr {
+		t.Fatalf("two sandboxes at %s", a.Addr)
+	}
+	// The host's address answers (its listener on the bridge), another sandbox's does not.
+	probe := func(sb pool.Sandbox, addr string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var out strings.Builder
+		r.Exec(ctx, sb, pool.ExecRequest{Cmd: []string{"sh", "-c", "timeout 3 bash -c 'exec 3<>/dev/tcp/" + addr + "/8080' && echo connected || echo refused"}}, nil, &out, &out)
+		return out.String()
+	}
+	runIn(t, r, b, "sh", "-c", "nohup python3 -m http.server 8080 --bind 0.0.0.0 >/dev/null 2>&1 &")
+	wait.For(t, 20*time.Second, "sandbox B's server to answer B itself (control)", func() bool {
+		return strings.Contains(probe(b, "127.0.0.1"), "connected")
+	})
+	if out := probe(b, b.Addr.String()); !strings.Contains(out, "connected") {
+		t.Fatalf("control: sandbox B's server does not answer at B's own address: %s", out)
+	}
+	if out := probe(a, b.Addr.String()); strings.Contains(out, "connected") {
+		t.Errorf("sandbox A reached sandbox B at %s:8080", b.Addr)
+	}
+
+	// A node made anew (an adopting restart) loads what its sandboxes hold.
+	fresh := &Runtime{cli: r.cli, gw: r.gw, cfg: r.cfg}
+	for range 4 {
+		addr, err := fresh.take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr == a.Addr || addr == b.Addr {
+			t.Fatalf("a node made anew handed out %s, which a live sandbox holds", addr)
+		}
+	}
+
+	// A runtime that believes a's address free cannot wire it: a's port holds it.
+	blind := &Runtime{cli: r.cli, gw: r.gw, cfg: r.cfg, addrs: addrs{loaded: true, held: map[netip.Addr]string{}, of: map[string]netip.Addr{}, next: a.Addr}}
+	before, _ := r.containers(context.Background())
+	if sb, err := blind.Create(context.Background(), tmpl); !errors.Is(err, errPortTaken) {
+		if err == nil {
+			blind.Destroy(context.Background(), sb.ID)
+		}
+		t.Fatalf("wiring a held address: %v", err)
+	}
+	if after, _ := r.containers(context.Background()); len(after) != len(before) {
+		t.Errorf("the refused sandbox was left behind: %d containers before, %d after", len(before), len(after))
+	}
+	if out := runIn(t, r, a, "ip", "-4", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, a.Addr.String()) {
+		t.Errorf("sandbox A lost its address to the refused wiring: %s", out)
+	}
+	// It keeps the refused address out of its way and goes on past every held one (b's is
+	// next), each refused the same way, to a free one.
+	for i := 0; ; i++ {
+		sb, err := blind.Create(context.Background(), tmpl)
+		if err == nil {
+			blind.Destroy(context.Background(), sb.ID)
+			if sb.Addr == a.Addr || sb.Addr == b.Addr {
+				t.Fatalf("a second sandbox wired at %s", sb.Addr)
+			}
+			break
+		}
+		if !errors.Is(err, errPortTaken) || i == 2 {
+			t.Fatalf("after a refusal, creation %d: %v", i+1, err)
+		}
+	}
+
+	// The node's own namespace is never wired.
+	addr := netip.MustParseAddr("10.230.0.250")
+	if err := wire(os.Getpid(), addr, r.gw, testSubnet, testBridge); err == nil || !strings.Contains(err.Error(), "no network namespace of its own") {
+		t.Errorf("wiring the node's own namespace: %v", err)
+	}
+	if _, err := netlink.LinkByName(portName(addr)); err == nil {
+		t.Errorf("a port %s was made for the node's own namespace", portName(addr))
+	}
+
+	// A destroyed sandbox's port goes with it.
+	if err := r.Destroy(context.Background(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel removes a namespace's interfaces after the namespace's last user is gone.
+	wait.For(t, 10*time.Second, "the port of destroyed sandbox "+a.Addr.String()+" to go", func() bool {
+		_, err := netlink.LinkByName(portName(a.Addr))
+		return err != nil
+	})
+}
