@@ -406,6 +406,7 @@ func TestDeployComposeLoads(t *testing.T) {
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
 			CapAdd      []string          `yaml:"cap_add"`
+			PID         string            `yaml:"pid"`
 			Privileged  bool              `yaml:"privileged"`
 		} `yaml:"services"`
 	}
@@ -420,6 +421,10 @@ func TestDeployComposeLoads(t *testing.T) {
 		if v := svc.Environment[k]; !strings.HasPrefix(v, "${"+k) {
 			t.Errorf("compose.yaml gives %s a value (%q), not a reference to the environment", k, v)
 		}
+	}
+	// The node wires runc sandboxes into the bridge through their namespaces (pool/docker/wire.go).
+	if svc.PID != "host" || !slices.Contains(svc.CapAdd, "SYS_ADMIN") || !slices.Contains(svc.CapAdd, "SYS_PTRACE") || !slices.Contains(svc.CapAdd, "NET_ADMIN") {
+		t.Errorf("compose.yaml does not let the node wire its sandboxes (pid %q, cap_add %v)", svc.PID, svc.CapAdd)
 	}
 	if !slices.Contains(svc.Volumes, "./airlock.yaml:/etc/airlock/airlock.yaml:ro") || !slices.Contains(svc.Command, "/etc/airlock/airlock.yaml") {
 		t.Errorf("compose.yaml does not run the configuration it mounts: %v %v", svc.Command, svc.Volumes)

@@ -378,7 +378,7 @@ func (r *Runtime) create(ctx context.Context, t pool.Template, addr netip.Addr) 
 			destroy()
 			return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s is not running after its start", short(created.ID))
 		}
-		if err := wire(info.State.Pid, addr, r.gw, r.cfg.Subnet, r.cfg.Bridge); err != nil {
+		if err := wire(created.ID, info.State.Pid, addr, r.gw, r.cfg.Subnet, r.cfg.Bridge); err != nil {
 			destroy()
 			return pool.Sandbox{}, fmt.Errorf("docker: wiring sandbox %s into %s at %s: %w", short(created.ID), r.cfg.Bridge, addr, err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -160,18 +162,24 @@ func (r *Runtime) release(id string) {
 	}
 }
 
-// wire makes the sandbox whose main process is pid a port of the bridge at addr: a veth pair
+// wire makes the sandbox id, whose main process is pid, a port of the bridge at addr: a veth pair
 // whose sandbox end is created in pid's network namespace as eth0, addressed, up, with its
 // default route through the host (gw); the host end is the bridge port portName(addr),
 // isolated, so that no other port of the bridge reaches it whatever the host's firewall
 // settings (the engine's rules for the network keep sandboxes apart too, through
-// br_netfilter). It refuses pid's namespace when it is the node's own.
-func wire(pid int, addr, gw netip.Addr, subnet netip.Prefix, bridge string) error {
+// br_netfilter). It refuses pid's namespace when it is the node's own, and a pid that is not
+// id's (a node outside the host's PID namespace sees other processes by those numbers).
+func wire(id string, pid int, addr, gw netip.Addr, subnet netip.Prefix, bridge string) error {
 	ns, err := netns.GetFromPid(pid)
 	if err != nil {
-		return fmt.Errorf("the sandbox's network namespace: %w", err)
+		return fmt.Errorf("the sandbox's network namespace (the node needs the host's PID namespace, CAP_SYS_ADMIN and CAP_SYS_PTRACE): %w", err)
 	}
 	defer ns.Close()
+	// Read after the namespace is open: the process it was opened through is id's if it is
+	// still in id's cgroup.
+	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err != nil || !strings.Contains(string(cg), id) {
+		return fmt.Errorf("process %d is not the sandbox's (the node must run in the host's PID namespace)", pid)
+	}
 	self, err := netns.Get()
 	if err != nil {
 		return fmt.Errorf("the node's network namespace: %w", err)

@@ -196,8 +196,12 @@ func TestWiredSandbox(t *testing.T) {
 
 	// The node's own namespace is never wired.
 	addr := netip.MustParseAddr("10.230.0.250")
-	if err := wire(os.Getpid(), addr, r.gw, testSubnet, testBridge); err == nil || !strings.Contains(err.Error(), "no network namespace of its own") {
+	if err := wire("", os.Getpid(), addr, r.gw, testSubnet, testBridge); err == nil || !strings.Contains(err.Error(), "no network namespace of its own") {
 		t.Errorf("wiring the node's own namespace: %v", err)
+	}
+	// Nor a process that is not the sandbox's: this test's, for sandbox B.
+	if err := wire(b.ID, os.Getpid(), addr, r.gw, testSubnet, testBridge); err == nil || !strings.Contains(err.Error(), "is not the sandbox's") {
+		t.Errorf("wiring another process's namespace for a sandbox: %v", err)
 	}
 	if _, err := netlink.LinkByName(portName(addr)); err == nil {
 		t.Errorf("a port %s was made for the node's own namespace", portName(addr))
