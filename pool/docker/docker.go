@@ -199,9 +199,19 @@ func (r *Runtime) EnsureNetwork(ctx context.Context) error {
 		if n.Name != r.cfg.Network {
 			continue
 		}
-		if n.Internal && n.Options["com.docker.network.bridge.enable_icc"] == "false" &&
+		if n.Internal && n.Options["com.docker.network.bridge.enable_icc"] == "false" && n.Options["com.docker.network.bridge.name"] == r.cfg.Bridge &&
 			len(n.IPAM.Config) == 1 && n.IPAM.Config[0].Subnet == r.cfg.Subnet.String() && n.IPAM.Config[0].IPRange == engine.String() {
 			return nil
+		}
+		// The engine refuses to remove a network its endpoints are on, but the sandboxes the
+		// node wired are not the engine's endpoints: their ports would be left off any bridge.
+		cs, err := r.containers(ctx)
+		if err != nil {
+			return err
+		}
+		if wired := slices.IndexFunc(cs, func(c container.Summary) bool { _, ok := wiredAddr(c.Labels); return ok }); wired >= 0 {
+			return fmt.Errorf("docker: network %s is not as configured (subnet %s, bridge %s), and sandboxes the node wired into its bridge are on it (%s among them): destroy them before it is replaced",
+				n.Name, r.cfg.Subnet, r.cfg.Bridge, short(cs[wired].ID))
 		}
 		if err := r.cli.NetworkRemove(ctx, n.ID); err != nil {
 			return fmt.Errorf("docker: replacing network %s: %w", n.Name, err)

@@ -207,6 +207,20 @@ func TestWiredSandbox(t *testing.T) {
 		t.Errorf("a port %s was made for the node's own namespace", portName(addr))
 	}
 
+	// The network is not replaced under the sandboxes the node wired into its bridge (the
+	// engine, which knows nothing of them, would remove it).
+	changed := &Runtime{cli: r.cli, gw: r.gw, cfg: r.cfg}
+	changed.cfg.Bridge = "airlock-ckpt2"
+	if err := changed.EnsureNetwork(context.Background()); err == nil || !strings.Contains(err.Error(), "sandboxes the node wired into its bridge are on it") {
+		t.Errorf("replacing the network under wired sandboxes: %v", err)
+	}
+	if out := runIn(t, r, a, "ip", "-4", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, a.Addr.String()) {
+		t.Errorf("sandbox A lost its address to the refused replacement: %s", out)
+	}
+	if _, err := netlink.LinkByName(testBridge); err != nil {
+		t.Errorf("the bridge is gone after a refused replacement: %v", err)
+	}
+
 	// A destroyed sandbox's port goes with it.
 	if err := r.Destroy(context.Background(), a.ID); err != nil {
 		t.Fatal(err)
