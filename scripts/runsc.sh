@@ -36,6 +36,16 @@ fi
 mkdir -p "$(dirname "$link")"
 ln -sfn "$out" "$link"
 # The registration tool, built once beside it (go run would not pass its exit status on).
+# The engine runs runsc through airlock's wrapper beside it (tools/runsc/wrap), which boots a
+# sandbox the node wired before its start in the namespace the node made for it; rebuilt when its
+# source changes, under the same path, so the engine's configuration does not change with it.
+wrap="$cache/runsc-$key/airlock-runsc"
+wkey=$(sha256sum <tools/runsc/wrap/main.go | cut -c1-16)
+if [ ! -x "$wrap" ] || [ "$(cat "$wrap.key" 2>/dev/null)" != "$wkey" ]; then
+	(cd tools/runsc && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$wrap.tmp" ./wrap)
+	mv "$wrap.tmp" "$wrap"
+	echo "$wkey" >"$wrap.key"
+fi
 reg="$cache/runsc-$key/register"
 [ -x "$reg" ] || (cd tools/runsc && go build -o "$reg" ./register)
 
@@ -45,7 +55,7 @@ for platform in $platforms; do
 	name=${names[$i]}
 	i=$((i + 1))
 	set +e
-	"$reg" -file "$daemon_json" -name "$name" -path "$out" -arg "--platform=$platform"
+	"$reg" -file "$daemon_json" -name "$name" -path "$wrap" -arg "--platform=$platform"
 	rc=$?
 	set -e
 	case $rc in

@@ -103,10 +103,15 @@ func TestRunscRegistersByReloadNotRestart(t *testing.T) {
 	if conf.LogDriver != "json-file" {
 		t.Errorf("the rest of daemon.json was lost:\n%s", b)
 	}
+	// The engine runs runsc through airlock's wrapper, built beside it.
+	wrapper := filepath.Join(filepath.Dir(binary), "airlock-runsc")
+	if st, err := os.Stat(wrapper); err != nil || st.Mode()&0o111 == 0 {
+		t.Errorf("no wrapper executable beside runsc: %v", err)
+	}
 	for name, platform := range map[string]string{"runsc": "systrap", "runsc-ptrace": "ptrace"} {
 		rt := conf.Runtimes[name]
-		if rt.Path != binary || !reflect.DeepEqual(rt.Args, []string{"--platform=" + platform}) {
-			t.Errorf("runtime %s is %+v, want %s with --platform=%s", name, rt, binary, platform)
+		if rt.Path != wrapper || !reflect.DeepEqual(rt.Args, []string{"--platform=" + platform}) {
+			t.Errorf("runtime %s is %+v, want %s with --platform=%s", name, rt, wrapper, platform)
 		}
 	}
 	if target, _ := os.Readlink(filepath.Join(dir, "bin", "runsc")); target != binary {
