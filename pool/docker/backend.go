@@ -67,7 +67,7 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{Runtime: rt, cfg: cfg,
-		fw: &firewall.Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
+		fw: &firewall.Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Ports: portPrefix + "+", Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
 			Transparent: cfg.TransparentPort}}, nil
 }
 
@@ -122,7 +122,12 @@ func (b *Backend) Teardown(ctx context.Context) error {
 	if b.cfg.KeepOnStop {
 		return nil
 	}
-	return errors.Join(b.RemoveNetwork(ctx), b.fw.Remove())
+	// The firewall goes only with the network: sandboxes still on the bridge (a destroy that
+	// failed) stay confined.
+	if err := b.RemoveNetwork(ctx); err != nil {
+		return fmt.Errorf("%w; the firewall is kept for them", err)
+	}
+	return b.fw.Remove()
 }
 
 // writeBundle writes what sandboxes trust (inside.Bundle) into dir, as a PEM bundle and as a

@@ -91,6 +91,9 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb pool.Sandbox, dir string) e
 	if err := r.checkpointable(ctx, ins.HostConfig.Runtime); err != nil {
 		return fmt.Errorf("sandbox %s: %w", short(sb.ID), err)
 	}
+	if _, ok := wiredAddr(ins.Config.Labels); ok {
+		return fmt.Errorf("sandbox %s: %w: the node wired it into the bridge, and a restore keeps only the engine's endpoints (templates that keep memory stay on the engine's network)", short(sb.ID), pool.ErrCannotCheckpoint)
+	}
 	if ins.State == nil || !ins.State.Running {
 		return fmt.Errorf("%w: sandbox %s is not running", pool.ErrBadRequest, short(sb.ID))
 	}
@@ -189,6 +192,9 @@ func (r *Runtime) Restore(ctx context.Context, sb pool.Sandbox, dir string) (poo
 	if err := r.checkpointable(ctx, ins.HostConfig.Runtime); err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", short(sb.ID), err)
 	}
+	if _, ok := wiredAddr(ins.Config.Labels); ok {
+		return sb, fmt.Errorf("sandbox %s: %w: the node wired it into the bridge, and a restore keeps only the engine's endpoints (templates that keep memory stay on the engine's network)", short(sb.ID), pool.ErrCannotCheckpoint)
+	}
 	info, err := r.cli.Info(ctx)
 	if err != nil {
 		return sb, fmt.Errorf("docker: info: %w", err)
@@ -273,7 +279,9 @@ func (r *Runtime) waitStopped(ctx context.Context, id string) error {
 // stopped container's address back to its pool, so without this a restored sandbox gets
 // whichever is free first.
 func (r *Runtime) keepAddress(ctx context.Context, id string, addr netip.Addr) bool {
-	if !addr.IsValid() {
+	// Only the engine's half: an address in the node's may be a wired sandbox's, which the
+	// engine does not know of (and would hand out twice).
+	if engine, _, _ := halves(r.cfg.Subnet); !addr.IsValid() || !engine.Contains(addr) {
 		return false
 	}
 	n, err := r.cli.NetworkInspect(ctx, r.cfg.Network, network.InspectOptions{})

@@ -24,7 +24,7 @@ while True:
 // each half apart (ms/checkpoint, ms/restore) and the checkpoint's size (MiB/checkpoint); a
 // runtime that cannot checkpoint is skipped with CanCheckpoint's reason.
 func BenchmarkCheckpoint(b *testing.B) {
-	r := testRuntime(b)
+	r := engineNetworked(b)
 	for _, rt := range []string{"runsc", "runsc-ptrace", "runc"} {
 		for _, load := range []string{"idle", "100MiB"} {
 			b.Run(rt+"/"+load, func(b *testing.B) {

@@ -80,6 +80,15 @@ func testRuntime(t testing.TB) *Runtime {
 	return r
 }
 
+// engineNetworked is testRuntime with gVisor's sandboxes on the engine's network, as a template
+// whose pauses keep memory has them: these tests checkpoint and restore sandboxes of templates
+// that do not (which the pool never does), and a restore keeps only the engine's endpoints.
+func engineNetworked(tb testing.TB) *Runtime {
+	r := testRuntime(tb)
+	r.wrapped = nil
+	return r
+}
+
 // canCheckpoint skips the test, with the reason, when t's sandboxes cannot be checkpointed.
 func canCheckpoint(tb testing.TB, r *Runtime, t pool.Template) {
 	tb.Helper()
@@ -233,7 +242,7 @@ func assertStopped(tb testing.TB, r *Runtime, sb pool.Sandbox) {
 // with its memory (its nonce, its count going on from where it was, its pid), the tmpfs
 // workspace and /tmp with what was written there, and the sandbox's address.
 func TestCheckpointKeepsTheMainProcess(t *testing.T) {
-	r := testRuntime(t)
+	r := engineNetworked(t)
 	for _, rt := range []string{"runsc", "runsc-ptrace"} {
 		t.Run(rt, func(t *testing.T) {
 			tmpl := testTemplate(rt)
@@ -282,7 +291,7 @@ func TestCheckpointKeepsTheMainProcess(t *testing.T) {
 // first one's content), after runsc has written it: a checkpoint that stopped the sandbox with
 // it would leave it stopped with nothing kept (seen once in about twenty rounds).
 func TestCheckpointAgainAtOnce(t *testing.T) {
-	r := testRuntime(t)
+	r := engineNetworked(t)
 	tmpl := testTemplate("runsc")
 	canCheckpoint(t, r, tmpl)
 	sb := newSandbox(t, r, tmpl)
@@ -309,7 +318,7 @@ func TestCheckpointAgainAtOnce(t *testing.T) {
 // the engine's data root nor in what containerd extracts into its temporary directory and,
 // left alone, never removes.
 func TestNoCopyLeftOnTheHost(t *testing.T) {
-	r := testRuntime(t)
+	r := engineNetworked(t)
 	tmpl := testTemplate("runsc")
 	canCheckpoint(t, r, tmpl)
 	sb := newSandbox(t, r, tmpl)
@@ -344,7 +353,7 @@ func TestNoCopyLeftOnTheHost(t *testing.T) {
 // today) does not come back, as runsc ends exec'd processes when it restores; the files it
 // wrote do, and the sandbox runs commands again.
 func TestRestoreEndsExecSessions(t *testing.T) {
-	r := testRuntime(t)
+	r := engineNetworked(t)
 	tmpl := testTemplate("runsc")
 	canCheckpoint(t, r, tmpl)
 	sb := newSandbox(t, r, tmpl)
@@ -373,7 +382,7 @@ func TestRestoreEndsExecSessions(t *testing.T) {
 // sandboxes of the same template, running ones too (each is stopped first), any number of
 // times: each then runs the checkpointed process, with its memory, and keeps its own address.
 func TestRestoreElsewhere(t *testing.T) {
-	r := testRuntime(t)
+	r := engineNetworked(t)
 	tmpl := testTemplate("runsc")
 	canCheckpoint(t, r, tmpl)
 	a := withMain(t, r, newSandbox(t, r, tmpl), counter, nil, false)
@@ -458,6 +467,9 @@ func TestMemoryTemplateKeepsWhatItsCommandsStarted(t *testing.T) {
 		}
 	}
 
+	// A plain gVisor sandbox is checkpointed only here, to show what it loses: on the engine's
+	// network, since one the node wired is not checkpointed at all.
+	r.wrapped = nil
 	plain := testTemplate("runsc")
 	sbPlain := newSandbox(t, r, plain)
 	if got := runIn(t, r, sbPlain, "bash", "-c", "setsid bash -c '"+loop+"' </dev/null >/dev/null 2>&1 & echo started"); got != "started\n" {

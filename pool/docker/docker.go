@@ -66,6 +66,8 @@ type Runtime struct {
 	checks checked
 	agents agents
 	addrs  addrs // the node's half of the subnet (wire.go)
+	// wrapped names the engine's runtimes that are airlock's runsc wrapper (readEngine).
+	wrapped map[string]bool
 }
 
 var (
@@ -188,6 +190,12 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // EnsureNetwork creates the internal sandbox network (no outside route, inter-container traffic
 // off) unless it exists with the same settings; a stale one from an earlier run is replaced.
 func (r *Runtime) EnsureNetwork(ctx context.Context) error {
+	if err := r.readEngine(ctx); err != nil {
+		return err
+	}
+	if err := r.sweepNS(ctx); err != nil {
+		return err
+	}
 	// The engine gives out addresses from the subnet's lower half only; the upper half is the
 	// node's, for the sandboxes it wires itself (wire.go).
 	engine, _, _ := halves(r.cfg.Subnet)
@@ -203,18 +211,19 @@ func (r *Runtime) EnsureNetwork(ctx context.Context) error {
 			len(n.IPAM.Config) == 1 && n.IPAM.Config[0].Subnet == r.cfg.Subnet.String() && n.IPAM.Config[0].IPRange == engine.String() {
 			return nil
 		}
-		// The engine refuses to remove a network its endpoints are on, but the sandboxes the
-		// node wired are not the engine's endpoints: their ports would be left off any bridge.
-		cs, err := r.containers(ctx)
-		if err != nil {
+		if err := r.noneWired(ctx, fmt.Sprintf("network %s is not as configured (subnet %s, bridge %s)", n.Name, r.cfg.Subnet, r.cfg.Bridge), "replaced"); err != nil {
 			return err
-		}
-		if wired := slices.IndexFunc(cs, func(c container.Summary) bool { _, ok := wiredAddr(c.Labels); return ok }); wired >= 0 {
-			return fmt.Errorf("docker: network %s is not as configured (subnet %s, bridge %s), and sandboxes the node wired into its bridge are on it (%s among them): destroy them before it is replaced",
-				n.Name, r.cfg.Subnet, r.cfg.Bridge, short(cs[wired].ID))
 		}
 		if err := r.cli.NetworkRemove(ctx, n.ID); err != nil {
 			return fmt.Errorf("docker: replacing network %s: %w", n.Name, err)
+		}
+	}
+	// A network missing under wired sandboxes was removed behind the node's back (the engine
+	// does not know they are on it): their ports are off any bridge, and a new one would not
+	// have them.
+	if !slices.ContainsFunc(nets, func(n network.Summary) bool { return n.Name == r.cfg.Network }) {
+		if err := r.noneWired(ctx, fmt.Sprintf("network %s is gone", r.cfg.Network), "made anew"); err != nil {
+			return err
 		}
 	}
 	_, err = r.cli.NetworkCreate(ctx, r.cfg.Network, network.CreateOptions{
@@ -237,6 +246,9 @@ func (r *Runtime) EnsureNetwork(ctx context.Context) error {
 
 // RemoveNetwork removes the sandbox network; call it after every sandbox is destroyed.
 func (r *Runtime) RemoveNetwork(ctx context.Context) error {
+	if err := r.noneWired(ctx, "network "+r.cfg.Network+" is to be removed", "removed"); err != nil {
+		return err
+	}
 	err := r.cli.NetworkRemove(ctx, r.cfg.Network)
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: %w", err)
@@ -244,10 +256,25 @@ func (r *Runtime) RemoveNetwork(ctx context.Context) error {
 	return nil
 }
 
+// noneWired refuses, saying why and what to do, while sandboxes the node wired into the bridge
+// exist: the engine refuses to remove a network its endpoints are on, but the node's sandboxes
+// are not its endpoints, and their ports would be left off any bridge.
+func (r *Runtime) noneWired(ctx context.Context, why, done string) error {
+	cs, err := r.containers(ctx)
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(cs, func(c container.Summary) bool { _, ok := wiredAddr(c.Labels); return ok }); i >= 0 {
+		return fmt.Errorf("docker: %s, and sandboxes the node wired into its bridge are on it (%s among them): destroy them before it is %s",
+			why, short(cs[i].ID), done)
+	}
+	return nil
+}
+
 // Create starts a hardened sandbox: wired by the node at an address of its own (wire.go),
 // or, under gVisor, on the engine's network.
 func (r *Runtime) Create(ctx context.Context, t pool.Template) (pool.Sandbox, error) {
-	if !wired(t) {
+	if !r.wires(t) {
 		return r.create(ctx, t, netip.Addr{})
 	}
 	addr, err := r.take(ctx)
@@ -374,6 +401,17 @@ func (r *Runtime) create(ctx context.Context, t pool.Template, addr netip.Addr) 
 		destroy()
 		return pool.Sandbox{}, ctx.Err()
 	}
+	if addr.IsValid() && prewired(t) {
+		ns, err := makeNS(nsName(created.ID))
+		if err == nil {
+			err = plug(ns, addr, r.gw, r.cfg.Subnet, r.cfg.Bridge)
+			ns.Close()
+		}
+		if err != nil {
+			destroy()
+			return pool.Sandbox{}, fmt.Errorf("docker: wiring sandbox %s into %s at %s: %w", short(created.ID), r.cfg.Bridge, addr, err)
+		}
+	}
 	if err := r.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		destroy()
 		return pool.Sandbox{}, fmt.Errorf("docker: start %s: %w", t.Name, err)
@@ -383,7 +421,13 @@ func (r *Runtime) create(ctx context.Context, t pool.Template, addr netip.Addr) 
 		destroy()
 		return pool.Sandbox{}, fmt.Errorf("docker: inspect: %w", err)
 	}
-	if addr.IsValid() {
+	if addr.IsValid() && prewired(t) {
+		if err := booted(created.ID, addr); err != nil {
+			destroy()
+			return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s: %w", short(created.ID), err)
+		}
+	}
+	if addr.IsValid() && !prewired(t) {
 		if info.State == nil || info.State.Pid <= 0 {
 			destroy()
 			return pool.Sandbox{}, fmt.Errorf("docker: sandbox %s is not running after its start", short(created.ID))
@@ -392,7 +436,7 @@ func (r *Runtime) create(ctx context.Context, t pool.Template, addr netip.Addr) 
 			destroy()
 			return pool.Sandbox{}, fmt.Errorf("docker: wiring sandbox %s into %s at %s: %w", short(created.ID), r.cfg.Bridge, addr, err)
 		}
-	} else {
+	} else if !addr.IsValid() {
 		ep := info.NetworkSettings.Networks[r.cfg.Network]
 		if ep == nil {
 			destroy()
@@ -431,7 +475,11 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: remove %s: %w", short(id), err)
 	}
-	// Its namespace is gone, and with it both ends of its veth pair.
+	// Its namespace is gone, and with it both ends of its veth pair; a gVisor sandbox's goes
+	// once the node lets go of it too.
+	if err := dropNS(id); err != nil {
+		return fmt.Errorf("docker: remove %s: %w", short(id), err)
+	}
 	r.release(id)
 	return nil
 }

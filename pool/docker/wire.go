@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -25,9 +30,13 @@ import (
 // start; docs/bench-pool.md), and the sandbox reaches exactly what it reached on the engine's
 // network: the bridge, its host address, and through the firewall nothing else.
 //
-// gVisor's sandboxes stay on the engine's network: runsc reads its namespace's interfaces once,
-// when it starts, so an interface wired after the start would never be its, and its checkpoints
-// are restored with the engine's endpoint.
+// gVisor's runsc reads its namespace's interfaces once, as it boots, so an interface wired after
+// the start would never be its: a gVisor sandbox is wired before its start instead, into a
+// named namespace the node makes for it (/run/netns/airlock-<id>), which the engine's runsc,
+// when it is airlock's wrapper (tools/runsc/wrap, registered by scripts/runsc.sh), boots the
+// sandbox in. Where the engine's runsc is not the wrapper, and for templates whose pauses keep
+// memory (their checkpoints are restored with the engine's endpoint), gVisor's sandboxes stay
+// on the engine's network.
 //
 // The subnet is split in two: its lower half is the engine's (the network's IP range, from
 // which gVisor's sandboxes are given addresses, a restore's fallback included), its upper half
@@ -41,10 +50,207 @@ const LabelAddr = "dev.airlock.addr"
 // errPortTaken means another sandbox's bridge port holds the address.
 var errPortTaken = errors.New("another sandbox holds the address")
 
-// wired reports whether sandboxes of t are wired by the node: all but gVisor's.
-func wired(t pool.Template) bool {
+// wrapper is the base name of airlock's runsc wrapper (tools/runsc/wrap).
+const wrapper = "airlock-runsc"
+
+// wires reports whether sandboxes of t are wired by the node (see above).
+func (r *Runtime) wires(t pool.Template) bool {
+	switch rt, _ := t.RuntimePlatform(); {
+	case rt == "runc" || rt == "crun":
+		return true
+	case rt == "runsc":
+		return !t.Snapshot.Memory && r.wrapped[t.EngineRuntime()]
+	}
+	return false
+}
+
+// prewired reports whether sandboxes of t are wired before their start (gVisor's).
+func prewired(t pool.Template) bool {
 	rt, _ := t.RuntimePlatform()
-	return rt == "runc" || rt == "crun"
+	return rt == "runsc"
+}
+
+// nsName is the name of the namespace the node makes for gVisor sandbox id.
+func nsName(id string) string { return "airlock-" + id }
+
+// readEngine records which of the engine's runtimes are airlock's runsc wrapper.
+func (r *Runtime) readEngine(ctx context.Context) error {
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker: info: %w", err)
+	}
+	r.wrapped = map[string]bool{}
+	probed, canMake := false, false
+	for name, rt := range info.Runtimes {
+		if filepath.Base(rt.Path) != wrapper {
+			continue
+		}
+		// A node that cannot make a named namespace the engine's runtime sees (one in a
+		// container without /run/netns shared with the host, or not allowed to mount) leaves
+		// gVisor's sandboxes on the engine's network rather than fail to make every one.
+		if !probed {
+			probed, canMake = true, canMakeNS()
+		}
+		r.wrapped[name] = canMake
+	}
+	return nil
+}
+
+// canMakeNS reports whether the node can make (and remove) a named network namespace that the
+// host's first process, and so the engine beside it, sees too.
+func canMakeNS() bool {
+	name := fmt.Sprintf("airlock-probe-%d", os.Getpid())
+	ns, err := makeNS(name)
+	if err != nil {
+		return false
+	}
+	ns.Close()
+	return errors.Join(seenByHost(name), netns.DeleteNamed(name)) == nil
+}
+
+// seenByHost checks that the host's first process sees the named namespace name, when the node
+// is not in its mount namespace (a node in a container with the host's process namespace).
+// A first process the node may not look at (a microVM's init) is taken for the host's own
+// mount namespace; were it not, booted still catches a sandbox started outside its namespace.
+func seenByHost(name string) error {
+	own, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return err
+	}
+	host, err := os.Readlink("/proc/1/ns/mnt")
+	if errors.Is(err, fs.ErrPermission) || (err == nil && host == own) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = os.Stat(filepath.Join("/proc/1/root", netnsDir, name))
+	return err
+}
+
+// makeNS makes the named network namespace name, with IPv6 off in it, on a thread of its own
+// that goes back to the node's namespace after, or ends.
+func makeNS(name string) (netns.NsHandle, error) {
+	type made struct {
+		ns  netns.NsHandle
+		err error
+	}
+	done := make(chan made, 1)
+	go func() {
+		runtime.LockOSThread()
+		node, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- made{netns.None(), err}
+			return
+		}
+		defer node.Close()
+		ns, err := netns.NewNamed(name)
+		if err == nil {
+			// /proc/sys/net is the namespace of the thread that opens it: this one's now.
+			for _, f := range []string{"all", "default"} {
+				if err == nil {
+					err = os.WriteFile("/proc/sys/net/ipv6/conf/"+f+"/disable_ipv6", []byte("1"), 0)
+				}
+			}
+		}
+		// A thread that cannot go back stays locked, and ends with this goroutine.
+		if serr := netns.Set(node); serr != nil {
+			err = errors.Join(err, fmt.Errorf("back to the node's namespace: %w", serr))
+		} else {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
+			if ns.IsOpen() {
+				ns.Close()
+			}
+			netns.DeleteNamed(name)
+			done <- made{netns.None(), fmt.Errorf("network namespace %s: %w", name, err)}
+			return
+		}
+		done <- made{ns, nil}
+	}()
+	m := <-done
+	return m.ns, m.err
+}
+
+// booted checks that gVisor sandbox id booted in the namespace the node wired for it: runsc
+// takes the address of each interface it finds off the host's side as it boots, so an address
+// still there means the sandbox was started elsewhere (an engine whose runsc is not the wrapper
+// any more) and reaches nothing.
+func booted(id string, addr netip.Addr) error {
+	ns, err := netns.GetFromName(nsName(id))
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", nsName(id), err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in network namespace %s: %w", nsName(id), err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("eth0 of network namespace %s: %w", nsName(id), err)
+	}
+	as, err := h.AddrList(eth, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("eth0 of network namespace %s: %w", nsName(id), err)
+	}
+	for _, a := range as {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr {
+			return fmt.Errorf("the engine's runsc did not boot the sandbox in the namespace the node wired (it is not %s, or not as registered by scripts/runsc.sh)", wrapper)
+		}
+	}
+	return nil
+}
+
+// dropNS removes the namespace made for gVisor sandbox id, if there is one. Only an engine's
+// container id names one: any other id (one read back from Redis, say) names no namespace and
+// is never joined into a path.
+func dropNS(id string) error {
+	if !containerID.MatchString(id) {
+		return nil
+	}
+	err := netns.DeleteNamed(nsName(id))
+	if errors.Is(err, syscall.EINVAL) {
+		// Not a mount: the file of a namespace whose mount failed as it was made.
+		err = os.Remove(filepath.Join(netnsDir, nsName(id)))
+	}
+	if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("network namespace %s: %w", nsName(id), err)
+	}
+	return nil
+}
+
+// containerID is an engine's container id.
+var containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// netnsDir is where named network namespaces are (netns.NewNamed's).
+const netnsDir = "/run/netns"
+
+// sweepNS removes the namespaces made for gVisor sandboxes that are gone (a node that ended
+// between a sandbox's removal and its namespace's).
+func (r *Runtime) sweepNS(ctx context.Context) error {
+	names, err := filepath.Glob(filepath.Join(netnsDir, "airlock-*"))
+	if err != nil || len(names) == 0 {
+		return err
+	}
+	cs, err := r.cli.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	live := map[string]bool{}
+	for _, c := range cs {
+		live[c.ID] = true
+	}
+	var errs []error
+	for _, n := range names {
+		if id := strings.TrimPrefix(filepath.Base(n), "airlock-"); !live[id] {
+			errs = append(errs, dropNS(id))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // halves splits subnet into the engine's range (its lower half) and the first and last
@@ -68,8 +274,12 @@ func lastOf(p netip.Prefix) netip.Addr {
 // characters, within an interface name's 15.
 func portName(addr netip.Addr) string {
 	a := addr.As4()
-	return fmt.Sprintf("al%02x%02x%02x%02x", a[0], a[1], a[2], a[3])
+	return fmt.Sprintf("%s%02x%02x%02x%02x", portPrefix, a[0], a[1], a[2], a[3])
 }
+
+// portPrefix begins the name of every host end the node wires; the firewall confines what
+// arrives on any of them (portPrefix+"+"), on the bridge or taken off it.
+const portPrefix = "al"
 
 // addrs is the node's half of the subnet: which addresses its sandboxes hold. An address given
 // back is handed out again only after every other free one (the cursor moves on), so one that
@@ -98,6 +308,11 @@ func (r *Runtime) take(ctx context.Context) (netip.Addr, error) {
 		for _, c := range cs {
 			if addr, ok := wiredAddr(c.Labels); ok {
 				a.held[addr], a.of[c.ID] = c.ID, addr
+				// The cursor starts after the highest address held: one an earlier run of
+				// the node gave back just before it ended is not the first handed out again.
+				if addr.Compare(a.next) >= 0 {
+					a.next = addr.Next()
+				}
 			}
 		}
 		a.loaded = true
@@ -189,6 +404,11 @@ func wire(id string, pid int, addr, gw netip.Addr, subnet netip.Prefix, bridge s
 	if same {
 		return errors.New("the sandbox has no network namespace of its own: refusing to wire the node's")
 	}
+	return plug(ns, addr, gw, subnet, bridge)
+}
+
+// plug makes the namespace ns a port of the bridge at addr (wire).
+func plug(ns netns.NsHandle, addr, gw netip.Addr, subnet netip.Prefix, bridge string) error {
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return fmt.Errorf("bridge %s: %w", bridge, err)

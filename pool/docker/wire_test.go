@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -152,14 +153,23 @@ func TestWiredSandbox(t *testing.T) {
 	}
 
 	// A node made anew (an adopting restart) loads what its sandboxes hold.
+	// and starts after the highest of them, so an address an earlier run gave back just before it
+	// ended is not the first out again.
 	fresh := &Runtime{cli: r.cli, gw: r.gw, cfg: r.cfg}
-	for range 4 {
+	highest := a.Addr
+	if b.Addr.Compare(highest) > 0 {
+		highest = b.Addr
+	}
+	for i := range 4 {
 		addr, err := fresh.take(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if addr == a.Addr || addr == b.Addr {
 			t.Fatalf("a node made anew handed out %s, which a live sandbox holds", addr)
+		}
+		if i == 0 && addr.Compare(highest) <= 0 {
+			t.Errorf("a node made anew handed out %s first, not an address after the highest held (%s)", addr, highest)
 		}
 	}
 
@@ -228,6 +238,141 @@ func TestWiredSandbox(t *testing.T) {
 	// The kernel removes a namespace's interfaces after the namespace's last user is gone.
 	wait.For(t, 10*time.Second, "the port of destroyed sandbox "+a.Addr.String()+" to go", func() bool {
 		_, err := netlink.LinkByName(portName(a.Addr))
+		return err != nil
+	})
+
+	// The engine does not know sandbox B is on the network: the node refuses to remove it, and
+	// when it was removed behind the node's back (a prune), to make it anew under B's port.
+	if err := r.RemoveNetwork(context.Background()); err == nil || !strings.Contains(err.Error(), "destroy them before it is removed") {
+		t.Errorf("removing the network under a wired sandbox: %v", err)
+	}
+	if err := r.cli.NetworkRemove(context.Background(), r.cfg.Network); err != nil {
+		t.Fatalf("the engine refused to remove the network it thinks empty (the premise of the refusals): %v", err)
+	}
+	if err := r.EnsureNetwork(context.Background()); err == nil || !strings.Contains(err.Error(), "network "+r.cfg.Network+" is gone") {
+		t.Errorf("making the network anew under a wired sandbox's port: %v", err)
+	}
+	if err := r.Destroy(context.Background(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureNetwork(context.Background()); err != nil {
+		t.Errorf("making the network anew once no wired sandbox is left: %v", err)
+	}
+}
+
+// TestDropNSNamesOnlyContainers: an id that is not an engine's container id (one read back from
+// Redis, say) names no namespace: dropNS never joins it into a path, so "../" in it reaches
+// nothing outside /run/netns.
+func TestDropNSNamesOnlyContainers(t *testing.T) {
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := dropNS("x/../../.." + victim); err != nil {
+		t.Errorf("dropNS of an id that is no container's: %v", err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("dropNS of an id with ../ in it removed %s: %v", victim, err)
+	}
+}
+
+// TestKeepAddressOnlyInTheEngineHalf: a restore asks the engine for the sandbox's address only
+// in the engine's half of the subnet; one in the node's half may be a wired sandbox's, which the
+// engine would hand out a second time. (The runtime has no engine: asking it would panic.)
+func TestKeepAddressOnlyInTheEngineHalf(t *testing.T) {
+	r := loadedRuntime("10.1.0.0/24", nil)
+	for _, a := range []string{"10.1.0.128", "10.1.0.200", "10.1.0.254", "10.2.0.5"} {
+		if r.keepAddress(context.Background(), "c1", netip.MustParseAddr(a)) {
+			t.Errorf("a restore kept %s, outside the engine's half", a)
+		}
+	}
+}
+
+// TestWiredGVisorSandbox makes a gVisor sandbox the node wires before its start, on the real
+// engine through airlock's runsc wrapper: it boots in the namespace made for it, at an address
+// of the node's half, on an isolated port, with its route through the host and no IPv6; a
+// sandbox started outside the namespace wired for it is caught; the namespace goes with the
+// sandbox, and one a node left behind is swept.
+func TestWiredGVisorSandbox(t *testing.T) {
+	r := testRuntime(t)
+	have, err := r.EngineRuntimes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := have["runsc"]; !ok {
+		t.Skip("the engine has no runsc (`make runsc` registers it)")
+	}
+	if !r.wrapped["runsc"] {
+		t.Fatal("the engine's runsc is not airlock's wrapper: it was registered by something other than scripts/runsc.sh")
+	}
+	tmpl := testTemplate("runsc")
+	if !r.wires(tmpl) {
+		t.Fatal("a gVisor template is not wired by the node under the wrapper")
+	}
+	keeps := tmpl
+	keeps.Snapshot.Memory = true
+	if r.wires(keeps) {
+		t.Error("a gVisor template that keeps memory is wired by the node; its restores need the engine's endpoint")
+	}
+	sb := newSandbox(t, r, tmpl)
+	_, first, last := halves(testSubnet)
+	if sb.Addr.Compare(first) < 0 || sb.Addr.Compare(last) > 0 {
+		t.Fatalf("sandbox at %s, outside the node's half %s-%s", sb.Addr, first, last)
+	}
+	if _, err := os.Stat("/run/netns/" + nsName(sb.ID)); err != nil {
+		t.Fatalf("no namespace made for the sandbox: %v", err)
+	}
+	port, err := netlink.LinkByName(portName(sb.Addr))
+	if err != nil {
+		t.Fatalf("no bridge port for %s: %v", sb.Addr, err)
+	}
+	if pi, err := netlink.LinkGetProtinfo(port); err != nil || !pi.Isolated {
+		t.Errorf("port %s is not isolated: %+v %v", port.Attrs().Name, pi, err)
+	}
+	out := runIn(t, r, sb, "sh", "-c", "ip -4 addr; ip route; ip -6 addr")
+	if !strings.Contains(out, sb.Addr.String()+"/24") || !strings.Contains(out, "default via "+r.gw.String()) || strings.Contains(out, "inet6") {
+		t.Errorf("the gVisor sandbox's network:\n%s", out)
+	}
+
+	// A namespace wired as the node wires one, that no sandbox booted in, is caught.
+	fake := strings.Repeat("e", 64)
+	addr := netip.MustParseAddr("10.230.0.251")
+	ns, err := makeNS(nsName(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropNS(fake)
+	err = plug(ns, addr, r.gw, testSubnet, testBridge)
+	ns.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := booted(fake, addr); err == nil || !strings.Contains(err.Error(), "did not boot the sandbox in the namespace the node wired") {
+		t.Errorf("a namespace no sandbox booted in: %v", err)
+	}
+	// Left behind by a node that ended: swept at the next start, its port with it.
+	if err := r.EnsureNetwork(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + nsName(fake)); err == nil {
+		t.Error("a namespace whose sandbox is gone was not swept")
+	}
+	if _, err := os.Stat("/run/netns/" + nsName(sb.ID)); err != nil {
+		t.Errorf("the sweep took a live sandbox's namespace: %v", err)
+	}
+	wait.For(t, 10*time.Second, "the swept namespace's port "+portName(addr)+" to go", func() bool {
+		_, err := netlink.LinkByName(portName(addr))
+		return err != nil
+	})
+
+	if err := r.Destroy(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + nsName(sb.ID)); err == nil {
+		t.Error("the destroyed sandbox's namespace is still there")
+	}
+	wait.For(t, 10*time.Second, "the destroyed sandbox's port "+portName(sb.Addr)+" to go", func() bool {
+		_, err := netlink.LinkByName(portName(sb.Addr))
 		return err != nil
 	})
 }

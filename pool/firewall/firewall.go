@@ -27,6 +27,11 @@ type Firewall struct {
 	// Bridge, or those from the network Source. Exactly one is set.
 	Bridge string
 	Source netip.Prefix
+	// Ports, with Bridge, also names the bridge's ports as an iptables interface pattern (the
+	// host ends the node wires, e.g. "al+"): a port taken off its bridge (the engine removed
+	// the network under it) hands its packets to the host as itself, not as the bridge, and
+	// they are the sandboxes' still.
+	Ports string
 	// Forward also filters the packets the node routes for the sandboxes.
 	Forward bool
 	// Netns, when set, is the network namespace (a name under /run/netns) the rules are made
@@ -104,12 +109,16 @@ func (f *Firewall) Apply() error {
 	return f.removeChain([]string{"-t", "nat"}, "PREROUTING")
 }
 
-// match selects the sandboxes' packets.
-func (f *Firewall) match() []string {
-	if f.Bridge != "" {
-		return []string{"-i", f.Bridge}
+// matches select the sandboxes' packets, each the match of one jump.
+func (f *Firewall) matches() [][]string {
+	if f.Bridge == "" {
+		return [][]string{{"-s", f.Source.String()}}
 	}
-	return []string{"-s", f.Source.String()}
+	ms := [][]string{{"-i", f.Bridge}}
+	if f.Ports != "" {
+		ms = append(ms, []string{"-i", f.Ports})
+	}
+	return ms
 }
 
 // chain makes f.Chain in table hold rules, jumped to first from each hook for the sandboxes'
@@ -128,10 +137,12 @@ func (f *Firewall) chain(table []string, rules [][]string, hooks ...string) erro
 		}
 	}
 	for _, hook := range hooks {
-		jump := append(append([]string{hook}, f.match()...), "-j", f.Chain)
-		if ipt(append([]string{"-C"}, jump...)...) != nil {
-			if err := ipt(append([]string{"-I"}, jump...)...); err != nil {
-				return err
+		for _, m := range f.matches() {
+			jump := append(append([]string{hook}, m...), "-j", f.Chain)
+			if ipt(append([]string{"-C"}, jump...)...) != nil {
+				if err := ipt(append([]string{"-I"}, jump...)...); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -146,7 +157,9 @@ func (f *Firewall) Remove() error {
 func (f *Firewall) removeChain(table []string, hooks ...string) error {
 	ipt := func(args ...string) error { return f.iptables(append(append([]string{}, table...), args...)...) }
 	for _, hook := range hooks {
-		for ipt(append(append([]string{"-D", hook}, f.match()...), "-j", f.Chain)...) == nil {
+		for _, m := range f.matches() {
+			for ipt(append(append([]string{"-D", hook}, m...), "-j", f.Chain)...) == nil {
+			}
 		}
 	}
 	ipt("-F", f.Chain)

@@ -32,11 +32,22 @@ func TestRulesOpenOnlyTheGatewayAndResolver(t *testing.T) {
 	if got != want {
 		t.Fatalf("rules:\n%s\nwant:\n%s", got, want)
 	}
-	if m := strings.Join(f.match(), " "); m != "-s 10.244.0.0/24" {
+	matched := func(f *Firewall) string {
+		var ms []string
+		for _, m := range f.matches() {
+			ms = append(ms, strings.Join(m, " "))
+		}
+		return strings.Join(ms, "; ")
+	}
+	if m := matched(f); m != "-s 10.244.0.0/24" {
 		t.Fatalf("a Pod network is matched by %q", m)
 	}
-	if m := strings.Join((&Firewall{Bridge: "airlock0"}).match(), " "); m != "-i airlock0" {
+	if m := matched(&Firewall{Bridge: "airlock0"}); m != "-i airlock0" {
 		t.Fatalf("a bridge is matched by %q", m)
+	}
+	// A port taken off its bridge is still a sandbox's: its packets jump to the chain too.
+	if m := matched(&Firewall{Bridge: "airlock0", Ports: "al+"}); m != "-i airlock0; -i al+" {
+		t.Fatalf("a bridge and its ports are matched by %q", m)
 	}
 }
 
