@@ -1,8 +1,7 @@
 // Package docker runs sandboxes as hardened containers on the local Docker engine, on one internal
 // network per deployment whose only reachable host ports are the gateway's and the resolver's.
-// runc and crun sandboxes are made with no network and wired into that network's bridge by the
-// node (wire.go), which skips the engine's network hook, most of a start; gVisor's join it
-// through the engine.
+// Sandboxes are made with no network and wired into that network's bridge by the node
+// (wire.go), which skips the engine's network hook, most of a start.
 //
 // Commands run through each sandbox's exec agent (package agent), which one engine exec starts
 // while the sandbox warms: a command then costs a fork in the sandbox instead of an engine exec
