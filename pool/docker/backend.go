@@ -67,7 +67,7 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{Runtime: rt, cfg: cfg,
-		fw: &firewall.Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Ports: portPrefix + "+", Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
+		fw: &firewall.Firewall{Chain: "AIRLOCK-" + cfg.Node, Bridge: cfg.Bridge, Ports: portPattern(cfg.Subnet), Host: host, Gateway: cfg.GatewayPort, DNS: cfg.ResolverPort,
 			Transparent: cfg.TransparentPort}}, nil
 }
 

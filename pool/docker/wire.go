@@ -277,9 +277,17 @@ func portName(addr netip.Addr) string {
 	return fmt.Sprintf("%s%02x%02x%02x%02x", portPrefix, a[0], a[1], a[2], a[3])
 }
 
-// portPrefix begins the name of every host end the node wires; the firewall confines what
-// arrives on any of them (portPrefix+"+"), on the bridge or taken off it.
+// portPrefix begins the name of every host end the node wires.
 const portPrefix = "al"
+
+// portPattern is the iptables interface pattern of every host end the node wires in subnet:
+// the prefix and the hex digits that every address of the subnet shares, so that the firewall
+// confines what arrives on any of them (on the bridge or taken off it), and no other
+// interface's (another subnet's ports, or a name such as "alk8s0" that only begins the same).
+func portPattern(subnet netip.Prefix) string {
+	a := subnet.Masked().Addr().As4()
+	return portPrefix + fmt.Sprintf("%02x%02x%02x%02x", a[0], a[1], a[2], a[3])[:subnet.Bits()/4] + "+"
+}
 
 // addrs is the node's half of the subnet: which addresses its sandboxes hold. An address given
 // back is handed out again only after every other free one (the cursor moves on), so one that

@@ -32,6 +32,14 @@ func TestHalvesSplitTheSubnet(t *testing.T) {
 	if got := portName(netip.MustParseAddr("10.213.0.130")); got != "al0ad50082" {
 		t.Errorf("port name %q", got)
 	}
+	// The firewall's pattern for a subnet's ports: the digits its addresses share, and no
+	// more, so that it matches neither another subnet's ports nor an interface that only
+	// begins with the prefix (the test cluster's "alk8s0", which a pattern "al+" confined).
+	for subnet, want := range map[string]string{"10.213.0.0/24": "al0ad500+", "10.213.0.0/20": "al0ad50+", "10.213.0.0/22": "al0ad50+", "10.213.0.128/25": "al0ad500+"} {
+		if got := portPattern(netip.MustParsePrefix(subnet)); got != want {
+			t.Errorf("port pattern of %s: %q, want %q", subnet, got, want)
+		}
+	}
 }
 
 // loadedRuntime is a Runtime whose address book is loaded with held (address -> container),

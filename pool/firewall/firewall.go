@@ -137,6 +137,11 @@ func (f *Firewall) chain(table []string, rules [][]string, hooks ...string) erro
 		}
 	}
 	for _, hook := range hooks {
+		// A jump to the chain with a match no longer ours (an earlier build's) goes: it would
+		// send another interface's packets through these rules.
+		if err := f.dropStaleJumps(table, hook); err != nil {
+			return err
+		}
 		for _, m := range f.matches() {
 			jump := append(append([]string{hook}, m...), "-j", f.Chain)
 			if ipt(append([]string{"-C"}, jump...)...) != nil {
@@ -170,15 +175,44 @@ func (f *Firewall) removeChain(table []string, hooks ...string) error {
 	return nil
 }
 
+// dropStaleJumps deletes the jumps from hook to f.Chain whose match is none of f.matches().
+func (f *Firewall) dropStaleJumps(table []string, hook string) error {
+	out, err := f.run(append(append([]string{}, table...), "-S", hook)...)
+	if err != nil {
+		return err
+	}
+	ours := map[string]bool{}
+	for _, m := range f.matches() {
+		ours[strings.Join(append(append([]string{"-A", hook}, m...), "-j", f.Chain), " ")] = true
+	}
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 4 || fields[len(fields)-2] != "-j" || fields[len(fields)-1] != f.Chain || ours[strings.Join(fields, " ")] {
+			continue
+		}
+		fields[0] = "-D"
+		if err := f.iptables(append(append([]string{}, table...), fields...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // iptables runs iptables, in f.Netns when that is set.
 func (f *Firewall) iptables(args ...string) error {
+	_, err := f.run(args...)
+	return err
+}
+
+// run runs iptables, in f.Netns when that is set, and returns what it printed.
+func (f *Firewall) run(args ...string) (string, error) {
 	argv := append([]string{"iptables", "-w", "5"}, args...)
 	if f.Netns != "" {
 		argv = append([]string{"nsenter", "--net=/run/netns/" + f.Netns, "--"}, argv...)
 	}
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("iptables %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("iptables %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return string(out), nil
 }

@@ -1,7 +1,11 @@
 package firewall
 
 import (
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,5 +83,58 @@ func TestApplyRefusesAmbiguity(t *testing.T) {
 		if err := f.Apply(); err == nil || !strings.Contains(err.Error(), "exactly one") {
 			t.Fatalf("%+v: %v", f, err)
 		}
+	}
+}
+
+// TestApplyDropsStaleJumps, with real iptables in a network namespace of the test's own: a jump
+// to the chain with a match that is no longer the firewall's (an earlier build's wider "al+",
+// which sent the test cluster's "alk8s0" through a Docker node's rules) goes at Apply, and
+// the firewall's own jumps are there once each, Apply after Apply.
+func TestApplyDropsStaleJumps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, for a network namespace and iptables")
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("no iptables")
+	}
+	ns := fmt.Sprintf("airlock-fwtest-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	f := &Firewall{Chain: "AIRLOCK-T", Bridge: "b0", Ports: "al0ad500+", Netns: ns,
+		Host: netip.MustParseAddr("10.213.0.1"), Gateway: 3128, DNS: 53}
+	for _, args := range [][]string{{"-N", "AIRLOCK-T"}, {"-A", "INPUT", "-i", "al+", "-j", "AIRLOCK-T"}, {"-A", "INPUT", "-i", "eth9", "-j", "ACCEPT"}} {
+		if err := f.iptables(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := f.Apply(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := f.run("-S", "INPUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jumps []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasSuffix(line, "-j AIRLOCK-T") {
+			jumps = append(jumps, line)
+		}
+	}
+	slices.Sort(jumps)
+	if got := strings.Join(jumps, "; "); got != "-A INPUT -i al0ad500+ -j AIRLOCK-T; -A INPUT -i b0 -j AIRLOCK-T" {
+		t.Errorf("jumps to the chain after Apply: %s", got)
+	}
+	if !strings.Contains(out, "-A INPUT -i eth9 -j ACCEPT") {
+		t.Errorf("Apply removed a rule not its own:\n%s", out)
+	}
+	if err := f.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := f.run("-S", "INPUT"); strings.Contains(out, "AIRLOCK-T") {
+		t.Errorf("jumps left after Remove:\n%s", out)
 	}
 }
